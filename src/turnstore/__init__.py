@@ -1,0 +1,105 @@
+"""turnstore: the session and transcript store that LLM agent apps embed.
+
+Open a store with one line, append every message an agent loop produces, and
+ask it what happened in turn k, what history the next model call should see,
+and what a turn, loop, session or model cost::
+
+    from turnstore import Store, Message
+
+    store = Store()                       # $TURNSTORE_URL or ./turnstore.db
+"""
+
+from .errors import (
+    AlreadyExists,
+    ImportFailed,
+    InvalidMessage,
+    InvalidRecord,
+    LimitExceeded,
+    LoopNotFound,
+    MessageNotFound,
+    NotFound,
+    SchemaError,
+    SchemaOutOfDate,
+    SchemaTooNew,
+    SessionNotFound,
+    StoreBusy,
+    TurnIdMismatch,
+    TurnNotFound,
+    TurnstoreError,
+)
+from .limits import Limits
+from .models import (
+    AgentMessage,
+    AssistantMessage,
+    Content,
+    CostConfig,
+    ExtensionMessage,
+    ImageContent,
+    LlmMessage,
+    Message,
+    StopReason,
+    TextContent,
+    ThinkingContent,
+    ToolCallContent,
+    ToolResultMessage,
+    TurnId,
+    Usage,
+    UserMessage,
+)
+from .records import ContinuationKind, Loop, LoopConfig, LoopStatus, Session, SessionSummary, StoredMessage, Turn
+from .repositories import parse_message
+from .store import Store
+from .usage import DEFAULT_PRICES, PriceTable, UsageRow, UsageTotals
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_PRICES",
+    "AgentMessage",
+    "AlreadyExists",
+    "AssistantMessage",
+    "Content",
+    "ContinuationKind",
+    "CostConfig",
+    "ExtensionMessage",
+    "ImageContent",
+    "ImportFailed",
+    "InvalidMessage",
+    "InvalidRecord",
+    "LimitExceeded",
+    "Limits",
+    "LlmMessage",
+    "Loop",
+    "LoopConfig",
+    "LoopNotFound",
+    "LoopStatus",
+    "Message",
+    "MessageNotFound",
+    "NotFound",
+    "PriceTable",
+    "SchemaError",
+    "SchemaOutOfDate",
+    "SchemaTooNew",
+    "Session",
+    "SessionNotFound",
+    "SessionSummary",
+    "StopReason",
+    "Store",
+    "StoreBusy",
+    "StoredMessage",
+    "TextContent",
+    "ThinkingContent",
+    "ToolCallContent",
+    "ToolResultMessage",
+    "Turn",
+    "TurnId",
+    "TurnIdMismatch",
+    "TurnNotFound",
+    "TurnstoreError",
+    "Usage",
+    "UsageRow",
+    "UsageTotals",
+    "UserMessage",
+    "__version__",
+    "parse_message",
+]

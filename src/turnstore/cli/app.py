@@ -1,0 +1,83 @@
+"""The root command group and the options every command shares."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from ..store import Store
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Settings:
+    """What the root options set for the command that runs: where the store is, how to print."""
+
+    def __init__(self) -> None:
+        self.db: str | None = None
+        self.json = False
+        self._store: Store | None = None
+
+    def store(self) -> Store:
+        """The store at ``--db``, opened (and upgraded) on first use."""
+        if self._store is None:
+            self._store = Store(self.db)
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+
+def _set_db(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value is not None:
+        ctx.ensure_object(Settings).db = value
+    return value
+
+
+def _set_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    if value:
+        ctx.ensure_object(Settings).json = True
+    return value
+
+
+def shared_options(command: F) -> F:
+    """Accept ``--db`` and ``--json`` after the command name too."""
+    command = click.option(
+        "--json", "as_json", is_flag=True, expose_value=False, callback=_set_json, help="Print JSON."
+    )(command)
+    command = click.option(
+        "--db", metavar="URL", expose_value=False, callback=_set_db, help="Database URL or SQLite file path."
+    )(command)
+    return command
+
+
+def pass_settings(command: F) -> F:
+    """Hand the command the shared :class:`Settings`."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return command(click.get_current_context().ensure_object(Settings), *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@shared_options
+@click.version_option(package_name="turnstore", prog_name="turnstore")
+@click.pass_context
+def cli(ctx: click.Context) -> None:
+    """turnstore: the session and transcript store for LLM agent apps.
+
+    Sessions hold loops (agent runs), loops hold turns (model calls), turns hold
+    messages. SQLite by default; PostgreSQL with a postgresql:// URL.
+    """
+    settings = ctx.ensure_object(Settings)
+    ctx.call_on_close(settings.close)
+
+
+from . import browse, db, demo, transfer, usage  # noqa: E402,F401  (registers the commands)

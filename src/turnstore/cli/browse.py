@@ -1,0 +1,143 @@
+"""``turnstore sessions`` and ``turnstore show``: what a store holds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from rich.markup import escape
+from rich.table import Table
+from rich.tree import Tree
+
+from ..errors import InvalidMessage
+from ..records import Loop, StoredMessage
+from .app import Settings, cli, pass_settings, shared_options
+from .output import console, print_json, short
+
+
+@cli.command()
+@click.option("--limit", default=100, show_default=True, help="At most this many sessions.")
+@click.option("--offset", default=0, show_default=True, help="Skip this many first.")
+@click.option("--agent", "agent_id", default=None, help="Only this agent's sessions.")
+@shared_options
+@pass_settings
+def sessions(settings: Settings, limit: int, offset: int, agent_id: str | None) -> None:
+    """List sessions, most recently updated first."""
+    rows = settings.store().sessions.list(limit=limit, offset=offset, agent_id=agent_id)
+    if settings.json:
+        print_json(
+            [
+                {
+                    "session_id": row.session_id,
+                    "title": row.title,
+                    "agent_id": row.agent_id,
+                    "created_at": row.created_at,
+                    "updated_at": row.updated_at,
+                    "loops": row.loops,
+                    "messages": row.messages,
+                }
+                for row in rows
+            ]
+        )
+        return
+    if not rows:
+        click.echo("no sessions")
+        return
+    table = Table(title_justify="left")
+    for name, justify in (("session", "left"), ("title", "left"), ("loops", "right"), ("messages", "right"), ("updated (UTC)", "left")):
+        table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for row in rows:
+        table.add_row(
+            row.session_id, row.title or "", str(row.loops), str(row.messages), row.updated_at.strftime("%Y-%m-%d %H:%M:%S")
+        )
+    console().print(table)
+
+
+@cli.command()
+@click.argument("session_id")
+@click.option("--loop", "loop_id", default=None, help="Only this loop.")
+@click.option("--turn", "turn_index", type=int, default=None, help="Only this turn (of --loop, or of the only loop).")
+@shared_options
+@pass_settings
+def show(settings: Settings, session_id: str, loop_id: str | None, turn_index: int | None) -> None:
+    """Show a session's loops and messages."""
+    store = settings.store()
+    session = store.sessions.get(session_id)
+    loops = store.loops.list(session_id)
+    if loop_id is not None:
+        loops = [loop for loop in loops if loop.loop_id == loop_id]
+        if not loops:
+            store.loops.get(loop_id)  # raises LoopNotFound for an unknown id
+            raise InvalidMessage(f"loop {loop_id!r} belongs to another session", [("loop", "other session")])
+    if turn_index is not None and len(loops) != 1:
+        raise click.UsageError("--turn needs --loop when the session has several loops")
+    messages: dict[str, list[StoredMessage]] = {loop.loop_id: [] for loop in loops}
+    for loop in loops:
+        for stored in store.messages.records(loop_id=loop.loop_id):
+            if turn_index is None or stored.turn_index == turn_index:
+                messages[loop.loop_id].append(stored)
+    if settings.json:
+        print_json(
+            {
+                "session": session.model_dump(mode="json"),
+                "loops": [_loop_json(loop, messages[loop.loop_id]) for loop in loops],
+            }
+        )
+        return
+    _print_tree(session.session_id, session.title, loops, messages)
+
+
+def _loop_json(loop: Loop, stored: list[StoredMessage]) -> dict[str, Any]:
+    return {
+        "loop_id": loop.loop_id,
+        "parent_loop_id": loop.parent_loop_id,
+        "continuation_kind": loop.continuation_kind.value,
+        "fork_after": loop.fork_after,
+        "status": loop.status.value,
+        "config": loop.config,
+        "started_at": loop.started_at.isoformat(),
+        "ended_at": loop.ended_at.isoformat() if loop.ended_at else None,
+        "messages": [
+            {"id": m.id, "turn_index": m.turn_index, "seq": m.seq, "message": m.message.model_dump(mode="json")}
+            for m in stored
+        ],
+    }
+
+
+def _print_tree(session_id: str, title: str | None, loops: list[Loop], messages: dict[str, list[StoredMessage]]) -> None:
+    root = Tree(f"[bold]session {escape(session_id)}[/bold]" + (f"  {escape(title)}" if title else ""))
+    for loop in loops:
+        relation = loop.continuation_kind.value
+        if loop.parent_loop_id:
+            relation += f" of {loop.parent_loop_id}" + (f" after #{loop.fork_after}" if loop.fork_after else "")
+        model = f"  {loop.model}" if loop.model else ""
+        branch = root.add(f"[bold]loop {escape(loop.loop_id)}[/bold]  ({escape(relation)}, {loop.status.value}){escape(model)}")
+        for stored in messages[loop.loop_id]:
+            turn = "-" if stored.turn_index is None else str(stored.turn_index)
+            branch.add(f"#{stored.id} turn {turn} seq {stored.seq}  [cyan]{stored.message.role}[/cyan]  {_describe(stored)}")
+    console().print(root)
+
+
+def _describe(stored: StoredMessage) -> str:
+    message = stored.message
+    if message.role == "extension":
+        return escape(short(f"[{message.kind}] {message.data}", 90))  # type: ignore[union-attr]
+    parts: list[str] = []
+    for block in message.content:  # type: ignore[union-attr]
+        kind = block.type
+        if kind == "text":
+            parts.append(block.text)
+        elif kind == "thinking":
+            parts.append(f"(thinking: {block.thinking})")
+        elif kind == "toolCall":
+            parts.append(f"{block.name}({block.arguments})")
+        elif kind == "image":
+            parts.append(f"[image {block.mime_type}]")
+    text = escape(short(" ".join(parts), 90))
+    if message.role == "assistant":
+        text += f"  [dim]{message.stop_reason.value}, {message.usage.input}+{message.usage.output} tok[/dim]"  # type: ignore[union-attr]
+        if message.error_message:  # type: ignore[union-attr]
+            text += f"  [red]{escape(short(message.error_message, 60))}[/red]"  # type: ignore[union-attr]
+    if message.role == "toolResult" and message.is_error:  # type: ignore[union-attr]
+        text += "  [red](error)[/red]"
+    return text

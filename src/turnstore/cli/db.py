@@ -1,0 +1,98 @@
+"""``turnstore db``: the schema (Alembic revisions) of a store."""
+
+from __future__ import annotations
+
+import click
+
+from .. import migrate
+from ..engine import create_engine, resolve_url
+from ..errors import SchemaOutOfDate
+from .app import Settings, cli, pass_settings, shared_options
+from .output import print_json
+
+
+@cli.group()
+def db() -> None:
+    """Show, check, upgrade or downgrade the database schema."""
+
+
+def _engine(settings: Settings):  # type: ignore[no-untyped-def]
+    return create_engine(resolve_url(settings.db))
+
+
+@db.command()
+@shared_options
+@pass_settings
+def upgrade(settings: Settings) -> None:
+    """Upgrade the schema to the newest revision (back up the database first)."""
+    engine = _engine(settings)
+    try:
+        before = migrate.current(engine)
+        migrate.upgrade(engine)
+        after = migrate.current(engine)
+    finally:
+        engine.dispose()
+    if settings.json:
+        print_json({"from": before, "to": after})
+    elif before == after:
+        click.echo(f"already at {after}")
+    else:
+        click.echo(f"upgraded {before or 'empty database'} -> {after}")
+
+
+@db.command()
+@shared_options
+@pass_settings
+def current(settings: Settings) -> None:
+    """Print the schema revision the database is at, and the newest this turnstore knows."""
+    engine = _engine(settings)
+    try:
+        revision = migrate.current(engine)
+    finally:
+        engine.dispose()
+    head = migrate.head()
+    if settings.json:
+        print_json({"current": revision, "head": head, "up_to_date": revision == head})
+    else:
+        click.echo(f"{revision or 'none (empty database)'} (head: {head})")
+
+
+@db.command()
+@shared_options
+@pass_settings
+def check(settings: Settings) -> None:
+    """Exit non-zero unless the database is at head and matches the code's tables."""
+    engine = _engine(settings)
+    try:
+        revision = migrate.current(engine)
+        head = migrate.head()
+        if revision != head:
+            migrate.ensure_schema(engine, auto_upgrade=False, url=resolve_url(settings.db))
+        differences = migrate.check(engine)
+    finally:
+        engine.dispose()
+    if settings.json:
+        print_json({"current": revision, "head": head, "differences": [str(d) for d in differences]})
+    if differences:
+        raise SchemaOutOfDate(f"database tables differ from this turnstore's schema: {differences[0]}")
+    if not settings.json:
+        click.echo(f"ok: at {head}, tables match")
+
+
+@db.command()
+@click.argument("revision")
+@shared_options
+@pass_settings
+def downgrade(settings: Settings, revision: str) -> None:
+    """Downgrade the schema to REVISION (e.g. -1, 0001, base). base drops every table."""
+    engine = _engine(settings)
+    try:
+        before = migrate.current(engine)
+        migrate.downgrade(engine, revision)
+        after = migrate.current(engine)
+    finally:
+        engine.dispose()
+    if settings.json:
+        print_json({"from": before, "to": after})
+    else:
+        click.echo(f"downgraded {before} -> {after or 'base (empty)'}")

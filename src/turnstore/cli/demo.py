@@ -1,0 +1,54 @@
+"""``turnstore demo``: build a realistic store and show what it cost."""
+
+from __future__ import annotations
+
+import click
+
+from ..demo import build_demo
+from ..usage import UsageTotals
+from .app import Settings, cli, pass_settings, shared_options
+from .output import console, print_json, usage_table
+
+
+@cli.command()
+@shared_options
+@pass_settings
+def demo(settings: Settings) -> None:
+    """Build demo sessions (coding, research, compacted) in the store and print their usage with cost.
+
+    Running it again replaces the demo sessions; other sessions are left alone.
+    """
+    store = settings.store()
+    session_ids = build_demo(store)
+    sessions = {sid: store.sessions.get(sid) for sid in session_ids}
+    by_session = [(sid, store.usage.session(sid)) for sid in session_ids]
+    by_loop = [
+        (sid, row.loop_id or "", UsageTotals(**row.model_dump(include=set(UsageTotals.model_fields))))
+        for sid in session_ids
+        for row in store.usage.by_loop(sid)
+    ]
+    by_model = store.usage.by_model()
+    if settings.json:
+        print_json(
+            {
+                "db": store.url,
+                "sessions": [{"session_id": sid, "title": sessions[sid].title, **u.model_dump(mode="json")} for sid, u in by_session],
+                "loops": [{"session_id": sid, "loop_id": lid, **u.model_dump(mode="json")} for sid, lid, u in by_loop],
+                "models": [row.model_dump(mode="json") for row in by_model],
+            }
+        )
+        return
+    out = console()
+    out.print(f"Built {len(session_ids)} demo sessions in {store.url}\n", highlight=False)
+    out.print(usage_table("Usage by session", "session", [(f"{sessions[sid].title}", u) for sid, u in by_session]))
+    out.print()
+    out.print(usage_table("Usage by loop", "loop", [(lid, u) for _, lid, u in by_loop]))
+    out.print()
+    out.print(usage_table("Usage by model", "model", [(_model_label(r.model, r.provider), r) for r in by_model]))
+    click.echo(
+        f"\nExplore it: turnstore --db {store.url} sessions | show {session_ids[0]} | usage --by day"
+    )
+
+
+def _model_label(model: str | None, provider: str | None) -> str:
+    return f"{provider}/{model}" if provider else (model or "(unknown model)")

@@ -1,0 +1,93 @@
+"""Printing: JSON for machines, rich tables for people."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ..usage import UsageTotals
+
+TOKEN_COLUMNS = (
+    ("input", "input"),
+    ("output", "output"),
+    ("reasoning", "reasoning"),
+    ("cache_read", "cache read"),
+    ("cache_write", "cache write"),
+    ("total_tokens", "total"),
+)
+
+
+def console() -> Console:
+    """A console on stdout; plain text when stdout is not a terminal."""
+    return Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 200)
+
+
+def print_json(value: Any) -> None:
+    """Print ``value`` as indented JSON."""
+    click.echo(json.dumps(value, ensure_ascii=False, indent=2, default=_default))
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    raise TypeError(f"cannot print {type(value).__name__} as JSON")
+
+
+def money(value: float | None) -> str:
+    """Dollars, or a dash when unknown."""
+    if value is None:
+        return "-"
+    return f"${value:,.4f}" if value < 100 else f"${value:,.2f}"
+
+
+def number(value: int) -> str:
+    return f"{value:,}"
+
+
+def usage_table(title: str, key_label: str, rows: Iterable[tuple[str, UsageTotals]]) -> Table:
+    """A table of usage totals, one row per (label, totals), with a total row when there are several."""
+    table = Table(title=title, title_justify="left", show_lines=False)
+    table.add_column(key_label, overflow="fold")
+    for _, label in TOKEN_COLUMNS:
+        table.add_column(label, justify="right")
+    table.add_column("cost", justify="right")
+    table.add_column("calls", justify="right")
+    materialized: Sequence[tuple[str, UsageTotals]] = list(rows)
+    for label, totals in materialized:
+        table.add_row(label, *_cells(totals))
+    if len(materialized) > 1:
+        table.add_section()
+        table.add_row("total", *_cells(_sum(t for _, t in materialized)), style="bold")
+    return table
+
+
+def _cells(totals: UsageTotals) -> list[str]:
+    return [number(getattr(totals, field)) for field, _ in TOKEN_COLUMNS] + [money(totals.cost), number(totals.requests)]
+
+
+def _sum(items: Iterable[UsageTotals]) -> UsageTotals:
+    fields = {field: 0 for field, _ in TOKEN_COLUMNS}
+    cost: float | None = None
+    requests = 0
+    for totals in items:
+        for field in fields:
+            fields[field] += getattr(totals, field)
+        if totals.cost is not None:
+            cost = (cost or 0.0) + totals.cost
+        requests += totals.requests
+    return UsageTotals(**fields, cost=cost, requests=requests)
+
+
+def short(text: str, width: int = 100) -> str:
+    """One line of at most ``width`` characters."""
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[: width - 1] + "…"

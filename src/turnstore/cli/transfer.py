@@ -1,0 +1,96 @@
+"""``turnstore import`` and ``turnstore export``: moving histories in and out."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ..export import EXPORT_FORMATS
+from ..importers import FORMATS, ImportReport
+from .app import Settings, cli, pass_settings, shared_options
+from .output import console, print_json
+
+
+@cli.command("import")
+@click.argument("fmt", metavar="FORMAT", type=click.Choice(sorted(FORMATS)))
+@click.argument("paths", metavar="PATH...", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--dry-run", is_flag=True, help="Validate and report; write nothing.")
+@click.option("--skip-invalid", is_flag=True, help="Skip malformed records (listed) instead of their whole session.")
+@click.option("--replace", is_flag=True, help="Overwrite sessions that exist with other content.")
+@click.option("--session-id", default=None, help="Session id for sources that name none.")
+@shared_options
+@pass_settings
+def import_(
+    settings: Settings, fmt: str, paths: tuple[Path, ...], dry_run: bool, skip_invalid: bool, replace: bool, session_id: str | None
+) -> None:
+    """Import histories of FORMAT from files or directories (walked).
+
+    Each session is written in one transaction. Importing the same source
+    again changes nothing. Exit code 1 when a session was left out because of
+    a malformed record (file:line given); 0 with --skip-invalid.
+    """
+    store = settings.store()
+    show_progress = sys.stderr.isatty() and not settings.json
+    if show_progress:
+        with Progress(
+            TextColumn("[progress.description]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            transient=True,
+        ) as progress:
+            task = progress.add_task(f"importing {fmt}", total=None)
+
+            def advance(path: str, done: int, total: int) -> None:
+                progress.update(task, completed=done, total=total, description=f"importing {Path(path).name}")
+
+            report = store.import_(fmt, *paths, dry_run=dry_run, skip_invalid=skip_invalid, replace=replace,
+                                   session_id=session_id, progress=advance)
+    else:
+        report = store.import_(fmt, *paths, dry_run=dry_run, skip_invalid=skip_invalid, replace=replace,
+                               session_id=session_id)
+    if settings.json:
+        print_json(report.as_dict())
+    else:
+        _print_report(report)
+    if not report.ok:
+        raise click.exceptions.Exit(1)
+
+
+def _print_report(report: ImportReport) -> None:
+    out = console()
+    verb = "would write" if report.dry_run else "wrote"
+    out.print(
+        f"{report.format}: read {report.records} records from {report.files} file(s); "
+        f"{verb} {len(report.sessions_written)} session(s), {report.loops} loop(s), {report.messages} message(s); "
+        f"{len(report.sessions_unchanged)} unchanged; {len(report.sessions_failed)} failed",
+        highlight=False,
+    )
+    if report.by_role:
+        out.print("  by role: " + ", ".join(f"{role} {count}" for role, count in sorted(report.by_role.items())), highlight=False)
+    if report.by_kind:
+        out.print("  extension kinds: " + ", ".join(f"{kind} {count}" for kind, count in sorted(report.by_kind.items())), highlight=False)
+    for error in report.skipped:
+        click.echo(f"  skipped {error}", err=True)
+    for error in report.errors:
+        click.echo(f"  error: {error}", err=True)
+
+
+@cli.command()
+@click.argument("session_id")
+@click.option("--format", "fmt", type=click.Choice(EXPORT_FORMATS), default="phi-core", show_default=True,
+              help="phi-core: JSON array of AgentMessage; phi-core-session: phi-core Session file; turnstore: lossless JSONL.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write here instead of stdout.")
+@shared_options
+@pass_settings
+def export(settings: Settings, session_id: str, fmt: str, output: Path | None) -> None:
+    """Export one session (streamed; large sessions are never held in memory)."""
+    store = settings.store()
+    store.sessions.get(session_id)  # a clear error before any output
+    if output is not None:
+        store.export(session_id, fmt, output)
+    else:
+        store.export(session_id, fmt, sys.stdout)

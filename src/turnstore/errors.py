@@ -1,0 +1,159 @@
+"""Every error turnstore raises on purpose.
+
+The hierarchy::
+
+    TurnstoreError
+    ├── InvalidMessage          a message (or a loop/session value) fails validation
+    │   └── TurnIdMismatch      a message's turnId disagrees with where it is appended
+    ├── NotFound                (also a LookupError)
+    │   ├── SessionNotFound
+    │   ├── LoopNotFound
+    │   ├── TurnNotFound
+    │   └── MessageNotFound
+    ├── AlreadyExists
+    ├── LimitExceeded           a value is over a configured size limit
+    ├── SchemaError
+    │   ├── SchemaOutOfDate     the database needs ``turnstore db upgrade``
+    │   └── SchemaTooNew        the database was written by a newer turnstore
+    ├── StoreBusy               the database stayed locked past the retry budget
+    └── ImportFailed            an import source could not be read
+        └── InvalidRecord       one source record is malformed (names file:line)
+
+Catch :class:`TurnstoreError` to handle them all. Nothing raised from here
+leaves a partial write behind: every write is one transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = [
+    "AlreadyExists",
+    "ImportFailed",
+    "InvalidMessage",
+    "InvalidRecord",
+    "LimitExceeded",
+    "LoopNotFound",
+    "MessageNotFound",
+    "NotFound",
+    "SchemaError",
+    "SchemaOutOfDate",
+    "SchemaTooNew",
+    "SessionNotFound",
+    "StoreBusy",
+    "TurnIdMismatch",
+    "TurnNotFound",
+    "TurnstoreError",
+]
+
+
+class TurnstoreError(Exception):
+    """Base of every error turnstore raises on purpose."""
+
+
+class InvalidMessage(TurnstoreError, ValueError):
+    """A value failed validation; ``errors`` lists each problem as ``(field path, message)``."""
+
+    def __init__(self, message: str, errors: Iterable[tuple[str, str]] = ()) -> None:
+        super().__init__(message)
+        self.errors = list(errors)
+
+    @classmethod
+    def from_pydantic(cls, error: Any, what: str = "message") -> InvalidMessage:
+        """Build from a pydantic ``ValidationError``, naming each failing field."""
+        problems = [(_field_path(item), item["msg"]) for item in error.errors(include_url=False)]
+        shown = "; ".join(f"{path}: {msg}" if path else msg for path, msg in problems[:5])
+        if len(problems) > 5:
+            shown += f"; and {len(problems) - 5} more"
+        return cls(f"invalid {what}: {shown}", problems)
+
+
+class TurnIdMismatch(InvalidMessage):
+    """A message's ``turnId`` names a different loop or turn than the one it is appended to."""
+
+
+class NotFound(TurnstoreError, LookupError):
+    """A session, loop, turn or message does not exist."""
+
+
+class SessionNotFound(NotFound):
+    """No session has this id."""
+
+
+class LoopNotFound(NotFound):
+    """No loop has this id."""
+
+
+class TurnNotFound(NotFound):
+    """The loop has no message in this turn."""
+
+
+class MessageNotFound(NotFound):
+    """No message has this id."""
+
+
+class AlreadyExists(TurnstoreError):
+    """A session or loop with this id already exists."""
+
+
+class LimitExceeded(InvalidMessage):
+    """A value is larger than the store's configured limit."""
+
+
+class SchemaError(TurnstoreError):
+    """The database schema does not match this version of turnstore."""
+
+
+class SchemaOutOfDate(SchemaError):
+    """The database is behind this turnstore's schema; the message names the command to run."""
+
+
+class SchemaTooNew(SchemaError):
+    """The database was upgraded by a newer turnstore; this version refuses to use it."""
+
+
+class StoreBusy(TurnstoreError):
+    """The database stayed locked by other writers for longer than the retry budget."""
+
+
+class ImportFailed(TurnstoreError):
+    """An import source could not be read at all (missing file, unknown format)."""
+
+
+class InvalidRecord(ImportFailed):
+    """One source record is malformed; ``place`` says where (``file:line``, ``file: record N``, ``table id=...``)."""
+
+    def __init__(self, place: str, reason: str) -> None:
+        super().__init__(f"{place}: {reason}")
+        self.place = place
+        self.reason = reason
+
+
+_ROLE_TAGS = {"user", "assistant", "toolResult", "extension"}
+_CONTENT_TAGS = {"text", "image", "thinking", "toolCall"}
+
+
+def _field_path(item: Mapping[str, Any]) -> str:
+    """Render a pydantic error location as ``content[0].text``.
+
+    Tagged unions put the chosen tag into the location (``('assistant',
+    'content', 0, 'toolCall', 'id')``); those tags are not fields, so they are
+    dropped. A bad or missing tag is reported as the discriminator field itself.
+    """
+    loc = list(item.get("loc", ()))
+    if loc and loc[0] in _ROLE_TAGS:
+        loc = loc[1:]
+    parts: list[str] = []
+    previous: object = None
+    for part in loc:
+        if isinstance(part, int):
+            parts.append(f"[{part}]")
+        elif not (isinstance(previous, int) and part in _CONTENT_TAGS):
+            parts.append(("." if parts else "") + str(part))
+        previous = part
+    path = "".join(parts)
+    if item.get("type") in {"union_tag_invalid", "union_tag_not_found"}:
+        tag = str(item.get("ctx", {}).get("discriminator", "role")).strip("'")
+        path = f"{path}.{tag}" if path else tag
+    return path

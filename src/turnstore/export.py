@@ -1,0 +1,226 @@
+"""Writing a stored session back out: phi-core's forms, and turnstore's own lossless JSONL.
+
+* ``phi-core`` — a flat JSON array of AgentMessage (phi-core's
+  ``save_messages`` form), in order. A session imported from phi-core gives
+  back its source records; anything else is mapped to the nearest form
+  phi-core can load (see :func:`to_phi_core`).
+* ``phi-core-session`` — phi-core's ``Session`` file, with ``loops[]`` of
+  ``LoopRecord``.
+* ``turnstore`` — one JSON object per line: the session, each loop, each
+  message with its place, usage and verbatim source record. Importing it
+  (``turnstore import turnstore``) rebuilds the session exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from typing import Any
+
+from typing import TYPE_CHECKING
+
+from . import queries as q
+from .records import LoopConfig
+from .repositories._shared import loads
+
+if TYPE_CHECKING:
+    from .store import Store
+
+__all__ = ["EXPORT_FORMATS", "TURNSTORE_FORMAT_VERSION", "iter_export", "to_phi_core"]
+
+EXPORT_FORMATS = ("phi-core", "phi-core-session", "turnstore")
+TURNSTORE_FORMAT_VERSION = 1
+
+_STATUS = {"pending": "Pending", "running": "Running", "completed": "Completed", "rejected": "Rejected", "aborted": "Aborted"}
+_USAGE_FIELDS = ("input", "output", "reasoning", "cache_read", "cache_write", "total_tokens")
+
+
+def to_phi_core(message: dict[str, Any]) -> dict[str, Any]:
+    """Map a canonical message to the nearest form phi-core loads.
+
+    ======================  ==============================================
+    turnstore               phi-core
+    ======================  ==============================================
+    stop reason refusal     ``guardRail``
+    ``system`` message      extension message of kind ``system``
+    anything phi-core lacks kept as an extra key (phi-core ignores it)
+    ======================  ==============================================
+    """
+    if message.get("role") == "assistant" and message.get("stopReason") == "refusal":
+        message = {**message, "stopReason": "guardRail"}
+    if message.get("role") == "system":
+        data = {key: value for key, value in message.items() if key != "role"}
+        message = {"role": "extension", "kind": "system", "data": data}
+    return message
+
+
+class _Exporter:
+    """One session being exported: its rows, and whether its sources are phi-core records."""
+
+    def __init__(self, store: Store, session_id: str) -> None:
+        self.store = store
+        self.db = store._db
+        self.session_id = session_id
+        self.session = store.sessions.get(session_id)
+        imported = self.db.fetchone(q.get_import(), {"session_id": session_id})
+        self.source_format = imported[3] if imported else None
+        self.imported = imported
+
+    def rows(self) -> Iterator[tuple[Any, ...]]:
+        cursor = self.db.execute(q.export_messages(), {"session_id": self.session_id})
+        while batch := cursor.fetchmany(1000):
+            yield from batch
+
+    def phi_core_message(self, row: tuple[Any, ...]) -> dict[str, Any]:
+        if self.source_format == "phi-core" and row[6] is not None:
+            return json.loads(row[6])
+        return to_phi_core(json.loads(row[5]))
+
+
+def iter_export(store: Store, session_id: str, fmt: str) -> Iterator[str]:
+    """The export of one session as chunks of text, streamed (a session is never held whole).
+
+    Raises:
+        SessionNotFound: no such session.
+        ValueError: unknown format.
+    """
+    if fmt not in EXPORT_FORMATS:
+        raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")
+    exporter = _Exporter(store, session_id)
+    if fmt == "phi-core":
+        return _phi_core_array(exporter)
+    if fmt == "phi-core-session":
+        return iter([json.dumps(_phi_core_session(exporter), ensure_ascii=False, indent=2) + "\n"])
+    return _turnstore_lines(exporter)
+
+
+def _phi_core_array(exporter: _Exporter) -> Iterator[str]:
+    yield "["
+    first = True
+    for row in exporter.rows():
+        yield ("" if first else ",") + _dumps(exporter.phi_core_message(row))
+        first = False
+    yield "]\n"
+
+
+def _phi_core_session(exporter: _Exporter) -> dict[str, Any]:
+    session = exporter.session
+    loops = exporter.store.loops.list(exporter.session_id)
+    sources = dict(exporter.db.fetchall(q.loop_sources(), {"session_id": exporter.session_id}))
+    header_source = exporter.db.scalar(q.session_source(), {"session_id": exporter.session_id})
+    by_loop: dict[str, list[dict[str, Any]]] = {loop.loop_id: [] for loop in loops}
+    usage: dict[str, list[int]] = {loop.loop_id: [0] * 6 for loop in loops}
+    for row in exporter.rows():
+        by_loop.setdefault(row[2], []).append(exporter.phi_core_message(row))
+        if row[8] is not None:
+            totals = usage.setdefault(row[2], [0] * 6)
+            for index in range(6):
+                totals[index] += int(row[8 + index] or 0)
+    children: dict[str, list[str]] = {}
+    for loop in loops:
+        if loop.parent_loop_id:
+            children.setdefault(loop.parent_loop_id, []).append(loop.loop_id)
+    records = []
+    for loop in loops:
+        source = loads(sources.get(loop.loop_id)) if exporter.source_format == "phi-core" else None
+        if isinstance(source, dict):
+            record = {**source, "messages": by_loop.get(loop.loop_id, [])}
+        else:
+            record = _loop_record(loop, session.agent_id, by_loop.get(loop.loop_id, []), usage[loop.loop_id])
+            record["children_loop_ids"] = children.get(loop.loop_id, [])
+        records.append(record)
+    header = loads(header_source) if exporter.source_format == "phi-core" else None
+    if not isinstance(header, dict):
+        header = {
+            "session_id": session.session_id,
+            "agent_id": session.agent_id,
+            "created_at": _rfc3339(session.created_at),
+            "last_active_at": _rfc3339(session.updated_at),
+            "formation": {"Explicit": {"timestamp": _rfc3339(session.created_at)}},
+            "parent_spawn_ref": None,
+            "scope": "persistent",
+        }
+    return {**header, "loops": records}
+
+
+def _loop_record(loop: Any, agent_id: str | None, messages: list[dict[str, Any]], usage: list[int]) -> dict[str, Any]:
+    kind = loop.continuation_kind.value
+    tag = _rfc3339(loop.started_at)
+    continuation: Any = {
+        "initial": "Initial",
+        "default": "Default",
+        "compaction": "Compaction",
+        "rerun": {"Rerun": {"tag": tag}},
+        "branch": {"Branch": {"tag": tag}},
+    }[kind]
+    config = dict(loop.config) if loop.config else None
+    if config is not None and "model" in config:
+        config.setdefault("provider", "")
+        config.setdefault("config_id", LoopConfig(**config).effective_config_id())
+    return {
+        "loop_id": loop.loop_id,
+        "session_id": loop.session_id,
+        "agent_id": agent_id,
+        "parent_loop_id": loop.parent_loop_id,
+        "continuation_kind": continuation,
+        "started_at": tag,
+        "ended_at": _rfc3339(loop.ended_at) if loop.ended_at else None,
+        "status": _STATUS[loop.status.value],
+        "rejection": None,
+        "config": config,
+        "messages": messages,
+        "turns": [],
+        "usage": dict(zip(_USAGE_FIELDS, usage)),
+        "metadata": loop.metadata,
+        "events": [],
+        "children_loop_ids": [],
+        "child_loop_refs": [],
+        "parallel_group": None,
+    }
+
+
+def _turnstore_lines(exporter: _Exporter) -> Iterator[str]:
+    session = exporter.session
+    imported = exporter.imported
+    header = {
+        "type": "session",
+        "format": "turnstore",
+        "version": TURNSTORE_FORMAT_VERSION,
+        "session_id": session.session_id,
+        "agent_id": session.agent_id,
+        "title": session.title,
+        "metadata": session.metadata,
+        "created_at": _rfc3339(session.created_at),
+        "updated_at": _rfc3339(session.updated_at),
+        "source": exporter.db.scalar(q.session_source(), {"session_id": session.session_id}),
+        "source_format": imported[3] if imported else None,
+    }
+    yield _dumps(header) + "\n"
+    sources = dict(exporter.db.fetchall(q.loop_sources(), {"session_id": session.session_id}))
+    for loop in exporter.store.loops.list(session.session_id):
+        record = {"type": "loop", **loop.model_dump(mode="json"), "source": sources.get(loop.loop_id)}
+        yield _dumps(record) + "\n"
+    for row in exporter.rows():
+        record: dict[str, Any] = {
+            "type": "message",
+            "id": row[0],
+            "loop_id": row[2],
+            "turn_index": row[3],
+            "seq": row[4],
+            "message": json.loads(row[5]),
+        }
+        if row[7] != "assistant" and row[8] is not None:
+            record["usage"] = {**dict(zip(_USAGE_FIELDS, (int(v or 0) for v in row[8:14]))), "cost": row[14]}
+        if row[6] is not None:
+            record["source"] = row[6]
+        yield _dumps(record) + "\n"
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _rfc3339(value: datetime) -> str:
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+

@@ -1,0 +1,101 @@
+"""Importers: bringing other frameworks' histories (and turnstore exports) into a store.
+
+Use :meth:`turnstore.Store.import_` or ``turnstore import FORMAT PATH...``.
+Each format is one module behind the :class:`~turnstore.importers.base.Importer`
+interface; :data:`FORMATS` maps the FORMAT names to them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import AlreadyExists, ImportFailed, InvalidMessage, InvalidRecord
+from .base import ImportOptions, ImportReport, Importer, RecordError, SessionBundle, iter_files
+from .phi_core import PhiCoreImporter
+from .turnstore import TurnstoreImporter
+from .writer import WRITTEN, check_bundle, write_bundle
+
+if TYPE_CHECKING:
+    from ..store import Store
+
+__all__ = ["FORMATS", "ImportOptions", "ImportReport", "RecordError", "import_paths"]
+
+FORMATS: dict[str, Callable[[], Importer]] = {
+    "phi-core": PhiCoreImporter,
+    "turnstore": TurnstoreImporter,
+}
+"""FORMAT name -> importer class."""
+
+Progress = Callable[[str, int, int], None]
+"""``progress(file, done, total)``, called after each file."""
+
+
+def import_paths(
+    store: Store,
+    fmt: str,
+    paths: Sequence[str | Path],
+    options: ImportOptions | None = None,
+    progress: Progress | None = None,
+) -> ImportReport:
+    """Import every session found in ``paths`` (files or directories) of format ``fmt``.
+
+    Each session is written in its own transaction, all or nothing. A session
+    holding a malformed record is not written (it is listed in
+    ``report.errors`` and ``report.sessions_failed``) unless
+    ``options.skip_invalid``, which skips just the record (``report.skipped``).
+
+    Raises:
+        ImportFailed: unknown format, or a path that does not exist.
+    """
+    options = options or ImportOptions()
+    factory = FORMATS.get(fmt)
+    if factory is None:
+        raise ImportFailed(f"unknown import format {fmt!r}; choose one of {', '.join(sorted(FORMATS))}")
+    importer = factory()
+    report = ImportReport(format=fmt, dry_run=options.dry_run)
+    files = list(iter_files(paths, importer))
+    for done, path in enumerate(files, start=1):
+        report.files += 1
+        try:
+            for bundle in importer.bundles(path, options):
+                _import_bundle(store, fmt, bundle, options, report)
+        except InvalidRecord as error:
+            report.errors.append(RecordError(error.place, error.reason))
+            report.sessions_failed.append(str(path))
+        if progress is not None:
+            progress(str(path), done, len(files))
+    return report
+
+
+def _import_bundle(store: Store, fmt: str, bundle: SessionBundle, options: ImportOptions, report: ImportReport) -> None:
+    report.records += bundle.records
+    if bundle.errors:
+        if not options.skip_invalid:
+            report.errors.extend(bundle.errors)
+            report.sessions_failed.append(bundle.session_id)
+            return
+        report.skipped.extend(bundle.errors)
+    try:
+        if options.dry_run:
+            status = check_bundle(store._db, bundle, fmt, replace=options.replace)
+        else:
+            summary = {"records": bundle.records, "messages": len(bundle.messages), "loops": len(bundle.loops),
+                       "skipped": [str(error) for error in bundle.errors]}
+            status = write_bundle(store._db, bundle, fmt, replace=options.replace,
+                                  limits=store.settings.limits, report=summary)
+    except (AlreadyExists, InvalidMessage) as error:
+        report.errors.append(RecordError(bundle.origin, str(error)))
+        report.sessions_failed.append(bundle.session_id)
+        return
+    except store._db.IntegrityError as error:
+        # e.g. a loop id that another session already uses (loop ids are global).
+        report.errors.append(RecordError(bundle.origin, f"conflicts with stored data: {error}"))
+        report.sessions_failed.append(bundle.session_id)
+        return
+    if status == WRITTEN:
+        report.sessions_written.append(bundle.session_id)
+        report.count(bundle)
+    else:
+        report.sessions_unchanged.append(bundle.session_id)

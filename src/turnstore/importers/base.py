@@ -1,0 +1,333 @@
+"""What every importer shares: the bundle it produces, the report, and reading sources with their places.
+
+An importer reads a source with plain JSON or SQL (never through today's
+models of another framework) and turns each session it finds into a
+:class:`SessionBundle`: the session, its loops and its messages, each message
+already validated as a turnstore model and carrying its verbatim source
+record. A malformed record becomes a :class:`RecordError` naming its place
+(``file:line``, ``file: record N``, ``table id=...``); the bundle is then
+marked invalid unless skipping is allowed, and the writer leaves it out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from ..errors import ImportFailed, InvalidMessage, InvalidRecord
+from ..models import AGENT_MESSAGE, ExtensionMessage, Message, Usage
+
+__all__ = [
+    "ImportOptions",
+    "ImportReport",
+    "Importer",
+    "LoopRow",
+    "MessageRow",
+    "RecordError",
+    "SessionBundle",
+    "iter_files",
+    "read_json",
+    "read_jsonl",
+]
+
+IGNORED_SUFFIXES = (".lock", ".tmp", ".bak", ".swp", ".partial")
+
+
+@dataclass
+class MessageRow:
+    """One message to write: where it goes and the record it came from."""
+
+    message: Message | ExtensionMessage
+    loop_id: str
+    turn_index: int | None
+    source: str | None = None
+    """The verbatim source record (the JSONL line, or the record's JSON)."""
+    usage: Usage | None = None
+    """Usage carried by a non-assistant record (a compaction summary, a tool's nested model call)."""
+    priced_as: tuple[str | None, str | None] = (None, None)
+    """(model, provider) that produced ``usage``, for pricing it."""
+    timestamp: int | None = None
+    """Unix ms of a record whose message has no timestamp of its own (extension messages)."""
+    ref: str | None = None
+    """The source's own id for this record (pi/Tau entry id), for fork points."""
+
+
+@dataclass
+class LoopRow:
+    """One loop to write."""
+
+    loop_id: str
+    parent_loop_id: str | None = None
+    continuation_kind: str = "initial"
+    fork_after: int | None = None
+    """Index into the bundle's messages of the fork point (resolved to an id on write)."""
+    keep_from: int | None = None
+    """Index into the bundle's messages of the first kept message (compaction loops)."""
+    config: dict[str, Any] | None = None
+    status: str = "completed"
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    spawn_loop_id: str | None = None
+    spawn_tool_call_id: str | None = None
+    reported_usage: Usage | None = None
+    metadata: dict[str, Any] | None = None
+    source: str | None = None
+
+
+@dataclass
+class SessionBundle:
+    """Everything one imported session becomes, written in one transaction."""
+
+    session_id: str
+    origin: str
+    agent_id: str | None = None
+    title: str | None = None
+    metadata: dict[str, Any] | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    source: str | None = None
+    loops: list[LoopRow] = field(default_factory=list)
+    messages: list[MessageRow] = field(default_factory=list)
+    errors: list[RecordError] = field(default_factory=list)
+    records: int = 0
+    """Source records read for this session (lines, array items, rows)."""
+    digest_parts: list[str] = field(default_factory=list)
+    source_format: str | None = None
+    """Format of the kept source records, when it is not the importer's own (turnstore re-imports)."""
+
+    def add_source(self, text: str) -> None:
+        """Feed a source record into the session's digest."""
+        self.digest_parts.append(text)
+
+    def digest(self, fmt: str) -> str:
+        """sha256 of the format and every source record: equal digest, same import."""
+        hasher = hashlib.sha256(fmt.encode())
+        for part in self.digest_parts:
+            hasher.update(b"\x1e")
+            hasher.update(part.encode("utf-8", "surrogatepass"))
+        return hasher.hexdigest()
+
+
+@dataclass(frozen=True)
+class RecordError:
+    """A source record that could not be imported, and where it is."""
+
+    place: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.place}: {self.reason}"
+
+
+@dataclass
+class ImportOptions:
+    """How an import runs."""
+
+    dry_run: bool = False
+    skip_invalid: bool = False
+    replace: bool = False
+    session_id: str | None = None
+    """Session id for sources that name none (phi-core arrays, yoagent, clark)."""
+
+
+@dataclass
+class ImportReport:
+    """What an import did: counted per record, per message role or kind, per session."""
+
+    format: str
+    dry_run: bool = False
+    files: int = 0
+    records: int = 0
+    messages: int = 0
+    loops: int = 0
+    by_role: Counter[str] = field(default_factory=Counter)
+    by_kind: Counter[str] = field(default_factory=Counter)
+    sessions_written: list[str] = field(default_factory=list)
+    sessions_unchanged: list[str] = field(default_factory=list)
+    sessions_failed: list[str] = field(default_factory=list)
+    skipped: list[RecordError] = field(default_factory=list)
+    errors: list[RecordError] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when no session was left out because of an error."""
+        return not self.errors and not self.sessions_failed
+
+    def count(self, bundle: SessionBundle) -> None:
+        """Add a bundle's messages and loops to the counts."""
+        self.messages += len(bundle.messages)
+        self.loops += len(bundle.loops)
+        for row in bundle.messages:
+            role = str(row.message.role)
+            self.by_role[role] += 1
+            if role == "extension":
+                self.by_kind[row.message.kind] += 1  # type: ignore[union-attr]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready data (``--json``)."""
+        return {
+            "format": self.format,
+            "dry_run": self.dry_run,
+            "ok": self.ok,
+            "files": self.files,
+            "records": self.records,
+            "messages": self.messages,
+            "loops": self.loops,
+            "by_role": dict(sorted(self.by_role.items())),
+            "by_kind": dict(sorted(self.by_kind.items())),
+            "sessions": {
+                "written": self.sessions_written,
+                "unchanged": self.sessions_unchanged,
+                "failed": self.sessions_failed,
+            },
+            "skipped": [{"place": e.place, "reason": e.reason} for e in self.skipped],
+            "errors": [{"place": e.place, "reason": e.reason} for e in self.errors],
+        }
+
+
+class Importer(Protocol):
+    """One source format: turns files (or databases) into session bundles."""
+
+    format: str
+    """The FORMAT name on the command line."""
+
+    def bundles(self, path: Path, options: ImportOptions) -> Iterator[SessionBundle]:
+        """Every session in ``path`` (a file of this format); malformed records go into ``bundle.errors``."""
+        ...
+
+    def accepts(self, path: Path) -> bool:
+        """Whether a file found while walking a directory is a source of this format."""
+        ...
+
+
+# --- reading sources ------------------------------------------------------------
+
+
+def iter_files(paths: Sequence[str | Path], importer: Importer) -> Iterator[Path]:
+    """Every source file in ``paths``: files as given, directories walked (sorted), non-history files skipped.
+
+    Raises:
+        ImportFailed: a path does not exist.
+    """
+    for raw in paths:
+        path = Path(raw)
+        if not path.exists():
+            raise ImportFailed(f"{path}: no such file or directory")
+        if path.is_dir():
+            for child in sorted(p for p in path.rglob("*") if p.is_file()):
+                if not child.name.endswith(IGNORED_SUFFIXES) and not child.name.startswith(".") and importer.accepts(child):
+                    yield child
+        else:
+            yield path
+
+
+def read_text(path: Path) -> str:
+    """A source file as text (UTF-8, a BOM allowed); undecodable bytes are an error naming the file."""
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise ImportFailed(f"{path}: {error.strerror or error}") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise InvalidRecord(f"{path}:{line}", f"invalid UTF-8 at byte {error.start}") from None
+
+
+def read_json(path: Path) -> Any:
+    """A whole JSON file; a syntax error is reported with its line."""
+    text = read_text(path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InvalidRecord(f"{path}:{error.lineno}", f"invalid JSON: {error.msg}") from None
+    except RecursionError:
+        raise InvalidRecord(f"{path}:1", "JSON nested too deeply") from None
+
+
+def read_jsonl(path: Path) -> Iterator[tuple[int, str, Any]]:
+    """``(line number, verbatim line, parsed value or an InvalidRecord)`` for each non-blank line."""
+    text = read_text(path)
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            yield number, line, json.loads(line)
+        except json.JSONDecodeError as error:
+            yield number, line, InvalidRecord(f"{path}:{number}", f"invalid JSON: {error.msg}")
+        except RecursionError:
+            yield number, line, InvalidRecord(f"{path}:{number}", "JSON nested too deeply")
+
+
+def parse_agent_message(data: Any, place: str) -> Message | ExtensionMessage:
+    """Validate a canonical (phi-core) message record.
+
+    Raises:
+        InvalidRecord: naming ``place`` and the failing fields.
+    """
+    if not isinstance(data, dict):
+        raise InvalidRecord(place, f"expected a JSON object, got {type(data).__name__}")
+    try:
+        return AGENT_MESSAGE.validate_python(data)
+    except ValidationError as error:
+        raise InvalidRecord(place, str(InvalidMessage.from_pydantic(error))) from None
+    except RecursionError:
+        raise InvalidRecord(place, "message nested too deeply") from None
+
+
+def compact(data: Any) -> str:
+    """A record's JSON in compact form (the verbatim store for records of whole-file JSON)."""
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+def parse_time(value: Any) -> datetime | None:
+    """An RFC 3339 string, unix seconds (float) or unix milliseconds (int > 10^11) as aware UTC."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        seconds = value / 1000 if value > 100_000_000_000 else value
+        try:
+            return datetime.fromtimestamp(seconds, tz=timezone.utc)
+        except (OverflowError, OSError, ValueError):
+            return None
+    if isinstance(value, str):
+        text = value.strip().replace("Z", "+00:00").replace("z", "+00:00")
+        if "." in text:  # Python keeps microseconds; trim nanoseconds
+            head, _, tail = text.partition(".")
+            digits = "".join(ch for ch in tail if ch.isdigit())
+            zone = tail[len(digits):]
+            text = f"{head}.{digits[:6]}{zone}"
+        try:
+            parsed = datetime.fromisoformat(text)
+        except ValueError:
+            return None
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+    return None
+
+
+def ms_timestamp(value: Any) -> int:
+    """A message timestamp as integer unix milliseconds: ints are already ms, floats are seconds
+    (×1000), strings are RFC 3339; missing (or unreadable) is 0, never invented."""
+    if isinstance(value, bool) or value is None:
+        return 0
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(round(value * 1000))
+    parsed = parse_time(value)
+    return int(parsed.timestamp() * 1000) if parsed else 0
+
+
+def iter_records(values: Iterable[Any]) -> Iterator[tuple[int, Any]]:
+    """``(record number from 1, value)`` pairs."""
+    return enumerate(values, start=1)

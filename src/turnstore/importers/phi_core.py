@@ -1,0 +1,197 @@
+"""``phi-core``: a ``save_messages()`` JSON array of AgentMessage, or ``{session_id}.json`` session files.
+
+Array files: each message's ``turnId`` gives its loop and turn; messages
+without one (older records, extension messages) are placed by the derivation
+rules of :mod:`turnstore.importers.derive`, continuing the loop before them.
+Loops follow each other as ``default`` continuations, in order of appearance.
+
+Session files (``Session`` with ``loops[]`` of ``LoopRecord``): every loop
+keeps its id, parent, continuation kind, status, config, timestamps, reported
+usage and its whole record (minus the messages, stored one per row) as source;
+the session keeps its header; a sub-agent session's ``parent_spawn_ref``
+becomes its loops' spawn link.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..errors import InvalidRecord
+from ..ids import session_of_loop_id
+from ..models import AssistantMessage, Usage
+from .base import (
+    ImportOptions,
+    LoopRow,
+    MessageRow,
+    RecordError,
+    SessionBundle,
+    compact,
+    parse_agent_message,
+    parse_time,
+    read_json,
+)
+from .derive import asked_tools, derive_positions
+
+__all__ = ["PhiCoreImporter"]
+
+_STATUS = {"Pending": "pending", "Running": "running", "Completed": "completed", "Rejected": "rejected", "Aborted": "aborted"}
+_KINDS = {"Initial": "initial", "Default": "default", "Rerun": "rerun", "Branch": "branch", "Compaction": "compaction"}
+
+
+class PhiCoreImporter:
+    """Reads phi-core message arrays and session files."""
+
+    format = "phi-core"
+
+    def accepts(self, path: Path) -> bool:
+        return path.suffix == ".json"
+
+    def bundles(self, path: Path, options: ImportOptions) -> Iterator[SessionBundle]:
+        data = read_json(path)
+        if isinstance(data, list):
+            yield self._from_array(path, data, options)
+        elif isinstance(data, dict) and isinstance(data.get("loops"), list):
+            yield self._from_session(path, data, options)
+        else:
+            raise InvalidRecord(f"{path}:1", "not a phi-core message array or session file")
+
+    # --- save_messages() arrays ---------------------------------------------------
+
+    def _from_array(self, path: Path, records: list[Any], options: ImportOptions) -> SessionBundle:
+        parsed: list[tuple[int, Any, Any]] = []
+        errors: list[RecordError] = []
+        for number, record in enumerate(records, start=1):
+            try:
+                parsed.append((number, record, parse_agent_message(record, f"{path}: record {number}")))
+            except InvalidRecord as error:
+                errors.append(RecordError(error.place, error.reason))
+        session_id = options.session_id or _first_session(parsed) or path.stem
+        bundle = SessionBundle(session_id=session_id, origin=str(path), records=len(records), errors=errors)
+        for record in records:
+            bundle.add_source(compact(record))
+        positions = derive_positions([(str(m.role), asked_tools(m)) for _, _, m in parsed])
+        loop_of: dict[int, str] = {}  # derived loop number -> loop id
+        known: set[str] = set()
+        for (_, record, message), (derived_loop, derived_turn) in zip(parsed, positions):
+            turn = message.turn_id()
+            if turn is not None:
+                loop_id, turn_index = turn.loop_id, turn.turn_index
+            else:
+                loop_id = loop_of.get(derived_loop) or f"{session_id}.phi-core.{derived_loop + 1}"
+                turn_index = derived_turn
+            loop_of.setdefault(derived_loop, loop_id)
+            if loop_id not in known:
+                known.add(loop_id)
+                bundle.loops.append(_derived_loop(loop_id, bundle.loops))
+            bundle.messages.append(MessageRow(message, loop_id, turn_index, source=compact(record)))
+        _fill_configs(bundle)
+        return bundle
+
+    # --- session files ----------------------------------------------------------------
+
+    def _from_session(self, path: Path, data: dict[str, Any], options: ImportOptions) -> SessionBundle:
+        session_id = data.get("session_id")
+        if not isinstance(session_id, str) or not session_id:
+            raise InvalidRecord(f"{path}:1", "session file has no session_id")
+        header = {key: value for key, value in data.items() if key != "loops"}
+        bundle = SessionBundle(
+            session_id=session_id,
+            origin=str(path),
+            agent_id=data.get("agent_id") if isinstance(data.get("agent_id"), str) else None,
+            created_at=parse_time(data.get("created_at")),
+            updated_at=parse_time(data.get("last_active_at")),
+            source=compact(header),
+        )
+        bundle.add_source(compact(header))
+        spawn = data.get("parent_spawn_ref") if isinstance(data.get("parent_spawn_ref"), dict) else {}
+        for loop_number, record in enumerate(data["loops"], start=1):
+            place = f"{path}: loop {loop_number}"
+            bundle.records += 1
+            if not isinstance(record, dict) or not isinstance(record.get("loop_id"), str):
+                bundle.errors.append(RecordError(place, "loop record without a loop_id"))
+                continue
+            bundle.add_source(compact(record))
+            self._add_loop(bundle, record, place, spawn)
+        return bundle
+
+    def _add_loop(self, bundle: SessionBundle, record: dict[str, Any], place: str, spawn: dict[str, Any]) -> None:
+        loop_id = record["loop_id"]
+        loop_source = {key: value for key, value in record.items() if key != "messages"}
+        kind = _continuation(record.get("continuation_kind"))
+        usage = record.get("usage")
+        reported = None
+        if isinstance(usage, dict):
+            try:
+                reported = Usage.model_validate(usage)
+            except ValueError:
+                bundle.errors.append(RecordError(place, "loop usage is not a phi-core Usage"))
+        config = record.get("config") if isinstance(record.get("config"), dict) else None
+        bundle.loops.append(
+            LoopRow(
+                loop_id=loop_id,
+                parent_loop_id=record.get("parent_loop_id") if kind != "initial" else None,
+                continuation_kind=kind if record.get("parent_loop_id") or kind == "initial" else "initial",
+                config=config,
+                status=_STATUS.get(str(record.get("status")), "completed"),
+                started_at=parse_time(record.get("started_at")),
+                ended_at=parse_time(record.get("ended_at")),
+                spawn_loop_id=spawn.get("parent_loop_id") if spawn and kind == "initial" else None,
+                spawn_tool_call_id=spawn.get("tool_call_id") if spawn and kind == "initial" else None,
+                reported_usage=reported,
+                metadata=record.get("metadata") if isinstance(record.get("metadata"), dict) else None,
+                source=compact(loop_source),
+            )
+        )
+        messages = record.get("messages") or []
+        if not isinstance(messages, list):
+            bundle.errors.append(RecordError(place, "loop messages is not an array"))
+            return
+        parsed = []
+        for number, item in enumerate(messages, start=1):
+            try:
+                parsed.append((item, parse_agent_message(item, f"{place} message {number}")))
+            except InvalidRecord as error:
+                bundle.errors.append(RecordError(error.place, error.reason))
+        positions = derive_positions([(str(m.role), asked_tools(m)) for _, m in parsed])
+        for (item, message), (_, derived_turn) in zip(parsed, positions):
+            turn = message.turn_id()
+            turn_index = turn.turn_index if turn is not None and turn.loop_id == loop_id else derived_turn
+            bundle.messages.append(MessageRow(message, loop_id, turn_index, source=compact(item)))
+
+
+def _continuation(value: Any) -> str:
+    if value is None:
+        return "initial"
+    if isinstance(value, str):
+        return _KINDS.get(value, "initial")
+    if isinstance(value, dict) and len(value) == 1:
+        return _KINDS.get(next(iter(value)), "initial")
+    return "initial"
+
+
+def _first_session(parsed: list[tuple[int, Any, Any]]) -> str | None:
+    for _, _, message in parsed:
+        turn = message.turn_id()
+        if turn is not None:
+            return session_of_loop_id(turn.loop_id)
+    return None
+
+
+def _derived_loop(loop_id: str, previous: list[LoopRow]) -> LoopRow:
+    if not previous:
+        return LoopRow(loop_id=loop_id)
+    return LoopRow(loop_id=loop_id, parent_loop_id=previous[-1].loop_id, continuation_kind="default")
+
+
+def _fill_configs(bundle: SessionBundle) -> None:
+    """Give derived loops the model and provider of their first assistant message."""
+    first: dict[str, AssistantMessage] = {}
+    for row in bundle.messages:
+        if isinstance(row.message, AssistantMessage):
+            first.setdefault(row.loop_id, row.message)
+    for loop in bundle.loops:
+        message = first.get(loop.loop_id)
+        if message is not None and loop.config is None:
+            loop.config = {"model": message.model, "provider": message.provider}

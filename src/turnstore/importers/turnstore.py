@@ -1,0 +1,156 @@
+"""``turnstore``: turnstore's own JSONL export (``turnstore export SESSION --format turnstore``).
+
+One object per line: a ``session`` line opens each session, followed by its
+``loop`` lines and ``message`` lines. Message ids in the file are the
+exporting store's; fork points refer to them and are remapped here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..errors import InvalidRecord
+from ..models import Usage
+from .base import (
+    ImportOptions,
+    LoopRow,
+    MessageRow,
+    RecordError,
+    SessionBundle,
+    parse_agent_message,
+    parse_time,
+    read_jsonl,
+)
+
+__all__ = ["TurnstoreImporter"]
+
+
+class TurnstoreImporter:
+    """Reads turnstore JSONL exports."""
+
+    format = "turnstore"
+
+    def accepts(self, path: Path) -> bool:
+        return path.suffix in {".jsonl", ".ndjson"}
+
+    def bundles(self, path: Path, options: ImportOptions) -> Iterator[SessionBundle]:
+        bundle: SessionBundle | None = None
+        index_of: dict[int, int] = {}
+        forks: list[tuple[LoopRow, Any, Any]] = []
+        for number, line, value in read_jsonl(path):
+            place = f"{path}:{number}"
+            if isinstance(value, InvalidRecord):
+                if bundle is None:
+                    raise value
+                bundle.records += 1
+                bundle.errors.append(RecordError(value.place, value.reason))
+                continue
+            kind = value.get("type") if isinstance(value, dict) else None
+            if kind == "session":
+                if bundle is not None:
+                    yield _finish(bundle, index_of, forks)
+                bundle, index_of, forks = _session(value, place, path), {}, []
+                bundle.add_source(line)
+                continue
+            if bundle is None:
+                raise InvalidRecord(place, "a turnstore export starts with a session line")
+            bundle.records += 1
+            bundle.add_source(line)
+            try:
+                if kind == "loop":
+                    loop = _loop(value, place)
+                    bundle.loops.append(loop)
+                    forks.append((loop, value.get("fork_after"), value.get("keep_from")))
+                elif kind == "message":
+                    row = _message(value, place)
+                    if isinstance(value.get("id"), int):
+                        index_of[value["id"]] = len(bundle.messages)
+                    bundle.messages.append(row)
+                else:
+                    raise InvalidRecord(place, f"unknown record type {kind!r}")
+            except InvalidRecord as error:
+                bundle.errors.append(RecordError(error.place, error.reason))
+        if bundle is not None:
+            yield _finish(bundle, index_of, forks)
+
+
+def _finish(bundle: SessionBundle, index_of: dict[int, int], forks: list[tuple[LoopRow, Any, Any]]) -> SessionBundle:
+    known = {loop.loop_id for loop in bundle.loops}
+    orphans = [row for row in bundle.messages if row.loop_id not in known]
+    if orphans:
+        bundle.errors.append(
+            RecordError(bundle.origin, f"{len(orphans)} message(s) name a loop the file does not define")
+        )
+        bundle.messages = [row for row in bundle.messages if row.loop_id in known]
+        index_of.clear()
+    for loop, fork_after, keep_from in forks:
+        loop.fork_after = index_of.get(fork_after) if isinstance(fork_after, int) else None
+        loop.keep_from = index_of.get(keep_from) if isinstance(keep_from, int) else None
+    return bundle
+
+
+def _session(value: dict[str, Any], place: str, path: Path) -> SessionBundle:
+    session_id = value.get("session_id")
+    if not isinstance(session_id, str) or not session_id:
+        raise InvalidRecord(place, "session line without a session_id")
+    if value.get("version", 1) != 1:
+        raise InvalidRecord(place, f"unsupported turnstore export version {value.get('version')!r}")
+    return SessionBundle(
+        session_id=session_id,
+        origin=str(path),
+        agent_id=_text(value.get("agent_id")),
+        title=_text(value.get("title")),
+        metadata=value.get("metadata") if isinstance(value.get("metadata"), dict) else None,
+        created_at=parse_time(value.get("created_at")),
+        updated_at=parse_time(value.get("updated_at")),
+        source=_text(value.get("source")),
+        source_format=_text(value.get("source_format")),
+    )
+
+
+def _loop(value: dict[str, Any], place: str) -> LoopRow:
+    loop_id = value.get("loop_id")
+    if not isinstance(loop_id, str) or not loop_id:
+        raise InvalidRecord(place, "loop line without a loop_id")
+    reported = value.get("reported_usage")
+    try:
+        usage = Usage.model_validate(reported) if isinstance(reported, dict) else None
+    except ValueError as error:
+        raise InvalidRecord(place, f"invalid reported_usage: {error}") from None
+    return LoopRow(
+        loop_id=loop_id,
+        parent_loop_id=_text(value.get("parent_loop_id")),
+        continuation_kind=_text(value.get("continuation_kind")) or "initial",
+        config=value.get("config") if isinstance(value.get("config"), dict) else None,
+        status=_text(value.get("status")) or "completed",
+        started_at=parse_time(value.get("started_at")),
+        ended_at=parse_time(value.get("ended_at")),
+        spawn_loop_id=_text(value.get("spawn_loop_id")),
+        spawn_tool_call_id=_text(value.get("spawn_tool_call_id")),
+        reported_usage=usage,
+        metadata=value.get("metadata") if isinstance(value.get("metadata"), dict) else None,
+        source=_text(value.get("source")),
+    )
+
+
+def _message(value: dict[str, Any], place: str) -> MessageRow:
+    loop_id = value.get("loop_id")
+    if not isinstance(loop_id, str):
+        raise InvalidRecord(place, "message line without a loop_id")
+    turn_index = value.get("turn_index")
+    if turn_index is not None and (not isinstance(turn_index, int) or isinstance(turn_index, bool) or turn_index < 0):
+        raise InvalidRecord(place, "turn_index must be a non-negative integer")
+    message = parse_agent_message(value.get("message"), place)
+    usage = None
+    if isinstance(value.get("usage"), dict):
+        try:
+            usage = Usage.model_validate(value["usage"])
+        except ValueError as error:
+            raise InvalidRecord(place, f"invalid usage: {error}") from None
+    return MessageRow(message, loop_id, turn_index, source=_text(value.get("source")), usage=usage)
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None

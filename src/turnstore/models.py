@@ -1,0 +1,385 @@
+"""The message model: phi-core's wire format, exactly, as pydantic v2 models.
+
+A message is one of four shapes, told apart by ``role``:
+
+* ``user`` — :class:`UserMessage`
+* ``assistant`` — :class:`AssistantMessage` (carries :class:`Usage`)
+* ``toolResult`` — :class:`ToolResultMessage`
+* ``extension`` — :class:`ExtensionMessage` (never enters the model's context)
+
+The first three are the LLM lane (:data:`LlmMessage`); all four together are
+:data:`AgentMessage`. Each LLM message may carry ``turnId`` (which loop and
+turn produced it), flattened into the message object as phi-core does.
+
+``model_dump(mode="json")`` gives phi-core's JSON: camelCase where phi-core
+renames (``stopReason``, ``toolCallId``, ``mimeType``, ``turnId``), snake_case
+elsewhere (``error_message`` and every Usage field). Keys the models do not
+know (phi-core's ``nodeId``, ``parentId``, ``tags``, fields of a future
+version) are kept and dumped back, so a record round-trips equal. yoagent's
+spellings (``cacheRead``, ``errorMessage``, stop reason ``refusal``) are
+accepted on read.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from enum import Enum
+from typing import Annotated, Any, ClassVar, Literal, Union
+
+from pydantic import (
+    AfterValidator,
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    TypeAdapter,
+)
+
+__all__ = [
+    "AgentMessage",
+    "AssistantMessage",
+    "Content",
+    "ExtensionMessage",
+    "ImageContent",
+    "LlmMessage",
+    "Message",
+    "StopReason",
+    "TextContent",
+    "ThinkingContent",
+    "ToolCallContent",
+    "ToolResultMessage",
+    "TurnId",
+    "Usage",
+    "UserMessage",
+    "now_ms",
+]
+
+MAX_INT = 2**63 - 1
+"""Largest integer a token count or timestamp may hold (a signed 64-bit column)."""
+
+U64 = Annotated[int, Field(strict=True, ge=0, le=MAX_INT)]
+"""A non-negative integer that fits the database's 64-bit integer columns."""
+
+
+def now_ms() -> int:
+    """The current time as unix milliseconds, phi-core's message timestamp."""
+    return time.time_ns() // 1_000_000
+
+
+def _omit_none(value: object) -> bool:
+    return value is None
+
+
+class RoleName(str):
+    """A role string that can also be called, so ``msg.role`` and ``msg.role()`` agree.
+
+    phi-core exposes the role as a method (``role()``); the JSON field and the
+    natural Python attribute are both ``role``. This keeps both spellings working.
+    """
+
+    __slots__ = ()
+
+    def __call__(self) -> str:
+        return str(self)
+
+
+UserRole = Annotated[Literal["user"], AfterValidator(RoleName)]
+AssistantRole = Annotated[Literal["assistant"], AfterValidator(RoleName)]
+ToolResultRole = Annotated[Literal["toolResult"], AfterValidator(RoleName)]
+ExtensionRole = Annotated[Literal["extension"], AfterValidator(RoleName)]
+
+
+class WireModel(BaseModel):
+    """Base of every wire model: aliases on output, names or aliases on input, extras kept."""
+
+    model_config = ConfigDict(
+        extra="allow",
+        serialize_by_alias=True,
+        validate_by_name=True,
+        validate_by_alias=True,
+        allow_inf_nan=False,
+    )
+
+
+class StopReason(str, Enum):
+    """Why an assistant message's generation stopped (phi-core's 11 values, plus yoagent's ``refusal``)."""
+
+    STOP = "stop"
+    LENGTH = "length"
+    TOOL_USE = "toolUse"
+    ERROR = "error"
+    ABORTED = "aborted"
+    MAX_TURNS = "maxTurns"
+    USER_STOP = "userStop"
+    HANDOFF = "handoff"
+    GUARD_RAIL = "guardRail"
+    CONTEXT_COMPACTED = "contextCompacted"
+    PAUSED = "paused"
+    REFUSAL = "refusal"
+    """yoagent only; exported to phi-core as ``guardRail``."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Usage(WireModel):
+    """Token counts of one model call, or a sum of them.
+
+    ``reasoning`` is a subset of ``output`` and is never charged twice.
+    ``cost`` is the provider-reported cost in USD where a source recorded one
+    (pi, Tau); phi-core has no such field, so it is omitted when unknown.
+    """
+
+    input: U64
+    output: U64
+    reasoning: U64 = 0
+    cache_read: U64 = Field(0, validation_alias=AliasChoices("cache_read", "cacheRead"))
+    cache_write: U64 = Field(0, validation_alias=AliasChoices("cache_write", "cacheWrite"))
+    total_tokens: U64 = Field(0, validation_alias=AliasChoices("total_tokens", "totalTokens"))
+    cost: float | None = Field(None, ge=0, exclude_if=_omit_none)
+
+    def combine(self, other: Usage) -> Usage:
+        """Add two usages field by field (phi-core's ``combine``)."""
+        cost = None if self.cost is None and other.cost is None else (self.cost or 0.0) + (other.cost or 0.0)
+        return Usage(
+            input=self.input + other.input,
+            output=self.output + other.output,
+            reasoning=self.reasoning + other.reasoning,
+            cache_read=self.cache_read + other.cache_read,
+            cache_write=self.cache_write + other.cache_write,
+            total_tokens=self.total_tokens + other.total_tokens,
+            cost=cost,
+        )
+
+    __add__ = combine
+
+    def estimated_cost(self, cost: CostConfig) -> float:
+        """Dollars for these tokens at ``cost``'s per-million rates; reasoning is inside output."""
+        return cost.price(self.input, self.output, self.cache_read, self.cache_write)
+
+    def cache_hit_rate(self) -> float:
+        """Share of prompt tokens served from cache: ``cache_read / (input + cache_read + cache_write)``.
+
+        0.0 when no prompt tokens were processed (Anthropic-style accounting,
+        where ``input`` excludes cached tokens).
+        """
+        denominator = self.input + self.cache_read + self.cache_write
+        return self.cache_read / denominator if denominator else 0.0
+
+
+class CostConfig(BaseModel):
+    """Per-million-token prices of one model, in USD (phi-core's ``CostConfig``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input_per_million: float = Field(0.0, ge=0)
+    output_per_million: float = Field(0.0, ge=0)
+    cache_read_per_million: float = Field(0.0, ge=0)
+    cache_write_per_million: float = Field(0.0, ge=0)
+
+    def price(self, input: int, output: int, cache_read: int = 0, cache_write: int = 0) -> float:
+        """Dollars for the given token counts."""
+        return (
+            input * self.input_per_million
+            + output * self.output_per_million
+            + cache_read * self.cache_read_per_million
+            + cache_write * self.cache_write_per_million
+        ) / 1_000_000
+
+
+# --- content blocks -------------------------------------------------------
+
+
+class TextContent(WireModel):
+    """Plain text sent to or from the model."""
+
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ImageContent(WireModel):
+    """An image, inline as base64 data."""
+
+    type: Literal["image"] = "image"
+    data: str
+    mime_type: str = Field(alias="mimeType")
+
+
+class ThinkingContent(WireModel):
+    """The model's reasoning; ``signature`` must go back to the provider byte for byte."""
+
+    type: Literal["thinking"] = "thinking"
+    thinking: str
+    signature: str | None = Field(None, exclude_if=_omit_none)
+
+
+class ToolCallContent(WireModel):
+    """The model's request to run a tool; ``id`` links it to its tool result."""
+
+    type: Literal["toolCall"] = "toolCall"
+    id: str
+    name: str
+    arguments: JsonValue
+
+
+Content = Annotated[
+    Union[TextContent, ImageContent, ThinkingContent, ToolCallContent],
+    Field(discriminator="type"),
+]
+"""One content block, told apart by ``type``."""
+
+
+class TurnId(WireModel):
+    """Which loop, and which turn within it, produced a message."""
+
+    loop_id: str = Field(alias="loopId")
+    turn_index: U64 = Field(alias="turnIndex")
+
+
+# --- messages ---------------------------------------------------------------
+
+_OVERFLOW_PATTERNS = re.compile(
+    r"prompt is too long|context[_ ]length[_ ]exceeded|maximum context length|"
+    r"context window|too many tokens|input is too long|exceeds the (model'?s )?"
+    r"(context|maximum)|request too large|reduce the length|token limit",
+    re.IGNORECASE,
+)
+
+
+class Message(WireModel):
+    """Base of the three LLM-lane messages; holds the helpers phi-core gives ``Message``.
+
+    ``turn`` is phi-core's ``turnId``: set for messages produced inside an agent
+    loop, ``None`` for older records.
+    """
+
+    ROLE: ClassVar[str]
+
+    turn: TurnId | None = Field(None, alias="turnId", exclude_if=_omit_none)
+
+    @staticmethod
+    def user(text: str, *, timestamp: int | None = None) -> UserMessage:
+        """A user message with one text block, stamped now unless ``timestamp`` is given."""
+        return UserMessage(content=[TextContent(text=text)], timestamp=now_ms() if timestamp is None else timestamp)
+
+    def as_llm(self) -> Message:
+        """This message, as it would enter the model's context."""
+        return self
+
+    def turn_id(self) -> TurnId | None:
+        """The turn that produced this message, if known."""
+        return self.turn
+
+    def with_turn_id(self, turn_id: TurnId | None) -> Message:
+        """A copy of this message with ``turnId`` set to ``turn_id``."""
+        return self.model_copy(update={"turn": turn_id})
+
+    def is_context_overflow(self) -> bool:
+        """True when this is an assistant error that says the prompt did not fit the context window."""
+        return False
+
+    def text(self) -> str:
+        """The text blocks joined with newlines (thinking and tool calls left out)."""
+        return "\n".join(block.text for block in self.content if isinstance(block, TextContent))  # type: ignore[attr-defined]
+
+
+class UserMessage(Message):
+    """A user prompt or steering message."""
+
+    ROLE: ClassVar[str] = "user"
+
+    role: UserRole = RoleName("user")
+    content: list[Content]
+    timestamp: U64
+
+
+class AssistantMessage(Message):
+    """One model response, with why it stopped, who served it and what it cost."""
+
+    ROLE: ClassVar[str] = "assistant"
+
+    role: AssistantRole = RoleName("assistant")
+    content: list[Content]
+    stop_reason: StopReason = Field(alias="stopReason")
+    model: str
+    provider: str
+    usage: Usage
+    timestamp: U64
+    error_message: str | None = Field(
+        None,
+        validation_alias=AliasChoices("error_message", "errorMessage"),
+        serialization_alias="error_message",
+        exclude_if=_omit_none,
+    )
+
+    def is_context_overflow(self) -> bool:
+        """True when ``error_message`` matches a known provider context-overflow message."""
+        return bool(self.error_message) and bool(_OVERFLOW_PATTERNS.search(self.error_message or ""))
+
+    def tool_calls(self) -> list[ToolCallContent]:
+        """The tool calls this response asked for, in order."""
+        return [block for block in self.content if isinstance(block, ToolCallContent)]
+
+
+class ToolResultMessage(Message):
+    """A tool's output, returned to the model; ``tool_call_id`` names the call it answers."""
+
+    ROLE: ClassVar[str] = "toolResult"
+
+    role: ToolResultRole = RoleName("toolResult")
+    tool_call_id: str = Field(alias="toolCallId")
+    tool_name: str = Field(alias="toolName")
+    content: list[Content]
+    is_error: bool = Field(alias="isError")
+    timestamp: U64
+
+
+class ExtensionMessage(WireModel):
+    """An app-only message (UI notice, marker, imported side record); never sent to the model."""
+
+    ROLE: ClassVar[str] = "extension"
+
+    role: ExtensionRole = RoleName("extension")
+    kind: str
+    data: JsonValue = None
+
+    @classmethod
+    def new(cls, kind: str, data: JsonValue = None) -> ExtensionMessage:
+        """phi-core's ``ExtensionMessage::new``."""
+        return cls(kind=kind, data=data)
+
+    def as_llm(self) -> None:
+        """Extension messages never enter the model's context."""
+        return None
+
+    def turn_id(self) -> None:
+        """Extension messages carry no turn id."""
+        return None
+
+    def with_turn_id(self, turn_id: TurnId | None) -> ExtensionMessage:
+        """No-op: extension messages carry no turn id."""
+        return self
+
+    def is_context_overflow(self) -> bool:
+        return False
+
+
+LlmMessage = Annotated[
+    Union[UserMessage, AssistantMessage, ToolResultMessage],
+    Field(discriminator="role"),
+]
+"""A message that enters the model's context (phi-core's ``LlmMessage``: a Message plus optional turnId)."""
+
+AgentMessage = Annotated[
+    Union[UserMessage, AssistantMessage, ToolResultMessage, ExtensionMessage],
+    Field(discriminator="role"),
+]
+"""Any message an agent loop produces: the LLM lane or the extension lane."""
+
+AGENT_MESSAGE: TypeAdapter[Any] = TypeAdapter(AgentMessage)
+"""Validates one AgentMessage from a dict (``validate_python``) or JSON text (``validate_json``)."""
+
+AGENT_MESSAGES: TypeAdapter[list[Any]] = TypeAdapter(list[AgentMessage])
+"""Validates a JSON array of AgentMessage in one pass."""

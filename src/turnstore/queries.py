@@ -1,0 +1,510 @@
+"""Every statement turnstore runs, built once with SQLAlchemy Core.
+
+Each builder returns the same statement object on every call (``functools.cache``),
+so :class:`turnstore.database.Database` compiles it once per dialect. Parameters
+are named ``bindparam``s; the repositories pass plain values. Sync and async
+stores run these same statements.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import sqlalchemy as sa
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql import ColumnElement
+from sqlalchemy.sql.functions import FunctionElement
+
+from .schema import USAGE_COLUMNS, imports, loops, messages, sessions
+
+bp = sa.bindparam
+
+SESSION_COLUMNS = (
+    sessions.c.session_id,
+    sessions.c.agent_id,
+    sessions.c.title,
+    sessions.c["metadata"],
+    sessions.c.created_at,
+    sessions.c.updated_at,
+)
+
+LOOP_COLUMNS = (
+    loops.c.loop_id,
+    loops.c.session_id,
+    loops.c.parent_loop_id,
+    loops.c.continuation_kind,
+    loops.c.fork_after,
+    loops.c.keep_from,
+    loops.c.config,
+    loops.c.config_id,
+    loops.c.status,
+    loops.c.started_at,
+    loops.c.ended_at,
+    loops.c.spawn_loop_id,
+    loops.c.spawn_tool_call_id,
+    *(loops.c[name] for name in USAGE_COLUMNS),
+    loops.c.cost,
+    loops.c["metadata"],
+)
+
+STORED_COLUMNS = (
+    messages.c.id,
+    messages.c.session_id,
+    messages.c.loop_id,
+    messages.c.turn_index,
+    messages.c.seq,
+    messages.c.message,
+)
+
+# --- sessions -----------------------------------------------------------------
+
+
+@cache
+def insert_session() -> sa.Insert:
+    return sa.insert(sessions).values(
+        session_id=bp("session_id"),
+        agent_id=bp("agent_id"),
+        title=bp("title"),
+        metadata=bp("metadata"),
+        created_at=bp("created_at"),
+        updated_at=bp("updated_at"),
+        source=bp("source"),
+    )
+
+
+@cache
+def get_session() -> sa.Select:
+    return sa.select(*SESSION_COLUMNS).where(sessions.c.session_id == bp("session_id"))
+
+
+@cache
+def session_exists() -> sa.Select:
+    return sa.select(sa.literal(1)).where(sessions.c.session_id == bp("session_id"))
+
+
+@cache
+def list_sessions(by_agent: bool) -> sa.Select:
+    loop_count = (
+        sa.select(sa.func.count()).where(loops.c.session_id == sessions.c.session_id).scalar_subquery()
+    )
+    message_count = (
+        sa.select(sa.func.count()).where(messages.c.session_id == sessions.c.session_id).scalar_subquery()
+    )
+    statement = sa.select(*SESSION_COLUMNS, loop_count, message_count)
+    if by_agent:
+        statement = statement.where(sessions.c.agent_id == bp("agent_id"))
+    return (
+        statement.order_by(sessions.c.updated_at.desc(), sessions.c.session_id)
+        .limit(bp("limit"))
+        .offset(bp("offset"))
+    )
+
+
+@cache
+def count_sessions() -> sa.Select:
+    return sa.select(sa.func.count()).select_from(sessions)
+
+
+@cache
+def delete_session() -> sa.Delete:
+    return sa.delete(sessions).where(sessions.c.session_id == bp("session_id"))
+
+
+@cache
+def rename_session() -> sa.Update:
+    return (
+        sa.update(sessions)
+        .where(sessions.c.session_id == bp("session_id"))
+        .values(title=bp("title"), updated_at=bp("updated_at"))
+    )
+
+
+@cache
+def touch_session() -> sa.Update:
+    return (
+        sa.update(sessions)
+        .where(sessions.c.session_id == bp("session_id"))
+        .values(updated_at=bp("updated_at"))
+    )
+
+
+# --- loops --------------------------------------------------------------------
+
+
+@cache
+def insert_loop() -> sa.Insert:
+    names = [column.name for column in LOOP_COLUMNS] + ["model", "provider", "source"]
+    return sa.insert(loops).values({name: bp(name) for name in names})
+
+
+@cache
+def get_loop() -> sa.Select:
+    return sa.select(*LOOP_COLUMNS).where(loops.c.loop_id == bp("loop_id"))
+
+
+@cache
+def list_loops() -> sa.Select:
+    return (
+        sa.select(*LOOP_COLUMNS)
+        .where(loops.c.session_id == bp("session_id"))
+        .order_by(loops.c.started_at, loops.c.loop_id)
+    )
+
+
+@cache
+def child_loops() -> sa.Select:
+    return (
+        sa.select(*LOOP_COLUMNS)
+        .where(sa.or_(loops.c.parent_loop_id == bp("loop_id"), loops.c.spawn_loop_id == bp("loop_id")))
+        .order_by(loops.c.started_at, loops.c.loop_id)
+    )
+
+
+@cache
+def latest_loop() -> sa.Select:
+    return (
+        sa.select(loops.c.loop_id)
+        .where(loops.c.session_id == bp("session_id"))
+        .order_by(loops.c.started_at.desc(), loops.c.loop_id.desc())
+        .limit(1)
+    )
+
+
+@cache
+def loop_ids_for_config() -> sa.Select:
+    return sa.select(loops.c.loop_id).where(
+        loops.c.session_id == bp("session_id"), loops.c.config_id == bp("config_id")
+    )
+
+
+@cache
+def loop_session() -> sa.Select:
+    return sa.select(loops.c.session_id).where(loops.c.loop_id == bp("loop_id"))
+
+
+@cache
+def loop_tree() -> sa.Select:
+    """The shape of every loop of a session: enough to walk from a loop to its root."""
+    return sa.select(
+        loops.c.loop_id,
+        loops.c.parent_loop_id,
+        loops.c.continuation_kind,
+        loops.c.fork_after,
+        loops.c.keep_from,
+    ).where(loops.c.session_id == bp("session_id"))
+
+
+@cache
+def end_loop() -> sa.Update:
+    return (
+        sa.update(loops)
+        .where(loops.c.loop_id == bp("loop_id"))
+        .values(status=bp("status"), ended_at=bp("ended_at"))
+    )
+
+
+@cache
+def set_loop_usage() -> sa.Update:
+    return (
+        sa.update(loops)
+        .where(loops.c.loop_id == bp("loop_id"))
+        .values({name: bp(name) for name in (*USAGE_COLUMNS, "cost")})
+    )
+
+
+# --- messages -----------------------------------------------------------------
+
+MESSAGE_VALUES = (
+    "loop_id",
+    "turn_index",
+    "role",
+    "kind",
+    "message",
+    *USAGE_COLUMNS,
+    "cost",
+    "model",
+    "provider",
+    "stop_reason",
+    "timestamp",
+    "source",
+)
+
+
+@cache
+def insert_message() -> sa.Insert:
+    """Insert one message; its seq is the loop's next, computed in the same statement.
+
+    Writers hold the write lock (SQLite) or the loop row (PostgreSQL), so the
+    subquery and the insert see the same loop; UNIQUE(loop_id, seq) is the backstop.
+    """
+    m = messages.alias("m")
+    next_seq = (
+        sa.select(sa.func.coalesce(sa.func.max(m.c.seq), -1) + 1)
+        .where(m.c.loop_id == bp("loop_id"))
+        .scalar_subquery()
+    )
+    loop_session = sa.select(loops.c.session_id).where(loops.c.loop_id == bp("loop_id")).scalar_subquery()
+    values = {name: bp(name) for name in MESSAGE_VALUES}
+    values["seq"] = next_seq
+    # The loop decides the session; a missing loop leaves it NULL, which the NOT NULL refuses.
+    values["session_id"] = loop_session
+    return sa.insert(messages).values(values).returning(messages.c.id)
+
+
+@cache
+def insert_message_at() -> sa.Insert:
+    """Insert one message with an explicit seq (imports, which number a whole loop at once)."""
+    values = {name: bp(name) for name in (*MESSAGE_VALUES, "session_id", "seq")}
+    return sa.insert(messages).values(values)
+
+
+@cache
+def lock_loop() -> sa.Select:
+    """PostgreSQL: hold the loop row so concurrent appends to one loop take seq in turn."""
+    return sa.select(loops.c.session_id).where(loops.c.loop_id == bp("loop_id")).with_for_update()
+
+
+@cache
+def turn_messages() -> sa.Select:
+    return (
+        sa.select(messages.c.message)
+        .where(messages.c.loop_id == bp("loop_id"), messages.c.turn_index == bp("turn_index"))
+        .order_by(messages.c.seq)
+    )
+
+
+@cache
+def turn_range_messages(bounded: bool) -> sa.Select:
+    condition = [messages.c.loop_id == bp("loop_id"), messages.c.turn_index >= bp("start")]
+    if bounded:
+        condition.append(messages.c.turn_index < bp("stop"))
+    return (
+        sa.select(messages.c.turn_index, messages.c.message)
+        .where(*condition)
+        .order_by(messages.c.turn_index, messages.c.seq)
+    )
+
+
+@cache
+def loop_messages() -> sa.Select:
+    return sa.select(messages.c.message).where(messages.c.loop_id == bp("loop_id")).order_by(messages.c.seq)
+
+
+@cache
+def last_messages() -> sa.Select:
+    return (
+        sa.select(messages.c.id, messages.c.role, messages.c.message)
+        .where(messages.c.session_id == bp("session_id"))
+        .order_by(messages.c.id.desc())
+        .limit(bp("limit"))
+    )
+
+
+@cache
+def first_message_of_loop() -> sa.Select:
+    return sa.select(messages.c.id).where(messages.c.loop_id == bp("loop_id")).order_by(messages.c.seq).limit(1)
+
+
+@cache
+def context_messages() -> sa.Select:
+    """Messages of a session from a lower id bound; the context walk filters them by loop."""
+    return (
+        sa.select(messages.c.id, messages.c.loop_id, messages.c.role, messages.c.kind, messages.c.message)
+        .where(messages.c.session_id == bp("session_id"), messages.c.id >= bp("min_id"))
+        .order_by(messages.c.id)
+    )
+
+
+@cache
+def stored_messages(by_loop: bool) -> sa.Select:
+    statement = sa.select(*STORED_COLUMNS, messages.c.source)
+    if by_loop:
+        return statement.where(messages.c.loop_id == bp("loop_id")).order_by(messages.c.seq)
+    return statement.where(messages.c.session_id == bp("session_id")).order_by(messages.c.id)
+
+
+@cache
+def get_message() -> sa.Select:
+    return sa.select(*STORED_COLUMNS, messages.c.source).where(messages.c.id == bp("id"))
+
+
+@cache
+def session_message_ids() -> sa.Select:
+    return sa.select(messages.c.id).where(messages.c.session_id == bp("session_id")).order_by(messages.c.id)
+
+
+@cache
+def set_loop_fork() -> sa.Update:
+    return (
+        sa.update(loops)
+        .where(loops.c.loop_id == bp("loop_id"))
+        .values(fork_after=bp("fork_after"), keep_from=bp("keep_from"))
+    )
+
+
+@cache
+def export_messages() -> sa.Select:
+    """Every column an export needs, in global order."""
+    return (
+        sa.select(
+            *STORED_COLUMNS,
+            messages.c.source,
+            messages.c.role,
+            *(messages.c[name] for name in USAGE_COLUMNS),
+            messages.c.cost,
+        )
+        .where(messages.c.session_id == bp("session_id"))
+        .order_by(messages.c.id)
+    )
+
+
+# --- imports --------------------------------------------------------------------
+
+
+@cache
+def get_import() -> sa.Select:
+    return sa.select(imports.c.format, imports.c.origin, imports.c.digest, imports.c.source_format).where(
+        imports.c.session_id == bp("session_id")
+    )
+
+
+@cache
+def insert_import() -> sa.Insert:
+    return sa.insert(imports).values(
+        session_id=bp("session_id"),
+        format=bp("format"),
+        source_format=bp("source_format"),
+        origin=bp("origin"),
+        digest=bp("digest"),
+        imported_at=bp("imported_at"),
+        report=bp("report"),
+    )
+
+
+@cache
+def session_source() -> sa.Select:
+    return sa.select(sessions.c.source).where(sessions.c.session_id == bp("session_id"))
+
+
+@cache
+def loop_sources() -> sa.Select:
+    return (
+        sa.select(loops.c.loop_id, loops.c.source)
+        .where(loops.c.session_id == bp("session_id"))
+        .order_by(loops.c.started_at, loops.c.loop_id)
+    )
+
+
+# --- usage ----------------------------------------------------------------------
+
+
+class utc_day(FunctionElement):
+    """The UTC calendar day (``YYYY-MM-DD``) of a unix-milliseconds column."""
+
+    type = sa.String()
+    name = "utc_day"
+    inherit_cache = True
+
+
+@compiles(utc_day, "sqlite")
+def _utc_day_sqlite(element: utc_day, compiler: object, **kw: object) -> str:
+    (column,) = element.clauses
+    return f"date({compiler.process(column, **kw)} / 1000, 'unixepoch')"  # type: ignore[attr-defined]
+
+
+@compiles(utc_day, "postgresql")
+def _utc_day_postgresql(element: utc_day, compiler: object, **kw: object) -> str:
+    (column,) = element.clauses
+    value = compiler.process(column, **kw)  # type: ignore[attr-defined]
+    return f"to_char(to_timestamp({value} / 1000.0) AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
+
+
+class utc_day_of_time(FunctionElement):
+    """The UTC calendar day (``YYYY-MM-DD``) of a timestamp column."""
+
+    type = sa.String()
+    name = "utc_day_of_time"
+    inherit_cache = True
+
+
+@compiles(utc_day_of_time, "sqlite")
+def _utc_day_of_time_sqlite(element: utc_day_of_time, compiler: object, **kw: object) -> str:
+    (column,) = element.clauses
+    return f"substr({compiler.process(column, **kw)}, 1, 10)"  # type: ignore[attr-defined]
+
+
+@compiles(utc_day_of_time, "postgresql")
+def _utc_day_of_time_postgresql(element: utc_day_of_time, compiler: object, **kw: object) -> str:
+    (column,) = element.clauses
+    value = compiler.process(column, **kw)  # type: ignore[attr-defined]
+    return f"to_char({value} AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
+
+
+USAGE_LEVELS = ("all", "session", "loop", "turn")
+USAGE_GROUPS = ("none", "loop", "session", "day")
+
+
+def _sums(table: sa.Table) -> list[ColumnElement]:
+    return [sa.func.coalesce(sa.func.sum(table.c[name]), 0) for name in USAGE_COLUMNS] + [
+        sa.func.sum(table.c.cost),
+        sa.func.count(),
+    ]
+
+
+def _group_key(table: sa.Table, group: str) -> list[ColumnElement]:
+    if group == "loop":
+        return [table.c.loop_id]
+    if group == "session":
+        return [table.c.session_id]
+    if group == "day":
+        return [utc_day(table.c.timestamp) if table is messages else utc_day_of_time(table.c.started_at)]
+    return []
+
+
+@cache
+def message_usage(level: str, group: str) -> sa.Select:
+    """Usage sums of messages, grouped by (group key, model, provider).
+
+    ``level`` picks the filter: ``all``; ``session`` (:session_id); ``loop``
+    (:session_id, :loop_id); ``turn`` (… and :turn_index). Filters always start
+    with session_id so the session usage index serves them.
+    """
+    keys = _group_key(messages, group)
+    statement = sa.select(*keys, messages.c.model, messages.c.provider, *_sums(messages)).where(
+        messages.c.input_tokens.is_not(None)
+    )
+    if level in ("session", "loop", "turn"):
+        statement = statement.where(messages.c.session_id == bp("session_id"))
+    if level in ("loop", "turn"):
+        statement = statement.where(messages.c.loop_id == bp("loop_id"))
+    if level == "turn":
+        statement = statement.where(messages.c.turn_index == bp("turn_index"))
+    group_by = [*keys, messages.c.model, messages.c.provider]
+    return statement.group_by(*group_by).order_by(*group_by)
+
+
+@cache
+def loop_reported_usage(level: str, group: str) -> sa.Select:
+    """Usage a loop reported for itself, counted only where none of its messages carry usage."""
+    keys = _group_key(loops, group)
+    has_message_usage = (
+        sa.select(sa.literal(1))
+        .where(
+            messages.c.session_id == loops.c.session_id,
+            messages.c.loop_id == loops.c.loop_id,
+            messages.c.input_tokens.is_not(None),
+        )
+        .exists()
+    )
+    statement = sa.select(*keys, loops.c.model, loops.c.provider, *_sums(loops)).where(
+        loops.c.input_tokens.is_not(None), ~has_message_usage
+    )
+    if level in ("session", "loop"):
+        statement = statement.where(loops.c.session_id == bp("session_id"))
+    if level == "loop":
+        statement = statement.where(loops.c.loop_id == bp("loop_id"))
+    if level == "turn":
+        statement = statement.where(sa.false())
+    group_by = [*keys, loops.c.model, loops.c.provider]
+    return statement.group_by(*group_by)
+

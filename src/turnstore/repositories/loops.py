@@ -1,0 +1,344 @@
+"""``store.loops``: agent runs, and the tree they form inside a session."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from .. import queries as q
+from ..database import Database
+from ..errors import AlreadyExists, InvalidMessage, LoopNotFound, SessionNotFound
+from ..ids import mint_loop_id, next_loop_number
+from ..models import ExtensionMessage, Usage
+from ..records import ContinuationKind, Loop, LoopConfig, LoopStatus
+from ..schema import USAGE_COLUMNS
+from ._shared import Settings, dumps, loads, utcnow
+
+if TYPE_CHECKING:
+    from .messages import MessageRepository
+
+__all__ = ["LATEST", "LoopRepository"]
+
+
+class _Latest:
+    def __repr__(self) -> str:
+        return "LATEST"
+
+
+LATEST: Any = _Latest()
+"""Default ``parent_loop_id`` of :meth:`LoopRepository.start`: the session's most recently started loop."""
+
+
+class LoopRepository:
+    """Loops of one store. Every method is one transaction."""
+
+    def __init__(self, db: Database, settings: Settings) -> None:
+        self._db = db
+        self._settings = settings
+        self._messages: MessageRepository | None = None
+
+    def start(
+        self,
+        session_id: str,
+        *,
+        config: LoopConfig | Mapping[str, Any] | None = None,
+        parent_loop_id: str | None = LATEST,
+        continuation: ContinuationKind | str | None = None,
+        fork_after: int | None = None,
+        keep_from: int | None = None,
+        loop_id: str | None = None,
+        spawn_loop_id: str | None = None,
+        spawn_tool_call_id: str | None = None,
+        status: LoopStatus | str = LoopStatus.RUNNING,
+        metadata: Mapping[str, Any] | None = None,
+        started_at: datetime | None = None,
+    ) -> Loop:
+        """Start a loop in a session.
+
+        By default the new loop continues the session's latest loop
+        (``continuation="default"``), or is the first (``"initial"``). Pass
+        ``continuation="initial"`` for a fresh context, ``"branch"`` with
+        ``fork_after=<message id>`` to fork from a parent's message,
+        ``"rerun"`` to run the parent again, ``"compaction"`` (see :meth:`compact`).
+
+        Args:
+            session_id: the session the loop belongs to.
+            config: the model settings (``model``, ``provider``, ``config_id``...).
+            parent_loop_id: the loop this one continues; default: the latest.
+            continuation: how it continues the parent.
+            fork_after: id of the parent's message after which this loop forks.
+            keep_from: compaction loops: the first message still shown after the summary.
+            loop_id: an explicit id; default ``"{session_id}.{config_id}.{N}"``.
+            spawn_loop_id: sub-agent loops: the loop whose tool call started this one.
+            spawn_tool_call_id: sub-agent loops: that tool call's id.
+            status: initial status (default ``running``).
+            metadata: any JSON object.
+            started_at: default now.
+
+        Raises:
+            SessionNotFound: no such session.
+            LoopNotFound: the parent loop does not exist.
+            AlreadyExists: ``loop_id`` is taken.
+            InvalidMessage: the fork point or kept message is not where it must be.
+        """
+        config_dict = _config_dict(config)
+        kind = ContinuationKind(continuation) if continuation is not None else None
+        status = LoopStatus(status)
+        if loop_id is not None:
+            self._settings.limits.check_id("loop_id", loop_id)
+        when = started_at or utcnow()
+        with self._db.write():
+            if self._db.fetchone(q.session_exists(), {"session_id": session_id}) is None:
+                raise SessionNotFound(f"session {session_id!r} not found")
+            parent, kind = self._resolve_parent(session_id, parent_loop_id, kind)
+            self._check_fork(session_id, parent, kind, fork_after, keep_from)
+            config_id = LoopConfig(**config_dict).effective_config_id() if config_dict else None
+            if loop_id is None:
+                taken = [row[0] for row in self._db.fetchall(
+                    q.loop_ids_for_config(), {"session_id": session_id, "config_id": config_id}
+                )]
+                loop_id = mint_loop_id(session_id, config_id, next_loop_number(taken))
+            elif self._db.fetchone(q.get_loop(), {"loop_id": loop_id}) is not None:
+                raise AlreadyExists(f"loop {loop_id!r} already exists")
+            params = {
+                "loop_id": loop_id,
+                "session_id": session_id,
+                "parent_loop_id": parent,
+                "continuation_kind": kind.value,
+                "fork_after": fork_after,
+                "keep_from": keep_from,
+                "config": dumps(config_dict),
+                "config_id": config_id,
+                "model": (config_dict or {}).get("model"),
+                "provider": (config_dict or {}).get("provider"),
+                "status": status.value,
+                "started_at": self._db.bind_time(when),
+                "ended_at": None,
+                "spawn_loop_id": spawn_loop_id,
+                "spawn_tool_call_id": spawn_tool_call_id,
+                **{name: None for name in (*USAGE_COLUMNS, "cost")},
+                "metadata": dumps(dict(metadata)) if metadata is not None else None,
+                "source": None,
+            }
+            self._db.execute(q.insert_loop(), params)
+            self._db.execute(q.touch_session(), {"session_id": session_id, "updated_at": self._db.bind_time(when)})
+        return self.get(loop_id)
+
+    def compact(
+        self,
+        loop_id: str,
+        summary: str,
+        *,
+        keep_from: int | None = None,
+        tokens_before: int | None = None,
+        usage: Usage | None = None,
+        config: LoopConfig | Mapping[str, Any] | None = None,
+    ) -> Loop:
+        """Start a compaction loop after ``loop_id``: its context is ``summary``, then the kept tail.
+
+        ``keep_from`` is the id of the first message to keep after the summary
+        (None: keep nothing). ``usage`` is what producing the summary cost; it
+        counts toward the session's totals.
+        """
+        assert self._messages is not None
+        parent = self.get(loop_id)
+        data: dict[str, Any] = {"summary": summary}
+        if tokens_before is not None:
+            data["tokens_before"] = tokens_before
+        with self._db.write():
+            loop = self.start(
+                parent.session_id,
+                config=config if config is not None else parent.config,
+                parent_loop_id=loop_id,
+                continuation=ContinuationKind.COMPACTION,
+                keep_from=keep_from,
+            )
+            self._messages.append(
+                ExtensionMessage(kind="compaction_summary", data=data),
+                loop_id=loop.loop_id,
+                usage=usage,
+                model=loop.model,
+                provider=loop.provider,
+            )
+        return loop
+
+    def end(
+        self,
+        loop_id: str,
+        status: LoopStatus | str = LoopStatus.COMPLETED,
+        *,
+        usage: Usage | None = None,
+        ended_at: datetime | None = None,
+    ) -> Loop:
+        """Mark a loop finished.
+
+        ``usage`` records loop-level usage reported by the caller; it counts
+        toward totals only where none of the loop's messages carry usage.
+
+        Raises:
+            LoopNotFound: no such loop.
+        """
+        status = LoopStatus(status)
+        when = ended_at or utcnow()
+        with self._db.write():
+            session_id = self._db.scalar(q.loop_session(), {"loop_id": loop_id})
+            if session_id is None:
+                raise LoopNotFound(f"loop {loop_id!r} not found")
+            self._db.execute(
+                q.end_loop(), {"loop_id": loop_id, "status": status.value, "ended_at": self._db.bind_time(when)}
+            )
+            if usage is not None:
+                self._db.execute(q.set_loop_usage(), {"loop_id": loop_id, **usage_params(usage)})
+            self._db.execute(q.touch_session(), {"session_id": session_id, "updated_at": self._db.bind_time(when)})
+        return self.get(loop_id)
+
+    def get(self, loop_id: str) -> Loop:
+        """The loop with this id.
+
+        Raises:
+            LoopNotFound: no such loop.
+        """
+        row = self._db.fetchone(q.get_loop(), {"loop_id": loop_id})
+        if row is None:
+            raise LoopNotFound(f"loop {loop_id!r} not found")
+        return self.from_row(row)
+
+    def list(self, session_id: str) -> list[Loop]:
+        """The loops of a session, in the order they started.
+
+        Raises:
+            SessionNotFound: no such session.
+        """
+        rows = self._db.fetchall(q.list_loops(), {"session_id": session_id})
+        if not rows and self._db.fetchone(q.session_exists(), {"session_id": session_id}) is None:
+            raise SessionNotFound(f"session {session_id!r} not found")
+        return [self.from_row(row) for row in rows]
+
+    def children(self, loop_id: str) -> list[Loop]:
+        """Loops that continue, branch from, compact or were spawned by ``loop_id``.
+
+        Raises:
+            LoopNotFound: no such loop.
+        """
+        rows = self._db.fetchall(q.child_loops(), {"loop_id": loop_id})
+        if not rows:
+            self.get(loop_id)
+        return [self.from_row(row) for row in rows]
+
+    def from_row(self, row: tuple[Any, ...]) -> Loop:
+        """A :class:`Loop` from a row of ``queries.LOOP_COLUMNS``."""
+        usage_values = row[13:19]
+        reported = None
+        if usage_values[0] is not None:
+            reported = Usage(
+                **{field: int(v or 0) for field, v in zip(_USAGE_FIELDS, usage_values)},
+                cost=row[19],
+            )
+        return Loop(
+            loop_id=row[0],
+            session_id=row[1],
+            parent_loop_id=row[2],
+            continuation_kind=row[3],
+            fork_after=row[4],
+            keep_from=row[5],
+            config=loads(row[6]),
+            config_id=row[7],
+            status=row[8],
+            started_at=self._db.load_time(row[9]),
+            ended_at=self._db.load_time(row[10]),
+            spawn_loop_id=row[11],
+            spawn_tool_call_id=row[12],
+            reported_usage=reported,
+            metadata=loads(row[20]),
+        )
+
+    # --- helpers ------------------------------------------------------------------
+
+    def _resolve_parent(
+        self, session_id: str, parent_loop_id: str | None, kind: ContinuationKind | None
+    ) -> tuple[str | None, ContinuationKind]:
+        if parent_loop_id is LATEST:
+            if kind == ContinuationKind.INITIAL:
+                return None, kind
+            latest = self._db.scalar(q.latest_loop(), {"session_id": session_id})
+            if latest is None:
+                if kind not in (None, ContinuationKind.INITIAL):
+                    raise InvalidMessage(
+                        f"a {kind.value} loop needs a parent, and session {session_id!r} has no loop yet",
+                        [("parent_loop_id", "missing")],
+                    )
+                return None, ContinuationKind.INITIAL
+            return latest, kind or ContinuationKind.DEFAULT
+        if parent_loop_id is None:
+            if kind not in (None, ContinuationKind.INITIAL):
+                raise InvalidMessage(f"a {kind.value} loop needs a parent loop", [("parent_loop_id", "missing")])
+            return None, ContinuationKind.INITIAL
+        if kind == ContinuationKind.INITIAL:
+            raise InvalidMessage("an initial loop has no parent", [("parent_loop_id", "set on an initial loop")])
+        parent_session = self._db.scalar(q.loop_session(), {"loop_id": parent_loop_id})
+        if parent_session is None:
+            raise LoopNotFound(f"parent loop {parent_loop_id!r} not found")
+        if parent_session != session_id:
+            raise InvalidMessage(
+                f"parent loop {parent_loop_id!r} belongs to session {parent_session!r}, not {session_id!r}",
+                [("parent_loop_id", "other session")],
+            )
+        return parent_loop_id, kind or ContinuationKind.DEFAULT
+
+    def _check_fork(
+        self,
+        session_id: str,
+        parent: str | None,
+        kind: ContinuationKind,
+        fork_after: int | None,
+        keep_from: int | None,
+    ) -> None:
+        if fork_after is not None:
+            row = self._db.fetchone(q.get_message(), {"id": fork_after})
+            if row is None or row[2] != parent:
+                raise InvalidMessage(
+                    f"fork_after={fork_after} is not a message of the parent loop {parent!r}",
+                    [("fork_after", "not in parent")],
+                )
+        if keep_from is not None:
+            if kind != ContinuationKind.COMPACTION:
+                raise InvalidMessage("keep_from applies to compaction loops only", [("keep_from", "not compaction")])
+            row = self._db.fetchone(q.get_message(), {"id": keep_from})
+            if row is None or row[1] != session_id:
+                raise InvalidMessage(
+                    f"keep_from={keep_from} is not a message of session {session_id!r}",
+                    [("keep_from", "not in session")],
+                )
+
+
+_USAGE_FIELDS = ("input", "output", "reasoning", "cache_read", "cache_write", "total_tokens")
+
+
+def usage_params(usage: Usage | None) -> dict[str, Any]:
+    """The typed usage columns for ``usage`` (all NULL when there is none)."""
+    if usage is None:
+        return {name: None for name in (*USAGE_COLUMNS, "cost")}
+    return {
+        "input_tokens": usage.input,
+        "output_tokens": usage.output,
+        "reasoning_tokens": usage.reasoning,
+        "cache_read_tokens": usage.cache_read,
+        "cache_write_tokens": usage.cache_write,
+        "total_tokens": usage.total_tokens,
+        "cost": usage.cost,
+    }
+
+
+def _config_dict(config: LoopConfig | Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if config is None:
+        return None
+    if isinstance(config, LoopConfig):
+        return config.model_dump(exclude_none=True)
+    if not isinstance(config, Mapping):
+        raise InvalidMessage("loop config must be a JSON object", [("config", "not an object")])
+    try:
+        LoopConfig(**config)
+    except Exception as error:
+        raise InvalidMessage(f"invalid loop config: {error}", [("config", str(error))]) from error
+    return dict(config)

@@ -1,0 +1,370 @@
+"""``store.messages``: appending what an agent loop produces, and reading it back by turn, loop or window."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
+
+from .. import context as ctx
+from .. import queries as q
+from ..database import Database
+from ..errors import (
+    InvalidMessage,
+    LoopNotFound,
+    MessageNotFound,
+    SessionNotFound,
+    TurnIdMismatch,
+    TurnNotFound,
+)
+from ..models import (
+    AGENT_MESSAGE,
+    AGENT_MESSAGES,
+    AssistantMessage,
+    ExtensionMessage,
+    Message,
+    Usage,
+    now_ms,
+)
+from ..records import StoredMessage, Turn
+from ._shared import Settings
+from .loops import usage_params
+
+__all__ = ["MessageRepository", "parse_message"]
+
+MessageInput = Message | ExtensionMessage | Mapping[str, Any]
+"""A message as a model, or as its JSON object (validated on append)."""
+
+
+def parse_message(value: MessageInput) -> Message | ExtensionMessage:
+    """A validated message model from a model or a JSON object.
+
+    Raises:
+        InvalidMessage: the value is not a valid AgentMessage; names the failing fields.
+    """
+    if isinstance(value, (Message, ExtensionMessage)):
+        return value
+    if isinstance(value, Mapping):
+        try:
+            return AGENT_MESSAGE.validate_python(value)
+        except ValidationError as error:
+            raise InvalidMessage.from_pydantic(error) from None
+    raise InvalidMessage(
+        f"a message must be a turnstore message model or a JSON object, not {type(value).__name__}",
+        [("message", "wrong type")],
+    )
+
+
+class MessageRepository:
+    """Messages of one store."""
+
+    def __init__(self, db: Database, settings: Settings) -> None:
+        self._db = db
+        self._settings = settings
+
+    # --- writing --------------------------------------------------------------
+
+    def append(
+        self,
+        message: MessageInput,
+        *,
+        loop_id: str | None = None,
+        turn_index: int | None = None,
+        usage: Usage | None = None,
+        model: str | None = None,
+        provider: str | None = None,
+    ) -> int:
+        """Append one message to a loop, in one transaction; returns its id.
+
+        The loop and turn come from the arguments or from the message's
+        ``turnId``; an LLM message without a ``turnId`` is stored with one
+        (``{loopId, turnIndex}``) when ``turn_index`` is given.
+
+        Args:
+            message: the message (model or JSON object).
+            loop_id: the loop; default: the message's ``turnId.loopId``.
+            turn_index: the turn within the loop; default: ``turnId.turnIndex``, else none.
+            usage: usage to count for a non-assistant message (e.g. what a compaction
+                summary cost); assistant messages count their own ``usage``.
+            model: the model that produced ``usage`` (for pricing it).
+            provider: that model's provider.
+
+        Raises:
+            InvalidMessage: the message is invalid; nothing is written.
+            TurnIdMismatch: its ``turnId`` disagrees with ``loop_id`` / ``turn_index``.
+            LoopNotFound: no such loop.
+        """
+        params = self._prepare(message, loop_id, turn_index, usage)
+        if usage is not None and params["model"] is None:
+            params["model"], params["provider"] = model, provider
+        statement = q.insert_message()
+        with self._db.write():
+            if self._db.is_postgresql:
+                self._lock_loop(params["loop_id"])
+            try:
+                return self._db.fetchall(statement, params)[0][0]
+            except self._db.IntegrityError as error:
+                raise self._integrity(error, params["loop_id"]) from None
+
+    def append_turn(self, loop_id: str, turn_index: int, messages: Sequence[MessageInput]) -> list[int]:
+        """Append a whole turn (prompt, response, tool results) atomically; returns the ids.
+
+        Every message is validated before anything is written; all or nothing.
+
+        Raises:
+            InvalidMessage / TurnIdMismatch: a message is invalid; nothing is written.
+            LoopNotFound: no such loop.
+        """
+        rows = [self._prepare(message, loop_id, turn_index, None) for message in messages]
+        if not rows:
+            return []
+        statement = q.insert_message()
+        ids: list[int] = []
+        with self._db.write():
+            if self._db.is_postgresql:
+                self._lock_loop(loop_id)
+            try:
+                for params in rows:
+                    ids.append(self._db.fetchall(statement, params)[0][0])
+            except self._db.IntegrityError as error:
+                raise self._integrity(error, loop_id) from None
+        return ids
+
+    def _prepare(
+        self, message: MessageInput, loop_id: str | None, turn_index: int | None, usage: Usage | None
+    ) -> dict[str, Any]:
+        model = parse_message(message)
+        role = model.role
+        turn = model.turn if role != "extension" else None
+        if turn is not None:
+            if loop_id is not None and turn.loop_id != loop_id:
+                raise TurnIdMismatch(
+                    f"message turnId.loopId {turn.loop_id!r} differs from loop_id {loop_id!r}",
+                    [("turnId.loopId", "mismatch")],
+                )
+            if turn_index is not None and turn.turn_index != turn_index:
+                raise TurnIdMismatch(
+                    f"message turnId.turnIndex {turn.turn_index} differs from turn_index {turn_index}",
+                    [("turnId.turnIndex", "mismatch")],
+                )
+            loop_id, turn_index = turn.loop_id, turn.turn_index
+        if loop_id is None:
+            raise InvalidMessage("append needs a loop_id (or a message with a turnId)", [("loop_id", "missing")])
+        if turn_index is not None and (not isinstance(turn_index, int) or turn_index < 0):
+            raise InvalidMessage(f"turn_index must be a non-negative integer, got {turn_index!r}", [("turn_index", "")])
+        text = dump_message(model)
+        if turn is None and turn_index is not None and role != "extension":
+            # Stamp the row's turn into the message, as phi-core would have.
+            text = f'{text[:-1]},"turnId":{{"loopId":{json.dumps(loop_id)},"turnIndex":{turn_index}}}}}'
+        self._settings.limits.check_message(text)
+        return row_params(model, text, loop_id, turn_index, usage, timestamp=now_ms())
+
+    def _lock_loop(self, loop_id: str) -> None:
+        if self._db.fetchone(q.lock_loop(), {"loop_id": loop_id}) is None:
+            raise LoopNotFound(f"loop {loop_id!r} not found")
+
+    def _integrity(self, error: Exception, loop_id: str) -> Exception:
+        # On SQLite only the failed statement was undone, so the loop can still be looked up.
+        if self._db.is_sqlite and self._db.scalar(q.loop_session(), {"loop_id": loop_id}) is None:
+            return LoopNotFound(f"loop {loop_id!r} not found")
+        return error
+
+    # --- reading ----------------------------------------------------------------
+
+    def turn(self, loop_id: str, turn_index: int) -> Turn:
+        """The messages of one turn, in order.
+
+        Raises:
+            LoopNotFound: no such loop.
+            TurnNotFound: the loop has no message in that turn.
+        """
+        rows = self._db.fetchall(q.turn_messages(), {"loop_id": loop_id, "turn_index": turn_index})
+        if not rows:
+            self._require_loop(loop_id)
+            raise TurnNotFound(f"loop {loop_id!r} has no turn {turn_index}")
+        return Turn(loop_id=loop_id, turn_index=turn_index, messages=parse_rows(row[0] for row in rows))
+
+    def turns(self, loop_id: str, start: int = 0, stop: int | None = None) -> list[Turn]:
+        """Turns ``start <= k < stop`` of a loop (``stop=None``: to the end), in order.
+
+        Raises:
+            LoopNotFound: no such loop.
+        """
+        params: dict[str, Any] = {"loop_id": loop_id, "start": start}
+        if stop is not None:
+            params["stop"] = stop
+        rows = self._db.fetchall(q.turn_range_messages(stop is not None), params)
+        if not rows:
+            self._require_loop(loop_id)
+            return []
+        parsed = parse_rows(row[1] for row in rows)
+        turns: list[Turn] = []
+        current: list[Any] = []
+        for (index, _), message in zip(rows, parsed):
+            if current and index != current[0]:
+                turns.append(Turn(loop_id=loop_id, turn_index=current[0], messages=current[1:]))
+                current = []
+            if not current:
+                current = [index]
+            current.append(message)
+        turns.append(Turn(loop_id=loop_id, turn_index=current[0], messages=current[1:]))
+        return turns
+
+    def loop(self, loop_id: str) -> list[Message | ExtensionMessage]:
+        """Every message of a loop, in order (extension messages included).
+
+        Raises:
+            LoopNotFound: no such loop.
+        """
+        rows = self._db.fetchall(q.loop_messages(), {"loop_id": loop_id})
+        if not rows:
+            self._require_loop(loop_id)
+        return parse_rows(row[0] for row in rows)
+
+    def last(self, session_id: str, n: int) -> list[Message | ExtensionMessage]:
+        """The session's last ``n`` messages, oldest first, never splitting a tool call from its results.
+
+        A tool result whose call falls before the window, and an assistant
+        message whose tool calls lack results, are left out, so the window
+        can be sent to a provider as it is; it may hold fewer than ``n``.
+
+        Raises:
+            SessionNotFound: no such session.
+        """
+        if n <= 0:
+            return []
+        rows = self._db.fetchall(q.last_messages(), {"session_id": session_id, "limit": n})
+        if not rows:
+            self._require_session(session_id)
+            return []
+        rows.reverse()
+        return ctx.pair_tool_calls(parse_rows(row[2] for row in rows))
+
+    def context(self, loop_id: str) -> list[Message]:
+        """What the next model call of ``loop_id`` should see.
+
+        The ancestors' messages up to each fork point, then the loop's own;
+        a compaction replaces what it summarised; extension messages are left
+        out (compaction and branch summaries become user text); tool calls are
+        never split from their results.
+
+        Raises:
+            LoopNotFound: no such loop.
+        """
+        with self._db.read():
+            session_id = self._db.scalar(q.loop_session(), {"loop_id": loop_id})
+            if session_id is None:
+                raise LoopNotFound(f"loop {loop_id!r} not found")
+            tree = {
+                row[0]: ctx.LoopNode(*row) for row in self._db.fetchall(q.loop_tree(), {"session_id": session_id})
+            }
+            segments, min_id = ctx.plan(tree, loop_id)
+            if min_id is None:
+                min_id = self._db.scalar(q.first_message_of_loop(), {"loop_id": segments[0].loop_id}) or 0
+            rows = self._db.fetchall(q.context_messages(), {"session_id": session_id, "min_id": min_id})
+        return ctx.assemble(segments, rows)
+
+    def get(self, message_id: int) -> StoredMessage:
+        """One stored message by id, with its loop, turn and seq.
+
+        Raises:
+            MessageNotFound: no such message.
+        """
+        row = self._db.fetchone(q.get_message(), {"id": message_id})
+        if row is None:
+            raise MessageNotFound(f"message {message_id} not found")
+        return stored_message(row)
+
+    def records(self, session_id: str | None = None, *, loop_id: str | None = None) -> Iterator[StoredMessage]:
+        """Stream a session's (or a loop's) stored messages in order, without loading them all.
+
+        Raises:
+            SessionNotFound / LoopNotFound: no such session or loop.
+        """
+        if (session_id is None) == (loop_id is None):
+            raise InvalidMessage("records() takes a session_id or a loop_id", [("session_id", "one of two")])
+        if loop_id is not None:
+            self._require_loop(loop_id)
+            cursor = self._db.execute(q.stored_messages(True), {"loop_id": loop_id})
+        else:
+            self._require_session(session_id)  # type: ignore[arg-type]
+            cursor = self._db.execute(q.stored_messages(False), {"session_id": session_id})
+        while batch := cursor.fetchmany(500):
+            yield from (stored_message(row) for row in batch)
+
+    def _require_loop(self, loop_id: str) -> None:
+        if self._db.scalar(q.loop_session(), {"loop_id": loop_id}) is None:
+            raise LoopNotFound(f"loop {loop_id!r} not found")
+
+    def _require_session(self, session_id: str) -> None:
+        if self._db.fetchone(q.session_exists(), {"session_id": session_id}) is None:
+            raise SessionNotFound(f"session {session_id!r} not found")
+
+
+def dump_message(model: Message | ExtensionMessage) -> str:
+    """A message's canonical JSON text, as stored.
+
+    Raises:
+        InvalidMessage: the model holds a value JSON cannot carry.
+    """
+    try:
+        return model.model_dump_json()
+    except (PydanticSerializationError, ValueError, TypeError) as error:
+        raise InvalidMessage(f"message cannot be stored as JSON: {error}", [("message", str(error))]) from None
+
+
+def row_params(
+    model: Message | ExtensionMessage,
+    text: str,
+    loop_id: str,
+    turn_index: int | None,
+    usage: Usage | None = None,
+    source: str | None = None,
+    priced_as: tuple[str | None, str | None] = (None, None),
+    timestamp: int | None = None,
+) -> dict[str, Any]:
+    """The column values of one message row (the seq is the database's to assign).
+
+    ``priced_as`` is the (model, provider) of ``usage`` on a non-assistant
+    message; ``timestamp`` dates a message that has no timestamp of its own
+    (extension messages), so usage by day can place it.
+    """
+    role = str(model.role)
+    if isinstance(model, AssistantMessage):
+        usage = model.usage
+        extra = {"model": model.model, "provider": model.provider, "stop_reason": model.stop_reason.value}
+    else:
+        priced = priced_as if usage is not None else (None, None)
+        extra = {"model": priced[0], "provider": priced[1], "stop_reason": None}
+    return {
+        "loop_id": loop_id,
+        "turn_index": turn_index,
+        "role": role,
+        "kind": model.kind if isinstance(model, ExtensionMessage) else None,
+        "message": text,
+        **usage_params(usage),
+        **extra,
+        "timestamp": getattr(model, "timestamp", timestamp),
+        "source": source,
+    }
+
+
+def parse_rows(texts: Iterable[str]) -> list[Any]:
+    """Validate stored message JSON texts in one pass."""
+    return AGENT_MESSAGES.validate_json("[" + ",".join(texts) + "]")
+
+
+def stored_message(row: Sequence[Any]) -> StoredMessage:
+    """A :class:`StoredMessage` from a row of ``queries.STORED_COLUMNS`` plus ``source``."""
+    return StoredMessage(
+        id=row[0],
+        session_id=row[1],
+        loop_id=row[2],
+        turn_index=row[3],
+        seq=row[4],
+        message=AGENT_MESSAGE.validate_json(row[5]),
+        source=row[6] if len(row) > 6 else None,
+    )

@@ -1,0 +1,149 @@
+"""``store.sessions``: create, read, list, rename and delete conversations."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from .. import queries as q
+from ..database import Database
+from ..errors import AlreadyExists, InvalidMessage, SessionNotFound
+from ..records import Session, SessionSummary
+from ._shared import Settings, dumps, loads, utcnow
+
+__all__ = ["SessionRepository"]
+
+
+class SessionRepository:
+    """Sessions of one store. Every method is one transaction."""
+
+    def __init__(self, db: Database, settings: Settings) -> None:
+        self._db = db
+        self._settings = settings
+
+    def create(
+        self,
+        session_id: str | None = None,
+        *,
+        agent_id: str | None = None,
+        title: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        exist_ok: bool = False,
+    ) -> Session:
+        """Create a session; a UUID v4 id is minted when none is given.
+
+        Raises:
+            AlreadyExists: the id is taken (unless ``exist_ok``, which returns the existing session).
+        """
+        session_id = self._settings.limits.check_id("session_id", session_id or str(uuid.uuid4()))
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise InvalidMessage("session metadata must be a JSON object", [("metadata", "not an object")])
+        now = utcnow()
+        params = {
+            "session_id": session_id,
+            "agent_id": agent_id,
+            "title": title,
+            "metadata": _metadata_json(metadata),
+            "created_at": self._db.bind_time(now),
+            "updated_at": self._db.bind_time(now),
+            "source": None,
+        }
+        with self._db.write():
+            if self._db.fetchone(q.session_exists(), {"session_id": session_id}) is not None:
+                if exist_ok:
+                    return self.get(session_id)
+                raise AlreadyExists(f"session {session_id!r} already exists")
+            self._db.execute(q.insert_session(), params)
+        return Session(
+            session_id=session_id,
+            agent_id=agent_id,
+            title=title,
+            metadata=dict(metadata) if metadata is not None else None,
+            created_at=now,
+            updated_at=now,
+        )
+
+    def get(self, session_id: str) -> Session:
+        """The session with this id.
+
+        Raises:
+            SessionNotFound: no such session.
+        """
+        row = self._db.fetchone(q.get_session(), {"session_id": session_id})
+        if row is None:
+            raise SessionNotFound(f"session {session_id!r} not found")
+        return self._session(row)
+
+    def exists(self, session_id: str) -> bool:
+        """Whether a session with this id exists."""
+        return self._db.fetchone(q.session_exists(), {"session_id": session_id}) is not None
+
+    def list(self, *, limit: int = 100, offset: int = 0, agent_id: str | None = None) -> list[SessionSummary]:
+        """Sessions, most recently updated first, with their loop and message counts.
+
+        Args:
+            limit: at most this many sessions (a page).
+            offset: skip this many first (the page start).
+            agent_id: only this agent's sessions.
+        """
+        if limit < 0 or offset < 0:
+            raise InvalidMessage("limit and offset must not be negative", [("limit", "negative")])
+        params: dict[str, Any] = {"limit": limit, "offset": offset}
+        if agent_id is not None:
+            params["agent_id"] = agent_id
+        rows = self._db.fetchall(q.list_sessions(agent_id is not None), params)
+        return [self._summary(row) for row in rows]
+
+    def count(self) -> int:
+        """How many sessions the store holds."""
+        return int(self._db.scalar(q.count_sessions()) or 0)
+
+    def rename(self, session_id: str, title: str | None) -> Session:
+        """Set (or clear, with None) a session's title.
+
+        Raises:
+            SessionNotFound: no such session.
+        """
+        with self._db.write():
+            cursor = self._db.execute(
+                q.rename_session(),
+                {"session_id": session_id, "title": title, "updated_at": self._db.bind_time(utcnow())},
+            )
+            if cursor.rowcount == 0:
+                raise SessionNotFound(f"session {session_id!r} not found")
+        return self.get(session_id)
+
+    def delete(self, session_id: str) -> None:
+        """Delete a session with all its loops and messages.
+
+        Raises:
+            SessionNotFound: no such session.
+        """
+        with self._db.write():
+            cursor = self._db.execute(q.delete_session(), {"session_id": session_id})
+            if cursor.rowcount == 0:
+                raise SessionNotFound(f"session {session_id!r} not found")
+
+    def _session(self, row: tuple[Any, ...]) -> Session:
+        return Session(**self._fields(row))
+
+    def _summary(self, row: tuple[Any, ...]) -> SessionSummary:
+        return SessionSummary(**self._fields(row), loops=int(row[6]), messages=int(row[7]))
+
+    def _fields(self, row: tuple[Any, ...]) -> dict[str, Any]:
+        return {
+            "session_id": row[0],
+            "agent_id": row[1],
+            "title": row[2],
+            "metadata": loads(row[3]),
+            "created_at": self._db.load_time(row[4]),
+            "updated_at": self._db.load_time(row[5]),
+        }
+
+
+def _metadata_json(metadata: Mapping[str, Any] | None) -> str | None:
+    try:
+        return dumps(dict(metadata)) if metadata is not None else None
+    except (TypeError, ValueError) as error:
+        raise InvalidMessage(f"session metadata is not JSON: {error}", [("metadata", str(error))]) from error

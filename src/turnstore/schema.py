@@ -1,0 +1,208 @@
+"""The tables, as SQLAlchemy Core metadata. Alembic migrations create them; nothing else does.
+
+Three tables, one per level of an agent's history:
+
+* ``sessions`` — one conversation.
+* ``loops`` — one agent run inside a session; loops form a tree through
+  ``parent_loop_id`` (continuations, branches, compactions) and
+  ``spawn_loop_id`` (a sub-agent started by a tool call).
+* ``imports`` — which source each imported session came from, and its digest,
+  so importing the same source again changes nothing.
+* ``messages`` — one row per message, in a global order (``id``) and a
+  per-loop order (``seq``, unique and gap-free), with the message's JSON,
+  typed usage columns and, for imports, the verbatim source record.
+
+Every hot query filters on ``session_id`` or on a key that implies it
+(``loop_id``), and each has an index that serves it; the two partial
+"usage" indexes cover the usage aggregates so they never touch message JSON.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+
+__all__ = ["imports", "loops", "messages", "metadata", "sessions"]
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+
+Json = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
+"""JSON on SQLite (stored as text), JSONB on PostgreSQL."""
+
+Timestamp = sa.DateTime(timezone=True)
+"""UTC wall-clock time (sessions and loops). Message times are unix milliseconds, as phi-core writes them."""
+
+MessageId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+"""64-bit on PostgreSQL; INTEGER on SQLite so the id is the rowid (no extra index)."""
+
+USAGE_COLUMNS = (
+    "input_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "total_tokens",
+)
+"""Typed token columns, in the order of :class:`turnstore.models.Usage`'s fields."""
+
+
+def _usage_columns() -> list[sa.Column]:
+    """The typed usage columns shared by messages (per call) and loops (reported totals)."""
+    return [sa.Column(name, sa.BigInteger, nullable=True) for name in USAGE_COLUMNS] + [
+        # Provider-reported cost in USD, where the source recorded one (pi, Tau, appam).
+        sa.Column("cost", sa.Float, nullable=True),
+    ]
+
+
+sessions = sa.Table(
+    "sessions",
+    metadata,
+    sa.Column("session_id", sa.String, primary_key=True),
+    sa.Column("agent_id", sa.String, nullable=True),
+    sa.Column("title", sa.String, nullable=True),
+    sa.Column("metadata", Json, nullable=True),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Column("updated_at", Timestamp, nullable=False),
+    # The verbatim session-level source record of an import (phi-core session header, pi header...).
+    sa.Column("source", sa.Text, nullable=True),
+    # Listing sessions newest first, and by agent.
+    sa.Index(None, "updated_at"),
+    sa.Index(None, "agent_id"),
+)
+
+loops = sa.Table(
+    "loops",
+    metadata,
+    sa.Column("loop_id", sa.String, primary_key=True),
+    sa.Column(
+        "session_id",
+        sa.String,
+        sa.ForeignKey("sessions.session_id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    # A plain value, not a foreign key: imports may reference a loop not stored yet.
+    sa.Column("parent_loop_id", sa.String, nullable=True),
+    sa.Column("continuation_kind", sa.String, nullable=False),
+    # Message id in the parent after which this loop forks; NULL means the parent's end.
+    sa.Column("fork_after", sa.BigInteger, nullable=True),
+    # Compaction loops: the first message of the parent chain still shown after the summary.
+    sa.Column("keep_from", sa.BigInteger, nullable=True),
+    sa.Column("config", Json, nullable=True),
+    sa.Column("config_id", sa.String, nullable=True),
+    sa.Column("model", sa.String, nullable=True),
+    sa.Column("provider", sa.String, nullable=True),
+    sa.Column("status", sa.String, nullable=False),
+    sa.Column("started_at", Timestamp, nullable=False),
+    sa.Column("ended_at", Timestamp, nullable=True),
+    # Sub-agent loops: the loop and tool call that spawned this one (plain values).
+    sa.Column("spawn_loop_id", sa.String, nullable=True),
+    sa.Column("spawn_tool_call_id", sa.String, nullable=True),
+    # Loop-level usage a source reported without per-message usage (appam).
+    *_usage_columns(),
+    sa.Column("metadata", Json, nullable=True),
+    # The verbatim loop record of an import (phi-core LoopRecord without its messages).
+    sa.Column("source", sa.Text, nullable=True),
+    sa.Index(None, "session_id", "started_at"),
+    sa.Index(None, "parent_loop_id"),
+    sa.Index(None, "spawn_loop_id"),
+    # The few loops with reported usage, found without scanning the rest.
+    sa.Index(
+        "ix_loops_reported_usage",
+        "session_id",
+        sqlite_where=sa.text("input_tokens IS NOT NULL"),
+        postgresql_where=sa.text("input_tokens IS NOT NULL"),
+    ),
+)
+
+messages = sa.Table(
+    "messages",
+    metadata,
+    sa.Column("id", MessageId, primary_key=True, autoincrement=True),
+    sa.Column(
+        "session_id",
+        sa.String,
+        sa.ForeignKey("sessions.session_id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column(
+        "loop_id",
+        sa.String,
+        sa.ForeignKey("loops.loop_id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("turn_index", sa.Integer, nullable=True),
+    sa.Column("seq", sa.Integer, nullable=False),
+    sa.Column("role", sa.String, nullable=False),
+    # Extension messages: their kind ("compaction_summary", "system", an app's own kind...).
+    sa.Column("kind", sa.String, nullable=True),
+    sa.Column("message", Json, nullable=False),
+    *_usage_columns(),
+    sa.Column("model", sa.String, nullable=True),
+    sa.Column("provider", sa.String, nullable=True),
+    sa.Column("stop_reason", sa.String, nullable=True),
+    # Unix milliseconds, from the message itself (NULL for extension messages, which have none).
+    sa.Column("timestamp", sa.BigInteger, nullable=True),
+    # The verbatim source record of an imported message; NULL for messages appended through the API.
+    sa.Column("source", sa.Text, nullable=True),
+    # Per-loop order, and the guarantee that seq is never taken twice.
+    sa.UniqueConstraint("loop_id", "seq"),
+    # last(session, n) and session scans in global order.
+    sa.Index(None, "session_id", "id"),
+    # turn(loop, k) and turns(loop, a, b).
+    sa.Index(None, "loop_id", "turn_index"),
+    # Usage by session / loop / turn: a covering index over usage rows only.
+    sa.Index(
+        "ix_messages_usage_session",
+        "session_id",
+        "loop_id",
+        "turn_index",
+        "model",
+        "provider",
+        *USAGE_COLUMNS,
+        "cost",
+        "timestamp",
+        sqlite_where=sa.text("input_tokens IS NOT NULL"),
+        postgresql_where=sa.text("input_tokens IS NOT NULL"),
+    ),
+    # Usage by model across all sessions: a covering index, already in GROUP BY order.
+    sa.Index(
+        "ix_messages_usage_model",
+        "model",
+        "provider",
+        *USAGE_COLUMNS,
+        "cost",
+        "timestamp",
+        sqlite_where=sa.text("input_tokens IS NOT NULL"),
+        postgresql_where=sa.text("input_tokens IS NOT NULL"),
+    ),
+)
+
+imports = sa.Table(
+    "imports",
+    metadata,
+    sa.Column(
+        "session_id",
+        sa.String,
+        sa.ForeignKey("sessions.session_id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("format", sa.String, nullable=False),
+    # The format of the verbatim source records kept with the messages (differs from
+    # ``format`` when a turnstore export of an imported session is imported again).
+    sa.Column("source_format", sa.String, nullable=False),
+    # The file (and line or row) the session was read from.
+    sa.Column("origin", sa.String, nullable=False),
+    # sha256 of the session's source records: equal digest, nothing to do.
+    sa.Column("digest", sa.String, nullable=False),
+    sa.Column("imported_at", Timestamp, nullable=False),
+    # The count report of the import that wrote the session.
+    sa.Column("report", Json, nullable=True),
+)

@@ -1,0 +1,164 @@
+"""``Store``: one line to open a transcript store, four repositories to use it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import IO, TYPE_CHECKING, Any
+
+from . import migrate
+from .database import Database
+from .engine import create_engine, resolve_url
+from .limits import Limits
+from .repositories import LoopRepository, MessageRepository, SessionRepository, UsageRepository
+from .repositories._shared import Settings
+from .usage import DEFAULT_PRICES, PriceTable
+
+if TYPE_CHECKING:
+    from .importers import ImportReport
+
+__all__ = ["Store"]
+
+
+class Store:
+    """A session and transcript store on SQLite (default) or PostgreSQL.
+
+    Example::
+
+        store = Store("sqlite:///agent.db")
+        session = store.sessions.create(title="demo")
+        loop = store.loops.start(session.session_id, config={"model": "claude-sonnet-4-5", "provider": "anthropic"})
+        store.messages.append(Message.user("hi"), loop_id=loop.loop_id, turn_index=0)
+        store.usage.session(session.session_id)
+
+    Args:
+        url: a SQLAlchemy URL or a file path; default ``$TURNSTORE_URL`` or
+            ``sqlite:///turnstore.db``. ``postgresql://...`` uses psycopg 3.
+        auto_upgrade: bring an older database schema up to date on open
+            (default). With False, an out-of-date database raises
+            :class:`~turnstore.errors.SchemaOutOfDate` naming the command to run.
+        prices: per-model prices for cost; added over :data:`~turnstore.usage.DEFAULT_PRICES`.
+        limits: size limits on messages and ids.
+        pragmas: SQLite pragmas over the defaults (``journal_mode=wal``,
+            ``synchronous=normal``, ``foreign_keys=on``, ``busy_timeout=5000``).
+        busy_budget: seconds a write may wait in total for SQLite's write lock.
+
+    A store is safe to share between threads (each thread gets its own
+    connection); open one per process.
+    """
+
+    def __init__(
+        self,
+        url: str | os.PathLike[str] | None = None,
+        *,
+        auto_upgrade: bool = True,
+        prices: PriceTable | Mapping[str, Any] | None = None,
+        limits: Limits | None = None,
+        pragmas: Mapping[str, Any] | None = None,
+        busy_budget: float = 60.0,
+        echo: bool = False,
+    ) -> None:
+        self.url = resolve_url(url)
+        self.engine = create_engine(self.url, pragmas=pragmas, echo=echo)
+        try:
+            migrate.ensure_schema(self.engine, auto_upgrade=auto_upgrade, url=self.url)
+        except BaseException:
+            self.engine.dispose()
+            raise
+        self._db = Database(self.engine, busy_budget=busy_budget)
+        self.settings = Settings(DEFAULT_PRICES.merged(prices) if prices is not None else DEFAULT_PRICES, limits)
+        self.sessions = SessionRepository(self._db, self.settings)
+        self.loops = LoopRepository(self._db, self.settings)
+        self.messages = MessageRepository(self._db, self.settings)
+        self.usage = UsageRepository(self._db, self.settings)
+        self.loops._messages = self.messages
+
+    @property
+    def dialect(self) -> str:
+        """``"sqlite"`` or ``"postgresql"``."""
+        return self.engine.dialect.name
+
+    def upgrade(self, revision: str = "head") -> None:
+        """Upgrade the schema to ``revision`` (default: the newest)."""
+        migrate.upgrade(self.engine, revision)
+
+    def schema_version(self) -> str | None:
+        """The schema revision the database is at."""
+        return migrate.current(self.engine)
+
+    def import_(
+        self,
+        format: str,
+        *paths: str | os.PathLike[str],
+        dry_run: bool = False,
+        skip_invalid: bool = False,
+        replace: bool = False,
+        session_id: str | None = None,
+        progress: Any = None,
+    ) -> ImportReport:
+        """Import histories of ``format`` from files or directories; see :mod:`turnstore.importers`.
+
+        Each session is written in one transaction. Returns the count report;
+        ``report.ok`` is False when a session was left out for a malformed record.
+
+        Args:
+            format: ``phi-core``, ``turnstore``, ... (``turnstore.importers.FORMATS``).
+            paths: files or directories (walked).
+            dry_run: validate and report, write nothing.
+            skip_invalid: skip malformed records (listed in the report) instead of their sessions.
+            replace: overwrite a session that exists with other content.
+            session_id: the session id for sources that name none.
+            progress: ``callable(file, done, total)`` called after each file.
+        """
+        from .importers import ImportOptions, import_paths
+
+        options = ImportOptions(dry_run=dry_run, skip_invalid=skip_invalid, replace=replace, session_id=session_id)
+        return import_paths(self, format, [os.fspath(p) for p in paths], options, progress)
+
+    def export(self, session_id: str, format: str = "turnstore", file: str | os.PathLike[str] | IO[str] | None = None) -> str | None:
+        """Export one session as ``phi-core``, ``phi-core-session`` or ``turnstore`` (lossless JSONL).
+
+        Writes to ``file`` (a path or a text file object) when given, streaming;
+        otherwise returns the text.
+
+        Raises:
+            SessionNotFound: no such session.
+        """
+        from .export import iter_export
+
+        chunks = iter_export(self, session_id, format)
+        if file is None:
+            return "".join(chunks)
+        if isinstance(file, (str, os.PathLike)):
+            with open(file, "w", encoding="utf-8") as handle:
+                handle.writelines(chunks)
+        else:
+            file.writelines(chunks)
+        return None
+
+    @contextmanager
+    def transaction(self) -> Iterator[Store]:
+        """Group several writes into one transaction: all of them happen, or none.
+
+        Example::
+
+            with store.transaction():
+                loop = store.loops.start(session_id)
+                store.messages.append_turn(loop.loop_id, 0, [prompt, reply])
+        """
+        with self._db.write():
+            yield self
+
+    def close(self) -> None:
+        """Close every connection; the store cannot be used afterwards."""
+        self._db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Store({self.engine.url.render_as_string(hide_password=True)!r})"
