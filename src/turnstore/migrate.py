@@ -15,6 +15,7 @@ turnstore and is refused with :class:`~turnstore.errors.SchemaTooNew`.
 from __future__ import annotations
 
 import threading
+from functools import cache
 from importlib import resources
 from pathlib import Path
 
@@ -64,6 +65,7 @@ def alembic_config(connection: Connection | Engine | None = None) -> Config:
     return config
 
 
+@cache
 def head() -> str:
     """The newest revision this code knows."""
     heads = ScriptDirectory.from_config(alembic_config()).get_heads()
@@ -72,9 +74,10 @@ def head() -> str:
     return heads[0]
 
 
-def known_revisions() -> set[str]:
+@cache
+def known_revisions() -> frozenset[str]:
     """Every revision in this code's migration history."""
-    return {script.revision for script in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
+    return frozenset({script.revision for script in ScriptDirectory.from_config(alembic_config()).walk_revisions()})
 
 
 def current(engine: Engine) -> str | None:
