@@ -133,7 +133,7 @@ def upgrade() -> None:
         "imports",
         sa.Column("session_id", sa.String(), nullable=False),
         sa.Column("format", sa.String(), nullable=False),
-        sa.Column("source_format", sa.String(), nullable=False),
+        sa.Column("source_format", sa.String(), nullable=True),
         sa.Column("origin", sa.String(), nullable=False),
         sa.Column("digest", sa.String(), nullable=False),
         sa.Column("imported_at", sa.DateTime(timezone=True), nullable=False),

@@ -54,13 +54,14 @@ from .usage import DEFAULT_PRICES, PriceTable, UsageRow, UsageTotals
 __version__ = "0.1.0"
 
 __all__ = [
-    "DEFAULT_PRICES",
+    "__version__",
     "AgentMessage",
     "AlreadyExists",
     "AssistantMessage",
     "Content",
     "ContinuationKind",
     "CostConfig",
+    "DEFAULT_PRICES",
     "ExtensionMessage",
     "ImageContent",
     "ImportFailed",
@@ -76,6 +77,7 @@ __all__ = [
     "Message",
     "MessageNotFound",
     "NotFound",
+    "parse_message",
     "PriceTable",
     "SchemaError",
     "SchemaOutOfDate",
@@ -100,6 +102,4 @@ __all__ = [
     "UsageRow",
     "UsageTotals",
     "UserMessage",
-    "__version__",
-    "parse_message",
 ]

@@ -106,7 +106,11 @@ def assemble(segments: Sequence[Segment], rows: Iterable[tuple[Any, ...]]) -> li
     by_loop: dict[str, list[tuple[Any, ...]]] = {loop_id: [] for loop_id in wanted}
     for row in rows:
         segment = wanted.get(row[1])
-        if segment is not None and (segment.upper is None or row[0] <= segment.upper):
+        if segment is None:
+            continue
+        # A compaction loop starts from its summary, even when the loop itself is cut
+        # (a rerun of a compaction loop starts from the summary too).
+        if segment.upper is None or row[0] <= segment.upper or (segment.compaction and _is_summary(row)):
             by_loop[row[1]].append(row)
     chosen: list[tuple[Any, ...]] = []
     for segment in segments:
@@ -114,8 +118,8 @@ def assemble(segments: Sequence[Segment], rows: Iterable[tuple[Any, ...]]) -> li
         if not segment.compaction:
             chosen.extend(own)
             continue
-        summaries = [row for row in own if row[2] == "extension" and row[3] == COMPACTION_SUMMARY]
-        rest = [row for row in own if not (row[2] == "extension" and row[3] == COMPACTION_SUMMARY)]
+        summaries = [row for row in own if _is_summary(row)]
+        rest = [row for row in own if not _is_summary(row)]
         kept = [row for row in chosen if segment.keep_from is not None and row[0] >= segment.keep_from]
         chosen = summaries + kept + rest
     messages = []
@@ -125,6 +129,10 @@ def assemble(segments: Sequence[Segment], rows: Iterable[tuple[Any, ...]]) -> li
         elif row[3] in SUMMARY_KINDS:
             messages.append(render_summary(AGENT_MESSAGE.validate_json(row[4])))
     return pair_tool_calls(messages)
+
+
+def _is_summary(row: tuple[Any, ...]) -> bool:
+    return row[2] == "extension" and row[3] == COMPACTION_SUMMARY
 
 
 def render_summary(message: ExtensionMessage) -> UserMessage:
@@ -141,27 +149,33 @@ def render_summary(message: ExtensionMessage) -> UserMessage:
 
 
 def pair_tool_calls(messages: Sequence[Any]) -> list[Any]:
-    """Drop tool results whose call is missing and assistant messages whose calls lack results.
+    """Drop tool results without their call and assistant messages whose calls lack results.
 
-    An assistant message is kept only if every tool call it makes has a result
-    later in ``messages``; a tool result is kept only if an earlier kept
-    assistant message made its call.
+    A tool result answers the nearest earlier unanswered call with its id (ids
+    may repeat across turns). An assistant message is kept only if every call
+    it makes is answered; a result is kept only if the call it answers is kept.
     """
-    answered: set[str] = set()
-    for message in messages:
-        if message.role == "toolResult":
-            answered.add(message.tool_call_id)
-    result: list[Any] = []
-    open_calls: set[str] = set()
-    for message in messages:
+    open_calls: dict[str, int] = {}  # call id -> index of the assistant message that made it
+    answers: dict[int, int] = {}  # tool result index -> assistant index
+    unanswered: dict[int, int] = {}  # assistant index -> calls still without a result
+    for index, message in enumerate(messages):
         role = message.role
         if role == "assistant":
             calls = [block.id for block in message.content if getattr(block, "type", None) == "toolCall"]
-            if any(call not in answered for call in calls):
-                continue
-            open_calls.update(calls)
+            unanswered[index] = len(calls)
+            for call in calls:
+                open_calls[call] = index
         elif role == "toolResult":
-            if message.tool_call_id not in open_calls:
-                continue
+            caller = open_calls.pop(message.tool_call_id, None)
+            if caller is not None:
+                answers[index] = caller
+                unanswered[caller] -= 1
+    result: list[Any] = []
+    for index, message in enumerate(messages):
+        role = message.role
+        if role == "assistant" and unanswered[index]:
+            continue
+        if role == "toolResult" and (index not in answers or unanswered[answers[index]]):
+            continue
         result.append(message)
     return result

@@ -137,7 +137,7 @@ def build_demo(store: Store) -> list[str]:
 def _coding(store: Store) -> None:
     sid = DEMO_SESSIONS[0]
     clock = _Clock(START)
-    store.sessions.create(sid, agent_id="demo-coder", title="Fix the failing date parser test")
+    store.sessions.create(sid, agent_id="demo-coder", title="Fix the failing date parser test", created_at=clock.now)
     loop = store.loops.start(sid, config=CLAUDE, started_at=clock.now)
     lid = loop.loop_id
     store.messages.append_turn(lid, 0, [
@@ -200,7 +200,7 @@ def _coding(store: Store) -> None:
 def _research(store: Store) -> None:
     sid = DEMO_SESSIONS[1]
     clock = _Clock(START + timedelta(hours=3))
-    store.sessions.create(sid, agent_id="demo-researcher", title="Compare two chart libraries")
+    store.sessions.create(sid, agent_id="demo-researcher", title="Compare two chart libraries", created_at=clock.now)
     loop = store.loops.start(sid, config=GPT, started_at=clock.now)
     lid = loop.loop_id
     store.messages.append_turn(lid, 0, [
@@ -235,7 +235,7 @@ def _research(store: Store) -> None:
 def _compacted(store: Store) -> None:
     sid = DEMO_SESSIONS[2]
     clock = _Clock(START + timedelta(days=1))
-    store.sessions.create(sid, agent_id="demo-coder", title="Migrate the settings module")
+    store.sessions.create(sid, agent_id="demo-coder", title="Migrate the settings module", created_at=clock.now)
     loop = store.loops.start(sid, config=CLAUDE, started_at=clock.now)
     lid = loop.loop_id
     kept = None
@@ -258,6 +258,7 @@ def _compacted(store: Store) -> None:
         tokens_before=48_200,
         usage=_usage(21_500, 640, cache_read=0),
         config=CLAUDE,
+        started_at=clock.now,
     )
     store.messages.append_turn(compacted.loop_id, 0, [
         _user(clock, "Continue, then run the tests."),

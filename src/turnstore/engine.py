@@ -15,6 +15,8 @@ switched off. A new database file is created readable by its owner only.
 from __future__ import annotations
 
 import os
+import sqlite3
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,12 +29,14 @@ __all__ = ["DEFAULT_URL", "SQLITE_PRAGMAS", "create_engine", "resolve_url"]
 DEFAULT_URL = "sqlite:///turnstore.db"
 
 SQLITE_PRAGMAS: dict[str, Any] = {
+    "busy_timeout": 5000,
     "journal_mode": "wal",
     "synchronous": "normal",
     "foreign_keys": "on",
-    "busy_timeout": 5000,
 }
-"""Pragmas applied to every SQLite connection; any of them can be overridden per store."""
+"""Pragmas applied to every SQLite connection, in this order (the busy timeout first, so
+switching a new file to WAL waits for a concurrent writer instead of failing); any of
+them can be overridden per store."""
 
 
 def resolve_url(url: str | os.PathLike[str] | None = None) -> str:
@@ -71,7 +75,10 @@ def create_engine(url: str | None = None, *, pragmas: Mapping[str, Any] | None =
     resolved = resolve_url(url)
     backend = make_url(resolved).get_backend_name()
     if backend == "sqlite":
-        return _sqlite_engine(resolved, {**SQLITE_PRAGMAS, **(pragmas or {})}, echo)
+        merged = {**SQLITE_PRAGMAS, **(pragmas or {})}
+        # busy_timeout goes first whatever the caller's order: later pragmas may need to wait.
+        ordered = {"busy_timeout": merged.pop("busy_timeout"), **merged}
+        return _sqlite_engine(resolved, ordered, echo)
     engine = sa.create_engine(resolved, echo=echo, pool_pre_ping=True)
     return engine
 
@@ -92,7 +99,10 @@ def _sqlite_engine(url: str, pragmas: Mapping[str, Any], echo: bool) -> Engine:
         # turnstore issues BEGIN itself; the driver's implicit transactions would fight that.
         dbapi_connection.isolation_level = None
         for name, value in pragmas.items():
-            dbapi_connection.execute(f"PRAGMA {name}={_pragma_value(value)}")
+            if name == "journal_mode":
+                _set_journal_mode(dbapi_connection, str(value), int(pragmas.get("busy_timeout", 5000)))
+            else:
+                dbapi_connection.execute(f"PRAGMA {name}={_pragma_value(value)}")
 
     @sa.event.listens_for(engine, "begin")
     def _on_begin(connection: sa.Connection) -> None:
@@ -100,6 +110,29 @@ def _sqlite_engine(url: str, pragmas: Mapping[str, Any], echo: bool) -> Engine:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+def _set_journal_mode(connection: Any, mode: str, timeout_ms: int) -> None:
+    """Switch the journal mode, waiting out other writers.
+
+    SQLite does not call the busy handler for a journal-mode change, so a new
+    file being opened while another process writes to it would fail at once;
+    retry until the busy timeout instead. A file already in the mode is left alone.
+    """
+    wanted = _pragma_value(mode).lower()
+    if str(connection.execute("PRAGMA journal_mode").fetchone()[0]).lower() == wanted:
+        return
+    deadline = time.monotonic() + timeout_ms / 1000
+    delay = 0.002
+    while True:
+        try:
+            connection.execute(f"PRAGMA journal_mode={wanted}")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) and "busy" not in str(error) or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
 
 
 def _pragma_value(value: Any) -> str:

@@ -134,11 +134,16 @@ _ROLE_TAGS = {"user", "assistant", "toolResult", "extension"}
 _CONTENT_TAGS = {"text", "image", "thinking", "toolCall"}
 
 
+_JSON_TAGS = {"dict", "list", "str", "int", "float", "bool", "none"}
+_JSON_FIELDS = {"arguments", "data"}
+
+
 def _field_path(item: Mapping[str, Any]) -> str:
     """Render a pydantic error location as ``content[0].text``.
 
     Tagged unions put the chosen tag into the location (``('assistant',
-    'content', 0, 'toolCall', 'id')``); those tags are not fields, so they are
+    'content', 0, 'toolCall', 'id')``), and JSON values put the type they tried
+    (``('arguments', 'dict', 'x', 'float')``); neither is a field, so both are
     dropped. A bad or missing tag is reported as the discriminator field itself.
     """
     loc = list(item.get("loc", ()))
@@ -146,11 +151,18 @@ def _field_path(item: Mapping[str, Any]) -> str:
         loc = loc[1:]
     parts: list[str] = []
     previous: object = None
+    in_json = expect_type = False
     for part in loc:
+        if in_json and expect_type and part in _JSON_TAGS:
+            expect_type = False
+            continue
         if isinstance(part, int):
             parts.append(f"[{part}]")
-        elif not (isinstance(previous, int) and part in _CONTENT_TAGS):
+        elif not (isinstance(previous, int) and part in _CONTENT_TAGS and not in_json):
             parts.append(("." if parts else "") + str(part))
+        if part in _JSON_FIELDS and not in_json:
+            in_json = True
+        expect_type = in_json
         previous = part
     path = "".join(parts)
     if item.get("type") in {"union_tag_invalid", "union_tag_not_found"}:

@@ -2,8 +2,8 @@
 
 * ``phi-core`` — a flat JSON array of AgentMessage (phi-core's
   ``save_messages`` form), in order. A session imported from phi-core gives
-  back its source records; anything else is mapped to the nearest form
-  phi-core can load (see :func:`to_phi_core`).
+  back its source records (equal by value); anything else is mapped to the
+  nearest form phi-core can load (see :func:`to_phi_core`).
 * ``phi-core-session`` — phi-core's ``Session`` file, with ``loops[]`` of
   ``LoopRecord``.
 * ``turnstore`` — one JSON object per line: the session, each loop, each
@@ -73,8 +73,8 @@ class _Exporter:
             yield from batch
 
     def phi_core_message(self, row: tuple[Any, ...]) -> dict[str, Any]:
-        if self.source_format == "phi-core" and row[6] is not None:
-            return json.loads(row[6])
+        # The canonical JSON of an imported phi-core record equals the record by value;
+        # records in other spellings (yoagent's) come out in phi-core's.
         return to_phi_core(json.loads(row[5]))
 
 
@@ -212,6 +212,9 @@ def _turnstore_lines(exporter: _Exporter) -> Iterator[str]:
         }
         if row[7] != "assistant" and row[8] is not None:
             record["usage"] = {**dict(zip(_USAGE_FIELDS, (int(v or 0) for v in row[8:14]))), "cost": row[14]}
+            record["priced_as"] = {"model": row[15], "provider": row[16]}
+        if "timestamp" not in record["message"] and row[17] is not None:
+            record["timestamp"] = row[17]
         if row[6] is not None:
             record["source"] = row[6]
         yield _dumps(record) + "\n"

@@ -35,7 +35,7 @@ def parse_loop_id(loop_id: str) -> LoopIdParts | None:
     if not dot or not session_id:
         return None
     config_id, dot, number = rest.rpartition(".")
-    if not dot or not config_id or not number.isdigit():
+    if not dot or not config_id or not (number.isascii() and number.isdigit()):
         return None
     return LoopIdParts(session_id, config_id, int(number))
 

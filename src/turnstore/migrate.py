@@ -14,6 +14,7 @@ turnstore and is refused with :class:`~turnstore.errors.SchemaTooNew`.
 
 from __future__ import annotations
 
+import shlex
 import threading
 from functools import cache
 from importlib import resources
@@ -25,7 +26,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection, Engine, make_url
 
 from .errors import SchemaError, SchemaOutOfDate, SchemaTooNew
 from .schema import metadata
@@ -127,12 +128,20 @@ def ensure_schema(engine: Engine, *, auto_upgrade: bool = True, url: str = "") -
         return
     _refuse_unknown(found)
     if not auto_upgrade:
-        where = f" --db {url}" if url else ""
+        where = f" --db {shlex.quote(_safe_url(url))}" if url else ""
         raise SchemaOutOfDate(
             f"database schema is at {found or 'nothing (empty database)'}, this turnstore needs {target}; "
             f"back up the database, then run: turnstore{where} db upgrade"
         )
     upgrade(engine)
+
+
+def _safe_url(url: str) -> str:
+    """The URL with any password masked, for messages."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL SQLAlchemy parses; show it as given
+        return url
 
 
 def _serialize_schema_changes(connection: Connection) -> None:

@@ -34,7 +34,9 @@ from pydantic import (
     ConfigDict,
     Field,
     JsonValue,
+    StrictBool,
     TypeAdapter,
+    model_validator,
 )
 
 __all__ = [
@@ -72,6 +74,25 @@ def _omit_none(value: object) -> bool:
     return value is None
 
 
+def _finite(value: Any) -> Any:
+    """Refuse NaN and ±Infinity anywhere in a JSON value: JSON cannot carry them, so they would change."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, float):
+            if item != item or item in (float("inf"), float("-inf")):
+                raise ValueError(f"NaN and Infinity are not JSON numbers (at {path or 'the value itself'})")
+        elif isinstance(item, dict):
+            stack.extend((f"{path}.{key}" if path else str(key), child) for key, child in item.items())
+        elif isinstance(item, list):
+            stack.extend((f"{path}[{index}]", child) for index, child in enumerate(item))
+    return value
+
+
+JsonData = Annotated[JsonValue, AfterValidator(_finite)]
+"""Any JSON value, with finite numbers only."""
+
+
 class RoleName(str):
     """A role string that can also be called, so ``msg.role`` and ``msg.role()`` agree.
 
@@ -92,7 +113,13 @@ ExtensionRole = Annotated[Literal["extension"], AfterValidator(RoleName)]
 
 
 class WireModel(BaseModel):
-    """Base of every wire model: aliases on output, names or aliases on input, extras kept."""
+    """Base of every wire model: aliases on output, extras kept.
+
+    Python code may construct models by field name (``stop_reason=...``);
+    records read from JSON or dicts (``model_validate``, :data:`AGENT_MESSAGE`)
+    are matched by wire name only, so an unknown key that happens to equal a
+    Python field name (``"turn"``) is kept as an unknown key.
+    """
 
     model_config = ConfigDict(
         extra="allow",
@@ -101,6 +128,26 @@ class WireModel(BaseModel):
         validate_by_alias=True,
         allow_inf_nan=False,
     )
+
+    @model_validator(mode="after")
+    def _finite_extras(self) -> WireModel:
+        if self.__pydantic_extra__:
+            _finite(self.__pydantic_extra__)
+        return self
+
+    @classmethod
+    def model_validate(cls, obj: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        """Validate a wire record (dict), matching keys by their wire names."""
+        kwargs.setdefault("by_alias", True)
+        kwargs.setdefault("by_name", False)
+        return super().model_validate(obj, **kwargs)
+
+    @classmethod
+    def model_validate_json(cls, json_data: str | bytes | bytearray, **kwargs: Any) -> Any:  # type: ignore[override]
+        """Validate a wire record (JSON text), matching keys by their wire names."""
+        kwargs.setdefault("by_alias", True)
+        kwargs.setdefault("by_name", False)
+        return super().model_validate_json(json_data, **kwargs)
 
 
 class StopReason(str, Enum):
@@ -221,7 +268,7 @@ class ToolCallContent(WireModel):
     type: Literal["toolCall"] = "toolCall"
     id: str
     name: str
-    arguments: JsonValue
+    arguments: JsonData
 
 
 Content = Annotated[
@@ -332,7 +379,7 @@ class ToolResultMessage(Message):
     tool_call_id: str = Field(alias="toolCallId")
     tool_name: str = Field(alias="toolName")
     content: list[Content]
-    is_error: bool = Field(alias="isError")
+    is_error: StrictBool = Field(alias="isError")
     timestamp: U64
 
 
@@ -343,10 +390,10 @@ class ExtensionMessage(WireModel):
 
     role: ExtensionRole = RoleName("extension")
     kind: str
-    data: JsonValue = None
+    data: JsonData = None
 
     @classmethod
-    def new(cls, kind: str, data: JsonValue = None) -> ExtensionMessage:
+    def new(cls, kind: str, data: JsonData = None) -> ExtensionMessage:
         """phi-core's ``ExtensionMessage::new``."""
         return cls(kind=kind, data=data)
 
@@ -378,8 +425,25 @@ AgentMessage = Annotated[
 ]
 """Any message an agent loop produces: the LLM lane or the extension lane."""
 
-AGENT_MESSAGE: TypeAdapter[Any] = TypeAdapter(AgentMessage)
+class WireAdapter:
+    """A pydantic TypeAdapter that reads wire records: keys matched by wire name only."""
+
+    __slots__ = ("adapter",)
+
+    def __init__(self, kind: Any) -> None:
+        self.adapter: TypeAdapter[Any] = TypeAdapter(kind)
+
+    def validate_python(self, value: Any) -> Any:
+        """Validate a dict (or list of dicts)."""
+        return self.adapter.validate_python(value, by_alias=True, by_name=False)
+
+    def validate_json(self, text: str | bytes | bytearray) -> Any:
+        """Validate JSON text."""
+        return self.adapter.validate_json(text, by_alias=True, by_name=False)
+
+
+AGENT_MESSAGE = WireAdapter(AgentMessage)
 """Validates one AgentMessage from a dict (``validate_python``) or JSON text (``validate_json``)."""
 
-AGENT_MESSAGES: TypeAdapter[list[Any]] = TypeAdapter(list[AgentMessage])
+AGENT_MESSAGES = WireAdapter(list[AgentMessage])
 """Validates a JSON array of AgentMessage in one pass."""

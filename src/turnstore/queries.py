@@ -352,6 +352,9 @@ def export_messages() -> sa.Select:
             messages.c.role,
             *(messages.c[name] for name in USAGE_COLUMNS),
             messages.c.cost,
+            messages.c.model,
+            messages.c.provider,
+            messages.c.timestamp,
         )
         .where(messages.c.session_id == bp("session_id"))
         .order_by(messages.c.id)

@@ -197,7 +197,7 @@ imports = sa.Table(
     sa.Column("format", sa.String, nullable=False),
     # The format of the verbatim source records kept with the messages (differs from
     # ``format`` when a turnstore export of an imported session is imported again).
-    sa.Column("source_format", sa.String, nullable=False),
+    sa.Column("source_format", sa.String, nullable=True),
     # The file (and line or row) the session was read from.
     sa.Column("origin", sa.String, nullable=False),
     # sha256 of the session's source records: equal digest, nothing to do.

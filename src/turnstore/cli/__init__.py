@@ -21,7 +21,7 @@ __all__ = ["cli", "main"]
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 1 error, 2 usage error)."""
     try:
-        cli.main(args=argv, prog_name="turnstore", standalone_mode=False)
+        code = cli.main(args=argv, prog_name="turnstore", standalone_mode=False)
     except click.exceptions.Exit as done:
         return done.exit_code
     except click.ClickException as error:
@@ -41,5 +41,5 @@ def main(argv: list[str] | None = None) -> int:
             raise
         click.echo(f"error: unexpected {type(error).__name__}: {error} (TURNSTORE_DEBUG=1 shows the traceback)", err=True)
         return 1
-    return 0
+    return code if isinstance(code, int) else 0
 

@@ -79,7 +79,7 @@ def check(settings: Settings) -> None:
         click.echo(f"ok: at {head}, tables match")
 
 
-@db.command()
+@db.command(context_settings={"ignore_unknown_options": True})
 @click.argument("revision")
 @shared_options
 @pass_settings

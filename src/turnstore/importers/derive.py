@@ -4,9 +4,8 @@
   message that asked for no tool).
 * A turn is one assistant message with the tool results that answer it, plus
   the user or steering messages just before it.
-* Messages outside any model call (a system prompt before the first user
-  message, extension records) keep the loop they fall in and no turn... unless
-  they sit inside an open turn, which they then join.
+* Side records (a system prompt, extension records) stay in the loop they
+  fall in; they join the open turn if there is one, else they have no turn.
 """
 
 from __future__ import annotations
@@ -14,44 +13,57 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["derive_positions"]
+__all__ = ["TurnDeriver", "asked_tools", "derive_positions"]
+
+
+class TurnDeriver:
+    """Walks one line of messages and says, for each, whether it opens a loop and which turn it is in."""
+
+    __slots__ = ("turn", "answered", "last_final", "open")
+
+    def __init__(self) -> None:
+        self.turn = 0
+        self.answered = False  # the current turn's model call has happened
+        self.last_final = False  # the last assistant message asked for no tool
+        self.open = False  # the current loop has had an LLM message
+
+    def step(self, role: str, asked_tools: bool = False) -> tuple[bool, int | None]:
+        """``(opens a new loop, turn index or None)`` for the next message of the line."""
+        if role == "user":
+            new_loop = self.last_final
+            if new_loop:
+                self.turn, self.answered, self.last_final = 0, False, False
+            elif self.answered:
+                self.turn, self.answered = self.turn + 1, False
+            self.open = True
+            return new_loop, self.turn
+        if role == "assistant":
+            if self.answered:
+                self.turn += 1
+            self.open = self.answered = True
+            self.last_final = not asked_tools
+            return False, self.turn
+        if role == "toolResult":
+            self.open = True
+            return False, self.turn
+        return False, self.turn if self.open and not self.last_final else None
 
 
 def derive_positions(roles: Sequence[tuple[str, bool]]) -> list[tuple[int, int | None]]:
-    """``(loop number from 0, turn index or None)`` for each message.
+    """``(loop number from 0, turn index or None)`` for each message of one linear history.
 
     Args:
         roles: per message, its role (``user``, ``assistant``, ``toolResult``,
             or anything else for side records) and, for assistants, whether it
             asked for tools.
     """
+    deriver = TurnDeriver()
+    loop = 0
     positions: list[tuple[int, int | None]] = []
-    loop, turn = 0, 0
-    turn_open = False  # the current turn has had any LLM message
-    turn_answered = False  # the current turn's model call has happened
-    last_final = False  # the last assistant was a final answer
-    started = False  # any LLM message seen yet
-    for role, asked_tools in roles:
-        if role == "user":
-            if last_final:
-                loop, turn, last_final = loop + 1, 0, False
-                turn_answered = False
-            elif turn_answered:
-                turn += 1
-                turn_answered = False
-            turn_open = started = True
-            positions.append((loop, turn))
-        elif role == "assistant":
-            if turn_answered:
-                turn += 1
-            turn_open = turn_answered = started = True
-            last_final = not asked_tools
-            positions.append((loop, turn))
-        elif role == "toolResult":
-            turn_open = started = True
-            positions.append((loop, turn))
-        else:
-            positions.append((loop, turn if turn_open and started and not last_final else None))
+    for role, tools in roles:
+        new_loop, turn = deriver.step(role, tools)
+        loop += new_loop
+        positions.append((loop, turn))
     return positions
 
 

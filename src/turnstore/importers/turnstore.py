@@ -149,7 +149,17 @@ def _message(value: dict[str, Any], place: str) -> MessageRow:
             usage = Usage.model_validate(value["usage"])
         except ValueError as error:
             raise InvalidRecord(place, f"invalid usage: {error}") from None
-    return MessageRow(message, loop_id, turn_index, source=_text(value.get("source")), usage=usage)
+    priced = value.get("priced_as") if isinstance(value.get("priced_as"), dict) else {}
+    timestamp = value.get("timestamp")
+    return MessageRow(
+        message,
+        loop_id,
+        turn_index,
+        source=_text(value.get("source")),
+        usage=usage,
+        priced_as=(_text(priced.get("model")), _text(priced.get("provider"))),
+        timestamp=timestamp if isinstance(timestamp, int) and not isinstance(timestamp, bool) else None,
+    )
 
 
 def _text(value: Any) -> str | None:

@@ -86,7 +86,7 @@ def write_bundle(
             {
                 "session_id": bundle.session_id,
                 "format": fmt,
-                "source_format": bundle.source_format or fmt,
+                "source_format": bundle.source_format if fmt == "turnstore" else fmt,
                 "origin": bundle.origin,
                 "digest": bundle.digest(fmt),
                 "imported_at": db.bind_time(utcnow()),

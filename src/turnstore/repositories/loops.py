@@ -134,6 +134,7 @@ class LoopRepository:
         tokens_before: int | None = None,
         usage: Usage | None = None,
         config: LoopConfig | Mapping[str, Any] | None = None,
+        started_at: datetime | None = None,
     ) -> Loop:
         """Start a compaction loop after ``loop_id``: its context is ``summary``, then the kept tail.
 
@@ -153,6 +154,7 @@ class LoopRepository:
                 parent_loop_id=loop_id,
                 continuation=ContinuationKind.COMPACTION,
                 keep_from=keep_from,
+                started_at=started_at,
             )
             self._messages.append(
                 ExtensionMessage(kind="compaction_summary", data=data),
@@ -160,6 +162,7 @@ class LoopRepository:
                 usage=usage,
                 model=loop.model,
                 provider=loop.provider,
+                timestamp=int(loop.started_at.timestamp() * 1000),
             )
         return loop
 

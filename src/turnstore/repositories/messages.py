@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -26,6 +25,7 @@ from ..models import (
     AssistantMessage,
     ExtensionMessage,
     Message,
+    TurnId,
     Usage,
     now_ms,
 )
@@ -76,6 +76,7 @@ class MessageRepository:
         usage: Usage | None = None,
         model: str | None = None,
         provider: str | None = None,
+        timestamp: int | None = None,
     ) -> int:
         """Append one message to a loop, in one transaction; returns its id.
 
@@ -91,13 +92,15 @@ class MessageRepository:
                 summary cost); assistant messages count their own ``usage``.
             model: the model that produced ``usage`` (for pricing it).
             provider: that model's provider.
+            timestamp: unix ms to date a message that has none of its own (extension
+                messages); default now.
 
         Raises:
             InvalidMessage: the message is invalid; nothing is written.
             TurnIdMismatch: its ``turnId`` disagrees with ``loop_id`` / ``turn_index``.
             LoopNotFound: no such loop.
         """
-        params = self._prepare(message, loop_id, turn_index, usage)
+        params = self._prepare(message, loop_id, turn_index, usage, timestamp)
         if usage is not None and params["model"] is None:
             params["model"], params["provider"] = model, provider
         statement = q.insert_message()
@@ -118,7 +121,7 @@ class MessageRepository:
             InvalidMessage / TurnIdMismatch: a message is invalid; nothing is written.
             LoopNotFound: no such loop.
         """
-        rows = [self._prepare(message, loop_id, turn_index, None) for message in messages]
+        rows = [self._prepare(message, loop_id, turn_index, None, None) for message in messages]
         if not rows:
             return []
         statement = q.insert_message()
@@ -134,7 +137,12 @@ class MessageRepository:
         return ids
 
     def _prepare(
-        self, message: MessageInput, loop_id: str | None, turn_index: int | None, usage: Usage | None
+        self,
+        message: MessageInput,
+        loop_id: str | None,
+        turn_index: int | None,
+        usage: Usage | None,
+        timestamp: int | None,
     ) -> dict[str, Any]:
         model = parse_message(message)
         role = model.role
@@ -155,12 +163,12 @@ class MessageRepository:
             raise InvalidMessage("append needs a loop_id (or a message with a turnId)", [("loop_id", "missing")])
         if turn_index is not None and (not isinstance(turn_index, int) or turn_index < 0):
             raise InvalidMessage(f"turn_index must be a non-negative integer, got {turn_index!r}", [("turn_index", "")])
-        text = dump_message(model)
         if turn is None and turn_index is not None and role != "extension":
             # Stamp the row's turn into the message, as phi-core would have.
-            text = f'{text[:-1]},"turnId":{{"loopId":{json.dumps(loop_id)},"turnIndex":{turn_index}}}}}'
+            model = model.model_copy(update={"turn": TurnId(loop_id=loop_id, turn_index=turn_index)})
+        text = dump_message(model)
         self._settings.limits.check_message(text)
-        return row_params(model, text, loop_id, turn_index, usage, timestamp=now_ms())
+        return row_params(model, text, loop_id, turn_index, usage, timestamp=timestamp or now_ms())
 
     def _lock_loop(self, loop_id: str) -> None:
         if self._db.fetchone(q.lock_loop(), {"loop_id": loop_id}) is None:

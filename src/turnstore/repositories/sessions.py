@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from .. import queries as q
@@ -30,16 +31,21 @@ class SessionRepository:
         title: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         exist_ok: bool = False,
+        created_at: datetime | None = None,
     ) -> Session:
         """Create a session; a UUID v4 id is minted when none is given.
+
+        ``created_at`` defaults to now (give it when recording a past conversation).
 
         Raises:
             AlreadyExists: the id is taken (unless ``exist_ok``, which returns the existing session).
         """
-        session_id = self._settings.limits.check_id("session_id", session_id or str(uuid.uuid4()))
+        if session_id is None:
+            session_id = str(uuid.uuid4())
+        self._settings.limits.check_id("session_id", session_id)
         if metadata is not None and not isinstance(metadata, Mapping):
             raise InvalidMessage("session metadata must be a JSON object", [("metadata", "not an object")])
-        now = utcnow()
+        now = created_at or utcnow()
         params = {
             "session_id": session_id,
             "agent_id": agent_id,

@@ -1,0 +1,165 @@
+"""Entry trees (pi, Tau, yoagent sessions) into loop trees.
+
+Tree formats store one entry per line with an ``id`` and a ``parent id``; a
+session's branches share their common history. turnstore stores that shared
+history once and turns the tree into loops:
+
+* Walking depth first (children in file order), the first child of an entry
+  continues its line; every further child starts a ``branch`` loop that forks
+  after the parent entry.
+* Along a line, loops are cut where a user prompt follows a final answer
+  (``default`` continuation of the loop before), and turns are derived as in
+  :mod:`turnstore.importers.derive`.
+* A ``compaction`` entry opens a ``compaction`` loop: its summary is the first
+  message, and ``keep_from`` points at the first kept entry.
+* A ``branch_summary`` entry opens a ``branch`` loop that starts with the summary.
+* Every other entry becomes a message (or an extension message) of the loop it
+  falls in.
+
+An entry whose parent is not in the file is malformed (its descendants too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from ..models import ExtensionMessage, Message, Usage
+from .base import LoopRow, MessageRow, RecordError, SessionBundle
+from .derive import TurnDeriver, asked_tools
+
+__all__ = ["Node", "build_loops"]
+
+COMPACTION = "compaction"
+BRANCH_SUMMARY = "branch_summary"
+
+
+@dataclass
+class Node:
+    """One tree entry, already converted to the message it becomes."""
+
+    id: str
+    parent_id: str | None
+    message: Message | ExtensionMessage
+    source: str
+    place: str
+    opens: str | None = None
+    """``compaction`` or ``branch_summary`` when the entry opens a loop of its own."""
+    keep_from_id: str | None = None
+    """Compaction entries: the id of the first entry kept after the summary."""
+    usage: Usage | None = None
+    priced_as: tuple[str | None, str | None] = (None, None)
+    timestamp: int | None = None
+    config: dict[str, object] | None = None
+    """Model settings in force at this entry (from model_change entries), for the loops it opens."""
+    children: list[Node] = field(default_factory=list)
+
+
+class _Line:
+    """The loop a walk is filling, and how its turns are counted."""
+
+    __slots__ = ("loop", "deriver")
+
+    def __init__(self, loop: LoopRow) -> None:
+        self.loop = loop
+        self.deriver = TurnDeriver()
+
+
+def build_loops(bundle: SessionBundle, nodes: Iterable[Node], loop_prefix: str) -> None:
+    """Fill ``bundle.loops`` and ``bundle.messages`` from tree entries (in file order).
+
+    Loop ids are ``{loop_prefix}.{N}``, numbered in walk order.
+    """
+    ordered = list(nodes)
+    by_id: dict[str, Node] = {}
+    for node in ordered:
+        if node.id in by_id:
+            bundle.errors.append(RecordError(node.place, f"duplicate entry id {node.id!r}"))
+            continue
+        by_id[node.id] = node
+    roots: list[Node] = []
+    for node in by_id.values():
+        if node.parent_id is None:
+            roots.append(node)
+        elif node.parent_id in by_id:
+            by_id[node.parent_id].children.append(node)
+        else:
+            bundle.errors.append(RecordError(node.place, f"parent entry {node.parent_id!r} is not in the file"))
+    row_of: dict[str, int] = {}
+    counter = [0]
+
+    def new_loop(kind: str, parent: LoopRow | None, fork_node: Node | None, config: dict[str, object] | None) -> _Line:
+        counter[0] += 1
+        loop = LoopRow(
+            loop_id=f"{loop_prefix}.{counter[0]}",
+            parent_loop_id=parent.loop_id if parent else None,
+            continuation_kind=kind if parent else "initial",
+            fork_after=row_of.get(fork_node.id) if fork_node is not None else None,
+            config=dict(config) if config else None,
+        )
+        bundle.loops.append(loop)
+        return _Line(loop)
+
+    # Iterative depth-first walk: histories are thousands of entries deep.
+    stack: list[tuple[Node, _Line | None, bool, Node | None]] = [(root, None, False, None) for root in reversed(roots)]
+    while stack:
+        node, line, branching, parent = stack.pop()
+        line = _place(node, line, branching, parent, new_loop, bundle, row_of)
+        for index in range(len(node.children) - 1, -1, -1):
+            # The first child continues this line; later children branch off after this node.
+            stack.append((node.children[index], line, index > 0, node))
+    _attach_configs(bundle)
+
+
+def _place(  # type: ignore[no-untyped-def]
+    node: Node,
+    line: _Line | None,
+    branching: bool,
+    parent: Node | None,
+    new_loop,
+    bundle: SessionBundle,
+    row_of: dict[str, int],
+) -> _Line:
+    """Put one entry into a loop (opening a loop first when needed); returns the line it continues."""
+    base = line
+    message = node.message
+    role = str(message.role)
+    if node.opens == COMPACTION:
+        line = new_loop("compaction", base.loop if base else None, parent, node.config)
+        line.loop.keep_from = row_of.get(node.keep_from_id) if node.keep_from_id else None
+    elif node.opens == BRANCH_SUMMARY or branching:
+        line = new_loop("branch", base.loop if base else None, parent, node.config)
+    elif line is None:
+        line = new_loop("initial", None, None, node.config)
+    opens_loop, turn = line.deriver.step(role, asked_tools(message))
+    if opens_loop:
+        line = new_loop("default", line.loop, None, node.config)
+        _, turn = line.deriver.step(role, asked_tools(message))
+    if node.opens is not None:
+        turn = None
+    row_of[node.id] = len(bundle.messages)
+    bundle.messages.append(
+        MessageRow(
+            message=message,
+            loop_id=line.loop.loop_id,
+            turn_index=turn,
+            source=node.source,
+            usage=node.usage,
+            priced_as=node.priced_as,
+            ref=node.id,
+            timestamp=node.timestamp,
+        )
+    )
+    return line
+
+
+def _attach_configs(bundle: SessionBundle) -> None:
+    """Loops without a known config take the model and provider of their first assistant message."""
+    first: dict[str, Message] = {}
+    for row in bundle.messages:
+        if str(row.message.role) == "assistant":
+            first.setdefault(row.loop_id, row.message)  # type: ignore[arg-type]
+    for loop in bundle.loops:
+        message = first.get(loop.loop_id)
+        if loop.config is None and message is not None:
+            loop.config = {"model": message.model, "provider": message.provider}  # type: ignore[attr-defined]

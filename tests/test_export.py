@@ -1,0 +1,325 @@
+"""store.export(session_id, fmt, file): phi-core's two forms and turnstore's lossless JSONL (DESIGN §7)."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from factories import assistant, extension, tool_result, usage, user
+
+from turnstore import SessionNotFound, StopReason, Store, parse_message
+
+FIXTURES = Path(__file__).parent / "fixtures" / "phi_core"
+ARRAY = FIXTURES / "messages" / "save_messages.json"
+SESSIONS = FIXTURES / "sessions"
+MAIN = "5b6f0d3c-8e21-4a7b-9c44-2f1e7a9d0b63"
+CHILD = "c0ffee00-1d2e-4f3a-8b5c-6d7e8f9a0b1c"
+
+# phi-core's StopReason values (formats.md §1.2): no "refusal".
+PHI_STOP_REASONS = {
+    "stop", "length", "toolUse", "error", "aborted", "maxTurns",
+    "userStop", "handoff", "guardRail", "contextCompacted", "paused",
+}  # fmt: skip
+PHI_USAGE_KEYS = {"input", "output", "reasoning", "cache_read", "cache_write", "total_tokens"}
+LOOP_RECORD_KEYS = {
+    "loop_id", "session_id", "agent_id", "parent_loop_id", "continuation_kind", "started_at", "ended_at",
+    "status", "rejection", "config", "messages", "turns", "usage", "metadata", "events",
+    "children_loop_ids", "child_loop_refs", "parallel_group",
+}  # fmt: skip
+RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z$")
+
+
+def is_u64(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def assert_phi_core_content(block: dict[str, Any]) -> None:
+    kind = block["type"]
+    if kind == "text":
+        assert isinstance(block["text"], str)
+    elif kind == "image":
+        assert isinstance(block["data"], str) and isinstance(block["mimeType"], str)
+    elif kind == "thinking":
+        assert isinstance(block["thinking"], str)
+        assert isinstance(block.get("signature", ""), str)
+    elif kind == "toolCall":
+        assert isinstance(block["id"], str) and isinstance(block["name"], str) and "arguments" in block
+    else:
+        raise AssertionError(f"content type {kind!r} is not phi-core's")
+
+
+def assert_phi_core_message(message: dict[str, Any]) -> None:
+    """What phi-core's serde definitions (formats.md §1.2-1.3) accept, checked independently of turnstore's models."""
+    role = message["role"]
+    if role == "extension":
+        assert isinstance(message["kind"], str) and "data" in message
+        return
+    assert role in {"user", "assistant", "toolResult"}, role
+    assert is_u64(message["timestamp"])
+    for block in message["content"]:
+        assert_phi_core_content(block)
+    if "turnId" in message:
+        assert isinstance(message["turnId"]["loopId"], str) and is_u64(message["turnId"]["turnIndex"])
+    if role == "assistant":
+        assert message["stopReason"] in PHI_STOP_REASONS
+        assert isinstance(message["model"], str) and isinstance(message["provider"], str)
+        assert {"input", "output"} <= set(message["usage"]) and all(
+            is_u64(message["usage"][key]) for key in PHI_USAGE_KEYS & set(message["usage"])
+        )
+        assert "errorMessage" not in message
+    if role == "toolResult":
+        assert isinstance(message["toolCallId"], str) and isinstance(message["toolName"], str)
+        assert isinstance(message["isError"], bool)
+
+
+def build_session(store: Store) -> dict[str, Any]:
+    """An API-built session: two loops, a branch, a compaction, a refusal, an extension message."""
+    sid = store.sessions.create("api-session", agent_id="agent-9", title="Built through the API").session_id
+    first = store.loops.start(sid, config={"model": "claude-sonnet-4-5", "provider": "anthropic"})
+    store.messages.append_turn(first.loop_id, 0, [
+        user("run the tests", 1_000),
+        assistant("running", calls=("c1",), thinking="pytest first", signature="sig/+=", timestamp=2_000),
+        tool_result("c1", "3 passed", timestamp=3_000),
+    ])
+    store.messages.append(extension("status_update", {"status": "running"}), loop_id=first.loop_id)
+    store.messages.append_turn(first.loop_id, 1, [assistant("all green", u=usage(200, 20, cache_read=800), timestamp=4_000)])
+    store.loops.end(first.loop_id)
+    second = store.loops.start(sid, config={"model": "claude-sonnet-4-5", "provider": "anthropic"})
+    prompt, refusal = store.messages.append_turn(second.loop_id, 0, [
+        user("now delete prod", 5_000),
+        assistant("I can't help with that.", stop=StopReason.REFUSAL, timestamp=6_000),
+    ])
+    store.loops.end(second.loop_id)
+    branch = store.loops.start(sid, config={"model": "gpt-5", "provider": "openai"}, parent_loop_id=second.loop_id,
+                               continuation="branch", fork_after=prompt)
+    store.messages.append_turn(branch.loop_id, 0, [assistant("No.", model="gpt-5", provider="openai", timestamp=7_000)])
+    store.loops.end(branch.loop_id, "aborted")
+    compaction = store.loops.compact(second.loop_id, "they asked to delete prod; refused", usage=usage(400, 30))
+    return {"sid": sid, "loops": [first.loop_id, second.loop_id, branch.loop_id, compaction.loop_id], "refusal": refusal}
+
+
+@pytest.fixture
+def api_session(store: Store) -> dict[str, Any]:
+    return build_session(store)
+
+
+# --- phi-core: save_messages() array ------------------------------------------------------
+
+
+def test_phi_core_export_of_imported_array_gives_back_the_source(store: Store) -> None:
+    report = store.import_("phi-core", ARRAY)
+
+    exported = json.loads(store.export(report.sessions_written[0], "phi-core"))
+
+    assert exported == json.loads(ARRAY.read_text(encoding="utf-8"))
+
+
+def test_phi_core_export_of_imported_session_files_is_the_loops_messages(store: Store) -> None:
+    store.import_("phi-core", SESSIONS)
+    source = json.loads((SESSIONS / f"{MAIN}.json").read_text(encoding="utf-8"))
+
+    exported = json.loads(store.export(MAIN, "phi-core"))
+
+    assert exported == [message for loop in source["loops"] for message in loop["messages"]]
+
+
+def test_phi_core_export_of_api_session_is_loadable_by_phi_core(store: Store, api_session: dict[str, Any]) -> None:
+    exported = json.loads(store.export(api_session["sid"], "phi-core"))
+
+    assert isinstance(exported, list)
+    for message in exported:
+        assert_phi_core_message(message)
+        parse_message(message)  # and turnstore reads it back
+    stored = list(store.messages.records(api_session["sid"]))
+    assert len(exported) == len(stored)
+    assert [m["role"] for m in exported] == [str(m.message.role) for m in stored]  # in order
+
+
+def test_phi_core_export_maps_refusal_to_guard_rail(store: Store, api_session: dict[str, Any]) -> None:
+    exported = json.loads(store.export(api_session["sid"], "phi-core"))
+
+    refusal = next(m for m in exported if m["role"] == "assistant" and m["content"][0].get("text") == "I can't help with that.")
+    assert refusal["stopReason"] == "guardRail"
+    # the store itself still knows it was a refusal
+    assert store.messages.get(api_session["refusal"]).message.stop_reason == StopReason.REFUSAL
+
+
+def test_phi_core_export_keeps_turn_ids_signatures_and_extensions(store: Store, api_session: dict[str, Any]) -> None:
+    first = api_session["loops"][0]
+
+    exported = json.loads(store.export(api_session["sid"], "phi-core"))
+
+    assert exported[0]["turnId"] == {"loopId": first, "turnIndex": 0}
+    assert exported[1]["content"][0] == {"type": "thinking", "thinking": "pytest first", "signature": "sig/+="}
+    assert exported[3] == {"role": "extension", "kind": "status_update", "data": {"status": "running"}}
+
+
+def test_phi_core_export_of_imported_yoagent_spellings_is_loadable(store: Store, tmp_path: Path) -> None:
+    path = tmp_path / "yo.json"
+    path.write_text(json.dumps([
+        {"content": [{"text": "hi", "type": "text"}], "role": "user", "timestamp": 1},
+        {"content": [{"text": "no", "type": "text"}], "model": "m", "provider": "p", "role": "assistant",
+         "stopReason": "refusal", "timestamp": 2,
+         "usage": {"input": 5, "output": 1, "cacheRead": 3, "cacheWrite": 0, "totalTokens": 9}},
+    ]), encoding="utf-8")  # fmt: skip
+    store.import_("phi-core", path)
+
+    exported = json.loads(store.export("yo", "phi-core"))
+
+    for message in exported:
+        assert_phi_core_message(message)
+    assert exported[1]["stopReason"] == "guardRail"
+    assert exported[1]["usage"]["cache_read"] == 3
+
+
+# --- phi-core-session --------------------------------------------------------------------
+
+
+def test_phi_core_session_export_of_imported_files_gives_back_the_source(store: Store) -> None:
+    store.import_("phi-core", SESSIONS)
+
+    for session_id in (MAIN, CHILD):
+        exported = json.loads(store.export(session_id, "phi-core-session"))
+        assert exported == json.loads((SESSIONS / f"{session_id}.json").read_text(encoding="utf-8"))
+
+
+def test_phi_core_session_export_of_api_session(store: Store, api_session: dict[str, Any]) -> None:
+    first, second, branch, compaction = api_session["loops"]
+
+    exported = json.loads(store.export(api_session["sid"], "phi-core-session"))
+
+    assert exported["session_id"] == api_session["sid"]
+    assert exported["agent_id"] == "agent-9"
+    assert RFC3339.match(exported["created_at"]) and RFC3339.match(exported["last_active_at"])
+    records = {record["loop_id"]: record for record in exported["loops"]}
+    assert list(records) == [loop.loop_id for loop in store.loops.list(api_session["sid"])]
+    for record in records.values():
+        assert LOOP_RECORD_KEYS <= set(record)
+        assert record["session_id"] == api_session["sid"]
+        assert RFC3339.match(record["started_at"])
+        for message in record["messages"]:
+            assert_phi_core_message(message)
+
+    assert [records[lid]["continuation_kind"] for lid in (first, second, compaction)] == ["Initial", "Default", "Compaction"]
+    branch_kind = records[branch]["continuation_kind"]
+    assert list(branch_kind) == ["Branch"] and RFC3339.match(branch_kind["Branch"]["tag"])
+    assert [records[lid]["status"] for lid in (first, second, branch, compaction)] == [
+        "Completed", "Completed", "Aborted", "Running",
+    ]  # fmt: skip
+    assert records[second]["parent_loop_id"] == first and records[branch]["parent_loop_id"] == second
+    assert records[branch]["config"]["model"] == "gpt-5" and records[branch]["config"]["provider"] == "openai"
+    assert records[first]["config"]["config_id"] == "anthropic.claude-sonnet-4-5"
+
+
+def test_phi_core_session_export_messages_and_usage_per_loop(store: Store, api_session: dict[str, Any]) -> None:
+    exported = json.loads(store.export(api_session["sid"], "phi-core-session"))
+
+    for record in exported["loops"]:
+        loop_id = record["loop_id"]
+        canonical = [m.model_dump(mode="json") for m in store.messages.loop(loop_id)]
+        expected_messages = [
+            {**m, "stopReason": "guardRail"} if m.get("stopReason") == "refusal" else m for m in canonical
+        ]
+        assert record["messages"] == expected_messages
+        totals = store.usage.loop(loop_id)
+        assert record["usage"] == {key: getattr(totals, key) for key in PHI_USAGE_KEYS}
+    by_id = {record["loop_id"]: record for record in exported["loops"]}
+    first, _, _, compaction = api_session["loops"]
+    assert by_id[first]["usage"] == {
+        "input": 300, "output": 30, "reasoning": 0, "cache_read": 800, "cache_write": 0, "total_tokens": 1130,
+    }  # fmt: skip
+    assert by_id[compaction]["usage"]["input"] == 400  # the summary's own cost
+
+
+# --- turnstore JSONL ---------------------------------------------------------------------
+
+
+def test_turnstore_export_lines(store: Store, api_session: dict[str, Any]) -> None:
+    text = store.export(api_session["sid"], "turnstore")
+
+    assert text.endswith("\n")
+    records = [json.loads(line) for line in text.splitlines()]
+    loops = store.loops.list(api_session["sid"])
+    stored = list(store.messages.records(api_session["sid"]))
+    assert [r["type"] for r in records] == ["session"] + ["loop"] * len(loops) + ["message"] * len(stored)
+
+    header = records[0]
+    assert header["format"] == "turnstore" and header["version"] == 1
+    assert (header["session_id"], header["agent_id"], header["title"]) == (api_session["sid"], "agent-9", "Built through the API")
+
+    loop_lines = records[1 : 1 + len(loops)]
+    assert [r["loop_id"] for r in loop_lines] == [loop.loop_id for loop in loops]
+    branch_line = next(r for r in loop_lines if r["continuation_kind"] == "branch")
+    assert branch_line["fork_after"] == store.loops.get(api_session["loops"][2]).fork_after
+
+    message_lines = records[1 + len(loops) :]
+    assert [(r["id"], r["loop_id"], r["turn_index"], r["seq"]) for r in message_lines] == [
+        (m.id, m.loop_id, m.turn_index, m.seq) for m in stored
+    ]
+    assert [r["message"] for r in message_lines] == [m.message.model_dump(mode="json") for m in stored]
+    # the refusal stays a refusal in the lossless format
+    assert any(r["message"].get("stopReason") == "refusal" for r in message_lines)
+    summary = next(r for r in message_lines if r["message"].get("kind") == "compaction_summary")
+    assert summary["usage"]["input"] == 400 and summary["usage"]["output"] == 30
+
+
+def test_turnstore_export_keeps_source_records(store: Store) -> None:
+    store.import_("phi-core", ARRAY)
+    records = json.loads(ARRAY.read_text(encoding="utf-8"))
+
+    lines = [json.loads(line) for line in store.export("3f1c9a2e-7b4d-4c1e-9a55-0d2f6b8e1a77", "turnstore").splitlines()]
+
+    assert lines[0]["source_format"] == "phi-core"
+    assert [json.loads(r["source"]) for r in lines if r["type"] == "message"] == records
+
+
+# --- where the text goes, and errors -------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["phi-core", "phi-core-session", "turnstore"])
+def test_export_to_path_and_file_object_match_the_returned_text(
+    store: Store, api_session: dict[str, Any], tmp_path: Path, fmt: str
+) -> None:
+    text = store.export(api_session["sid"], fmt)
+    path = tmp_path / "out.txt"
+    buffer = io.StringIO()
+
+    assert store.export(api_session["sid"], fmt, path) is None
+    assert store.export(api_session["sid"], fmt, str(path) + ".2") is None
+    assert store.export(api_session["sid"], fmt, buffer) is None
+
+    assert path.read_text(encoding="utf-8") == text
+    assert Path(str(path) + ".2").read_text(encoding="utf-8") == text
+    assert buffer.getvalue() == text
+    assert text.strip()
+
+
+def test_export_of_empty_session(store: Store) -> None:
+    sid = store.sessions.create("empty").session_id
+
+    assert json.loads(store.export(sid, "phi-core")) == []
+    assert json.loads(store.export(sid, "phi-core-session"))["loops"] == []
+    assert [json.loads(line)["type"] for line in store.export(sid, "turnstore").splitlines()] == ["session"]
+
+
+def test_unknown_format_is_a_value_error(store: Store, api_session: dict[str, Any], tmp_path: Path) -> None:
+    target = tmp_path / "never.json"
+
+    with pytest.raises(ValueError, match="yaml"):
+        store.export(api_session["sid"], "yaml", target)
+    assert not target.exists()
+
+
+@pytest.mark.parametrize("fmt", ["phi-core", "phi-core-session", "turnstore"])
+def test_unknown_session_is_session_not_found(store: Store, tmp_path: Path, fmt: str) -> None:
+    target = tmp_path / "never.json"
+
+    with pytest.raises(SessionNotFound):
+        store.export("no-such-session", fmt)
+    with pytest.raises(SessionNotFound):
+        store.export("no-such-session", fmt, target)
+    assert not target.exists()

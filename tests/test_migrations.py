@@ -1,0 +1,423 @@
+"""The Alembic migrations and how a store applies them: written by hand, no pytest-alembic plugin.
+
+Covers the three classic checks (one head, upgrade equals the models, up/down/up),
+then what :class:`turnstore.Store` does on open: upgrade by default, refuse an
+out-of-date database with ``auto_upgrade=False`` and a database newer than the
+code always, survive concurrent first opens, and set up SQLite connections.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import re
+import shlex
+import sqlite3
+import stat
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from alembic.script import ScriptDirectory
+from factories import assistant, user
+
+import turnstore
+from turnstore import Store, migrate
+from turnstore.engine import create_engine, resolve_url
+
+REPO = Path(__file__).resolve().parents[1]
+TABLES = {"sessions", "loops", "messages", "imports"}
+
+
+@pytest.fixture
+def engine(db_path: Path) -> Iterator[sa.Engine]:
+    """A turnstore engine on a new SQLite file, nothing migrated yet."""
+    created = create_engine(str(db_path))
+    yield created
+    created.dispose()
+
+
+def table_names(path: Path) -> set[str]:
+    """The tables in a SQLite file, read with a plain sqlite3 connection."""
+    connection = sqlite3.connect(path)
+    try:
+        rows = connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    finally:
+        connection.close()
+    return {name for (name,) in rows}
+
+
+def version_rows(path: Path) -> list[str]:
+    """Every row of ``alembic_version``, read with a plain sqlite3 connection."""
+    connection = sqlite3.connect(path)
+    try:
+        return [rev for (rev,) in connection.execute("SELECT version_num FROM alembic_version").fetchall()]
+    finally:
+        connection.close()
+
+
+def stamp_unknown_revision(path: Path, revision: str = "9999") -> None:
+    """Make ``path`` look like a database migrated by a newer turnstore."""
+    connection = sqlite3.connect(path)
+    try:
+        with connection:
+            connection.execute("CREATE TABLE IF NOT EXISTS alembic_version (version_num VARCHAR(32) NOT NULL PRIMARY KEY)")
+            connection.execute("DELETE FROM alembic_version")
+            connection.execute("INSERT INTO alembic_version (version_num) VALUES (?)", (revision,))
+    finally:
+        connection.close()
+
+
+def write_and_read_back(store: Store) -> None:
+    """Write a session, a loop and one turn, and read them back."""
+    session = store.sessions.create(title="after upgrade")
+    loop = store.loops.start(session.session_id, config={"model": "claude-sonnet-4-5", "provider": "anthropic"})
+    store.messages.append_turn(loop.loop_id, 0, [user("hello"), assistant("hi there")])
+    assert store.sessions.get(session.session_id).title == "after upgrade"
+    turn = store.messages.turn(loop.loop_id, 0)
+    assert [m.role for m in turn.messages] == ["user", "assistant"]
+    assert store.usage.session(session.session_id).input == 100
+
+
+# --- the migration scripts ---------------------------------------------------------
+
+
+def test_single_head() -> None:
+    heads = ScriptDirectory.from_config(migrate.alembic_config()).get_heads()
+    assert len(heads) == 1
+    assert heads[0] == migrate.head()
+
+
+def test_script_location_is_the_repo_folder_in_an_editable_install() -> None:
+    # The editable install's package (src/turnstore) has no migrations/; the
+    # locator must fall back to the repository's top-level folder.
+    location = migrate.script_location()
+    assert Path(location) == REPO / "migrations"
+    assert (Path(location) / "env.py").is_file()
+
+
+def test_upgrade_matches_the_models(engine: sa.Engine, db_path: Path) -> None:
+    assert migrate.current(engine) is None
+    migrate.upgrade(engine)
+    assert migrate.current(engine) == migrate.head()
+    assert TABLES <= table_names(db_path)
+    assert migrate.check(engine) == []
+
+
+def test_check_finds_a_difference(engine: sa.Engine) -> None:
+    # check() must be able to fail: on a database missing one of the models' indexes it reports it.
+    migrate.upgrade(engine)
+    with engine.begin() as connection:
+        connection.exec_driver_sql("DROP INDEX ix_sessions_agent_id")
+    differences = migrate.check(engine)
+    assert differences
+    assert "ix_sessions_agent_id" in str(differences)
+
+
+def test_upgrade_downgrade_upgrade(engine: sa.Engine, db_path: Path) -> None:
+    migrate.upgrade(engine)
+    with Store(db_path) as store:
+        store.sessions.create(title="before downgrade")
+
+    migrate.downgrade(engine, "base")
+    assert migrate.current(engine) is None
+    assert table_names(db_path).isdisjoint(TABLES)
+
+    migrate.upgrade(engine)
+    assert migrate.current(engine) == migrate.head()
+    assert migrate.check(engine) == []
+    with Store(db_path, auto_upgrade=False) as store:
+        # The downgrade dropped the old data; the re-created tables work.
+        assert store.sessions.count() == 0
+        write_and_read_back(store)
+
+
+def test_upgrade_twice_is_a_no_op(engine: sa.Engine, db_path: Path) -> None:
+    migrate.upgrade(engine)
+    migrate.upgrade(engine)
+    assert version_rows(db_path) == [migrate.head()]
+
+
+def test_downgrade_to_unknown_revision_raises_schema_error(engine: sa.Engine) -> None:
+    migrate.upgrade(engine)
+    with pytest.raises(turnstore.SchemaError, match="nonexistent"):
+        migrate.downgrade(engine, "nonexistent")
+    assert migrate.current(engine) == migrate.head()
+
+
+def test_upgrade_to_unknown_revision_raises_schema_error(engine: sa.Engine) -> None:
+    with pytest.raises(turnstore.SchemaError, match="nonexistent"):
+        migrate.upgrade(engine, "nonexistent")
+
+
+# --- opening a store ----------------------------------------------------------------
+
+
+def test_store_upgrades_a_new_database_by_default(db_path: Path) -> None:
+    assert not db_path.exists()
+    with Store(db_path) as store:
+        assert store.schema_version() == migrate.head()
+        assert migrate.check(store.engine) == []
+        write_and_read_back(store)
+    assert version_rows(db_path) == [migrate.head()]
+
+
+def test_store_upgrade_and_schema_version(db_path: Path) -> None:
+    with Store(db_path) as store:
+        migrate.downgrade(store.engine, "base")
+        assert store.schema_version() is None
+        store.upgrade()
+        assert store.schema_version() == migrate.head()
+        store.upgrade()  # already at head: nothing to do
+        assert store.schema_version() == migrate.head()
+        write_and_read_back(store)
+
+
+def test_store_upgrade_to_unknown_revision_raises_schema_error(store: Store) -> None:
+    with pytest.raises(turnstore.SchemaError):
+        store.upgrade("nonexistent")
+    assert store.schema_version() == migrate.head()
+
+
+def assert_names_upgrade_command(message: str) -> None:
+    assert re.search(r"\bturnstore\b.*\bdb upgrade\b", message), message
+
+
+def test_no_auto_upgrade_refuses_an_empty_database(db_path: Path) -> None:
+    with pytest.raises(turnstore.SchemaOutOfDate) as raised:
+        Store(db_path, auto_upgrade=False)
+    assert_names_upgrade_command(str(raised.value))
+    assert migrate.head() in str(raised.value)
+    assert isinstance(raised.value, turnstore.SchemaError)
+    assert table_names(db_path) == set()
+
+
+def test_no_auto_upgrade_refuses_a_database_behind_head(engine: sa.Engine, db_path: Path) -> None:
+    # An "old" database: migrated once, then taken back to base (only alembic_version left).
+    migrate.upgrade(engine)
+    migrate.downgrade(engine, "base")
+    with pytest.raises(turnstore.SchemaOutOfDate) as raised:
+        Store(db_path, auto_upgrade=False)
+    assert_names_upgrade_command(str(raised.value))
+    assert table_names(db_path).isdisjoint(TABLES)
+    assert migrate.current(engine) is None
+
+
+def test_out_of_date_message_gives_a_runnable_command(tmp_path: Path) -> None:
+    # The command in the message must work when pasted into a shell, even for a path with a space.
+    db_path = tmp_path / "my agent" / "store.db"
+    with pytest.raises(turnstore.SchemaOutOfDate) as raised:
+        Store(db_path, auto_upgrade=False)
+    command = str(raised.value).rsplit("run: ", 1)[1]
+    argv = shlex.split(command)
+    assert argv[0] == "turnstore"
+    assert argv[-2:] == ["db", "upgrade"]
+    if "--db" in argv:
+        assert resolve_url(argv[argv.index("--db") + 1]) == resolve_url(db_path)
+
+
+def test_out_of_date_message_hides_the_password(engine: sa.Engine) -> None:
+    # Store() passes its full URL to ensure_schema; exercised here on a SQLite engine so no server is needed.
+    url = "postgresql+psycopg://agent:s3cret-pw@db.example:5432/agents"
+    with pytest.raises(turnstore.SchemaOutOfDate) as raised:
+        migrate.ensure_schema(engine, auto_upgrade=False, url=url)
+    assert_names_upgrade_command(str(raised.value))
+    assert "s3cret-pw" not in str(raised.value)
+
+
+def test_no_auto_upgrade_opens_a_database_at_head(db_path: Path) -> None:
+    Store(db_path).close()
+    with Store(db_path, auto_upgrade=False) as store:
+        assert store.schema_version() == migrate.head()
+
+
+def test_store_refuses_a_database_from_a_newer_turnstore(db_path: Path) -> None:
+    Store(db_path).close()
+    stamp_unknown_revision(db_path)
+    with pytest.raises(turnstore.SchemaTooNew, match="9999"):
+        Store(db_path)
+    with pytest.raises(turnstore.SchemaTooNew):
+        Store(db_path, auto_upgrade=False)
+    assert version_rows(db_path) == ["9999"]
+
+
+def test_store_refuses_a_newer_database_that_has_no_tables(db_path: Path) -> None:
+    # Not "out of date" (which would upgrade it): unknown revisions are refused before anything runs.
+    stamp_unknown_revision(db_path)
+    with pytest.raises(turnstore.SchemaTooNew):
+        Store(db_path)
+    assert table_names(db_path) == {"alembic_version"}
+    assert version_rows(db_path) == ["9999"]
+
+
+def test_migrate_upgrade_refuses_a_database_from_a_newer_turnstore(engine: sa.Engine, db_path: Path) -> None:
+    migrate.upgrade(engine)
+    stamp_unknown_revision(db_path)
+    with pytest.raises(turnstore.SchemaTooNew):
+        migrate.upgrade(engine)
+    assert version_rows(db_path) == ["9999"]
+
+
+# --- concurrent first opens ------------------------------------------------------
+
+
+def empty_wal_database(path: Path) -> None:
+    """An empty database file (no tables) already in WAL mode.
+
+    The concurrent-open tests start from this rather than from no file at all:
+    switching a brand-new file to WAL races (see
+    ``test_store_waits_for_a_writer_on_a_new_database``), and these tests are
+    about the migrations racing, which this leaves fully in play.
+    """
+    connection = sqlite3.connect(path)
+    try:
+        assert connection.execute("PRAGMA journal_mode=wal").fetchone() == ("wal",)
+    finally:
+        connection.close()
+
+
+def test_two_threads_open_a_new_database_at_once(db_path: Path) -> None:
+    empty_wal_database(db_path)
+    barrier = threading.Barrier(2)
+    versions: list[str | None] = []
+    errors: list[BaseException] = []
+
+    def open_store() -> None:
+        try:
+            barrier.wait(timeout=30)
+            with Store(db_path) as store:
+                versions.append(store.schema_version())
+        except BaseException as error:  # reported below, in the test's thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=open_store) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert errors == []
+    assert versions == [migrate.head(), migrate.head()]
+    assert version_rows(db_path) == [migrate.head()]
+    with Store(db_path, auto_upgrade=False) as store:
+        assert migrate.check(store.engine) == []
+
+
+def _open_in_process(path: str, barrier: multiprocessing.synchronize.Barrier, results: multiprocessing.Queue) -> None:
+    try:
+        barrier.wait(timeout=60)
+        with Store(path) as store:
+            results.put(("ok", store.schema_version()))
+    except BaseException as error:  # sent to the parent, which asserts on it
+        results.put(("error", f"{type(error).__name__}: {error}"))
+
+
+def test_processes_open_a_new_database_at_once(db_path: Path) -> None:
+    # Separate processes do not share migrate's in-process lock: only the database's own lock serializes them.
+    empty_wal_database(db_path)
+    # fork where there is one: the children need not import turnstore again (seconds on a loaded machine).
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    context = multiprocessing.get_context(method)
+    count = 3
+    barrier = context.Barrier(count)
+    results = context.Queue()
+    processes = [context.Process(target=_open_in_process, args=(str(db_path), barrier, results)) for _ in range(count)]
+    for process in processes:
+        process.start()
+    outcomes = [results.get(timeout=120) for _ in processes]
+    for process in processes:
+        process.join(timeout=60)
+    assert outcomes == [("ok", migrate.head())] * count
+    assert [process.exitcode for process in processes] == [0] * count
+    assert version_rows(db_path) == [migrate.head()]
+
+
+def test_store_waits_for_a_writer_on_a_new_database(db_path: Path) -> None:
+    # Another connection (another process, in real life) holds the write lock on the new file briefly.
+    writer = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
+    writer.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(0.3, writer.execute, args=("COMMIT",))
+    release.start()
+    try:
+        with Store(db_path) as store:
+            assert store.schema_version() == migrate.head()
+            assert pragma(store, "journal_mode") == "wal"
+    finally:
+        release.join()
+        writer.close()
+
+
+# --- SQLite connections -----------------------------------------------------------
+
+
+def pragma(store: Store, name: str) -> object:
+    """A pragma as seen by the store's own connection."""
+    return store._db.scalar(sa.text(f"PRAGMA {name}"))
+
+
+def test_default_pragmas(store: Store) -> None:
+    assert pragma(store, "journal_mode") == "wal"
+    assert pragma(store, "synchronous") == 1  # NORMAL
+    assert pragma(store, "foreign_keys") == 1
+    assert pragma(store, "busy_timeout") == 5000
+
+
+def test_pragmas_apply_to_every_connection(store: Store) -> None:
+    # Each thread gets its own connection; the settings must hold there too.
+    seen: dict[str, object] = {}
+
+    def read() -> None:
+        seen.update({name: pragma(store, name) for name in ("synchronous", "foreign_keys", "busy_timeout")})
+
+    thread = threading.Thread(target=read)
+    thread.start()
+    thread.join(timeout=30)
+    assert seen == {"synchronous": 1, "foreign_keys": 1, "busy_timeout": 5000}
+
+
+def test_pragmas_can_be_overridden(db_path: Path) -> None:
+    with Store(db_path, pragmas={"synchronous": "full", "busy_timeout": 250}) as store:
+        assert pragma(store, "synchronous") == 2  # FULL
+        assert pragma(store, "busy_timeout") == 250
+        # The others keep their defaults.
+        assert pragma(store, "foreign_keys") == 1
+        assert pragma(store, "journal_mode") == "wal"
+
+
+def test_wal_mode_persists_in_the_file(db_path: Path) -> None:
+    Store(db_path).close()
+    connection = sqlite3.connect(db_path)
+    try:
+        assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    finally:
+        connection.close()
+
+
+def test_invalid_pragma_value_is_rejected(db_path: Path) -> None:
+    with pytest.raises(ValueError, match="pragma"):
+        Store(db_path, pragmas={"synchronous": "normal; DROP TABLE sessions"})
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX file modes")
+def test_new_database_file_is_private(tmp_path: Path) -> None:
+    db_path = tmp_path / "nested" / "store.db"
+    old_umask = os.umask(0o022)
+    try:
+        with Store(db_path) as store:
+            store.sessions.create(title="x")
+            mode = stat.S_IMODE(db_path.stat().st_mode)
+            # SQLite gives the WAL side files the main file's mode.
+            side_modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in db_path.parent.glob("store.db-*")}
+    finally:
+        os.umask(old_umask)
+    assert mode == 0o600
+    assert side_modes and set(side_modes.values()) == {0o600}
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX file modes")
+def test_existing_database_file_keeps_its_mode(db_path: Path) -> None:
+    db_path.touch(mode=0o644)
+    os.chmod(db_path, 0o644)
+    Store(db_path).close()
+    assert stat.S_IMODE(db_path.stat().st_mode) == 0o644
