@@ -1,6 +1,6 @@
 """turnstore vs. a raw-sqlite3 floor: same schema, same pragmas, same rows.
 
-    python benchmarks/run.py                 # full run, 5 repetitions (~1-2 min)
+    python benchmarks/run.py                 # full run, 5 repetitions (about a minute)
     python benchmarks/run.py --quick         # smoke run (seconds)
     python benchmarks/run.py --reps 9 --json benchmarks/results/run.json --out /tmp/tsbench
     python benchmarks/run.py --profile       # also cProfile turnstore's side of each operation

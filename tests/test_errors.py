@@ -172,5 +172,4 @@ def test_from_pydantic_paths_drop_json_value_tags(record: dict[str, Any], path: 
 
 def test_non_finite_number_error_names_where_it_is() -> None:
     error = InvalidMessage.from_pydantic(pydantic_error({"role": "extension", "kind": "k", "data": {"a": {"b": [float("inf")]}}}))
-    assert [p for p, _ in error.errors] == ["data"]
-    assert "a.b[0]" in str(error)
+    assert [p for p, _ in error.errors] == ["data.a.b[0]"]

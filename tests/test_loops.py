@@ -165,11 +165,6 @@ def test_minted_id_without_config(store: Store, session_id: str) -> None:
     assert loop.config is None
 
 
-@pytest.mark.xfail(
-    reason="BUG: loops without a config all mint '{session}.loop.1' (config_id = NULL never matches), "
-    "so the second one fails with a raw IntegrityError",
-    strict=True,
-)
 def test_two_loops_without_config_get_distinct_ids(store: Store, session_id: str) -> None:
     first = store.loops.start(session_id)
     second = store.loops.start(session_id)
@@ -177,10 +172,6 @@ def test_two_loops_without_config_get_distinct_ids(store: Store, session_id: str
     assert second.parent_loop_id == first.loop_id
 
 
-@pytest.mark.xfail(
-    reason="BUG: a minted id that an explicitly named loop already holds is reused, raising a raw IntegrityError",
-    strict=True,
-)
 def test_minted_id_skips_an_id_taken_by_an_explicit_loop(store: Store, session_id: str) -> None:
     taken = f"{session_id}.openai.gpt-5.1"
     store.loops.start(session_id, config=SONNET, loop_id=taken)
@@ -341,10 +332,6 @@ def test_invalid_config_raises_invalid_message(store: Store, session_id: str, co
     assert store.loops.list(session_id) == []
 
 
-@pytest.mark.xfail(
-    reason="BUG: an unknown continuation or status raises a plain ValueError, not InvalidMessage (a TurnstoreError)",
-    strict=True,
-)
 @pytest.mark.parametrize("field", ["continuation", "status"])
 def test_unknown_continuation_or_status_raises_invalid_message(store: Store, session_id: str, field: str) -> None:
     with pytest.raises(InvalidMessage):

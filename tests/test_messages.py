@@ -203,10 +203,6 @@ def test_append_negative_turn_index_raises_invalid_message(store: Store, loop_id
     assert store.messages.loop(loop_id) == []
 
 
-@pytest.mark.xfail(
-    reason='BUG: turn_index=True passes the int check and stamps "turnIndex":True, writing JSON no reader can load',
-    strict=True,
-)
 def test_append_bool_turn_index_never_writes_unreadable_json(store: Store, loop_id: str) -> None:
     try:
         store.messages.append(user(), loop_id=loop_id, turn_index=True)

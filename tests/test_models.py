@@ -10,6 +10,7 @@ from factories import assistant, extension, tool_result, user
 from pydantic import ValidationError
 
 from turnstore import InvalidMessage, parse_message
+from turnstore.repositories.messages import dump_message
 from turnstore.models import (
     AGENT_MESSAGE,
     AssistantMessage,
@@ -543,14 +544,28 @@ def test_invalid_record_rejected(record: dict[str, Any]) -> None:
         pytest.param('{"role":"user","content":[],"timestamp":1,"nodeId":NaN}', id="unknown-key-NaN"),
     ],
 )
-def test_non_finite_json_literals_rejected(text: str) -> None:
-    with pytest.raises(ValidationError):
-        AGENT_MESSAGE.validate_json(text)
+def test_non_finite_json_literals_refused_when_stored(text: str) -> None:
+    # JSON cannot carry NaN/Infinity: a message holding one is refused before it is written,
+    # instead of being written back as null.
+    message = AGENT_MESSAGE.validate_json(text)
+    with pytest.raises(InvalidMessage, match="NaN or Infinity"):
+        dump_message(message)
 
 
-def test_non_finite_unknown_key_rejected_from_python() -> None:
+def test_non_finite_unknown_key_refused_when_stored() -> None:
+    message = AGENT_MESSAGE.validate_python(minimal_user(nodeId=float("nan")))
+    with pytest.raises(InvalidMessage, match="NaN or Infinity"):
+        dump_message(message)
+
+
+def test_words_nan_and_infinity_in_text_are_stored() -> None:
+    message = user("NaN and Infinity are words here")
+    assert json.loads(dump_message(message))["content"][0]["text"] == "NaN and Infinity are words here"
+
+
+def test_non_finite_python_floats_in_json_values_rejected() -> None:
     with pytest.raises(ValidationError):
-        AGENT_MESSAGE.validate_python(minimal_user(nodeId=float("nan")))
+        AGENT_MESSAGE.validate_python({"role": "extension", "kind": "k", "data": {"x": float("inf")}})
 
 
 @pytest.mark.parametrize("value", ["yes", 1])

@@ -36,7 +36,6 @@ from pydantic import (
     JsonValue,
     StrictBool,
     TypeAdapter,
-    model_validator,
 )
 
 __all__ = [
@@ -74,23 +73,6 @@ def _omit_none(value: object) -> bool:
     return value is None
 
 
-def _finite(value: Any) -> Any:
-    """Refuse NaN and ±Infinity anywhere in a JSON value: JSON cannot carry them, so they would change."""
-    stack: list[tuple[str, Any]] = [("", value)]
-    while stack:
-        path, item = stack.pop()
-        if isinstance(item, float):
-            if item != item or item in (float("inf"), float("-inf")):
-                raise ValueError(f"NaN and Infinity are not JSON numbers (at {path or 'the value itself'})")
-        elif isinstance(item, dict):
-            stack.extend((f"{path}.{key}" if path else str(key), child) for key, child in item.items())
-        elif isinstance(item, list):
-            stack.extend((f"{path}[{index}]", child) for index, child in enumerate(item))
-    return value
-
-
-JsonData = Annotated[JsonValue, AfterValidator(_finite)]
-"""Any JSON value, with finite numbers only."""
 
 
 class RoleName(str):
@@ -127,13 +109,10 @@ class WireModel(BaseModel):
         validate_by_name=True,
         validate_by_alias=True,
         allow_inf_nan=False,
+        # NaN and Infinity cannot be JSON; dumped as bare constants, they make the
+        # store refuse the message (see repositories.messages.dump_message).
+        ser_json_inf_nan="constants",
     )
-
-    @model_validator(mode="after")
-    def _finite_extras(self) -> WireModel:
-        if self.__pydantic_extra__:
-            _finite(self.__pydantic_extra__)
-        return self
 
     @classmethod
     def model_validate(cls, obj: Any, **kwargs: Any) -> Any:  # type: ignore[override]
@@ -268,7 +247,7 @@ class ToolCallContent(WireModel):
     type: Literal["toolCall"] = "toolCall"
     id: str
     name: str
-    arguments: JsonData
+    arguments: JsonValue
 
 
 Content = Annotated[
@@ -390,10 +369,10 @@ class ExtensionMessage(WireModel):
 
     role: ExtensionRole = RoleName("extension")
     kind: str
-    data: JsonData = None
+    data: JsonValue = None
 
     @classmethod
-    def new(cls, kind: str, data: JsonData = None) -> ExtensionMessage:
+    def new(cls, kind: str, data: JsonValue = None) -> ExtensionMessage:
         """phi-core's ``ExtensionMessage::new``."""
         return cls(kind=kind, data=data)
 

@@ -171,10 +171,14 @@ def latest_loop() -> sa.Select:
 
 
 @cache
-def loop_ids_for_config() -> sa.Select:
-    return sa.select(loops.c.loop_id).where(
-        loops.c.session_id == bp("session_id"), loops.c.config_id == bp("config_id")
-    )
+def loop_ids_for_config(has_config: bool) -> sa.Select:
+    config = loops.c.config_id == bp("config_id") if has_config else loops.c.config_id.is_(None)
+    return sa.select(loops.c.loop_id).where(loops.c.session_id == bp("session_id"), config)
+
+
+@cache
+def loop_exists() -> sa.Select:
+    return sa.select(loops.c.loop_id).where(loops.c.loop_id == bp("loop_id"))
 
 
 @cache

@@ -83,8 +83,8 @@ class LoopRepository:
             InvalidMessage: the fork point or kept message is not where it must be.
         """
         config_dict = _config_dict(config)
-        kind = ContinuationKind(continuation) if continuation is not None else None
-        status = LoopStatus(status)
+        kind = _enum(ContinuationKind, continuation, "continuation") if continuation is not None else None
+        status = _enum(LoopStatus, status, "status")
         if loop_id is not None:
             self._settings.limits.check_id("loop_id", loop_id)
         when = started_at or utcnow()
@@ -95,11 +95,8 @@ class LoopRepository:
             self._check_fork(session_id, parent, kind, fork_after, keep_from)
             config_id = LoopConfig(**config_dict).effective_config_id() if config_dict else None
             if loop_id is None:
-                taken = [row[0] for row in self._db.fetchall(
-                    q.loop_ids_for_config(), {"session_id": session_id, "config_id": config_id}
-                )]
-                loop_id = mint_loop_id(session_id, config_id, next_loop_number(taken))
-            elif self._db.fetchone(q.get_loop(), {"loop_id": loop_id}) is not None:
+                loop_id = self._mint(session_id, config_id)
+            elif self._db.fetchone(q.loop_exists(), {"loop_id": loop_id}) is not None:
                 raise AlreadyExists(f"loop {loop_id!r} already exists")
             params = {
                 "loop_id": loop_id,
@@ -182,7 +179,7 @@ class LoopRepository:
         Raises:
             LoopNotFound: no such loop.
         """
-        status = LoopStatus(status)
+        status = _enum(LoopStatus, status, "status")
         when = ended_at or utcnow()
         with self._db.write():
             session_id = self._db.scalar(q.loop_session(), {"loop_id": loop_id})
@@ -258,6 +255,18 @@ class LoopRepository:
 
     # --- helpers ------------------------------------------------------------------
 
+    def _mint(self, session_id: str, config_id: str | None) -> str:
+        """The next free ``{session_id}.{config_id}.{N}`` (N counts per session and config)."""
+        params = {"session_id": session_id, "config_id": config_id}
+        taken = [row[0] for row in self._db.fetchall(q.loop_ids_for_config(config_id is not None), params)]
+        number = next_loop_number(taken)
+        while True:
+            loop_id = mint_loop_id(session_id, config_id, number)
+            # An explicitly named loop may already hold the id this counter arrives at.
+            if self._db.fetchone(q.loop_exists(), {"loop_id": loop_id}) is None:
+                return loop_id
+            number += 1
+
     def _resolve_parent(
         self, session_id: str, parent_loop_id: str | None, kind: ContinuationKind | None
     ) -> tuple[str | None, ContinuationKind]:
@@ -331,6 +340,14 @@ def usage_params(usage: Usage | None) -> dict[str, Any]:
         "total_tokens": usage.total_tokens,
         "cost": usage.cost,
     }
+
+
+def _enum(kind: Any, value: Any, what: str) -> Any:
+    try:
+        return kind(value)
+    except ValueError:
+        allowed = ", ".join(member.value for member in kind)
+        raise InvalidMessage(f"unknown {what} {value!r}; one of: {allowed}", [(what, "unknown")]) from None
 
 
 def _config_dict(config: LoopConfig | Mapping[str, Any] | None) -> dict[str, Any] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -161,7 +162,9 @@ class MessageRepository:
             loop_id, turn_index = turn.loop_id, turn.turn_index
         if loop_id is None:
             raise InvalidMessage("append needs a loop_id (or a message with a turnId)", [("loop_id", "missing")])
-        if turn_index is not None and (not isinstance(turn_index, int) or turn_index < 0):
+        if turn_index is not None and (
+            not isinstance(turn_index, int) or isinstance(turn_index, bool) or turn_index < 0
+        ):
             raise InvalidMessage(f"turn_index must be a non-negative integer, got {turn_index!r}", [("turn_index", "")])
         if turn is None and turn_index is not None and role != "extension":
             # Stamp the row's turn into the message, as phi-core would have.
@@ -319,9 +322,27 @@ def dump_message(model: Message | ExtensionMessage) -> str:
         InvalidMessage: the model holds a value JSON cannot carry.
     """
     try:
-        return model.model_dump_json()
+        text = model.model_dump_json()
     except (PydanticSerializationError, ValueError, TypeError) as error:
         raise InvalidMessage(f"message cannot be stored as JSON: {error}", [("message", str(error))]) from None
+    if ("NaN" in text or "Infinity" in text) and _has_non_finite(text):
+        raise InvalidMessage(
+            "message holds NaN or Infinity, which JSON cannot carry", [("message", "non-finite number")]
+        )
+    return text
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(name)
+
+
+def _has_non_finite(text: str) -> bool:
+    """Whether dumped JSON holds a bare NaN/Infinity (not merely those words inside a string)."""
+    try:
+        json.loads(text, parse_constant=_refuse_constant)
+    except ValueError:
+        return True
+    return False
 
 
 def row_params(
