@@ -2,7 +2,8 @@
 
 Same file, same schema (created by turnstore's migrations), same pragmas as
 turnstore's SQLite connections, same transaction shape (autocommit driver,
-explicit ``BEGIN IMMEDIATE`` / ``COMMIT`` per write transaction), same rows.
+explicit ``BEGIN IMMEDIATE`` / ``COMMIT`` per write transaction), same rows (a message row, and the session's ``updated_at`` moved to now, which
+keeps ``sessions list`` in order of activity).
 What the floor leaves out is everything a library adds on top: validation,
 serializing pydantic models, computing seq and session_id in SQL, typed
 results, pricing.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections import defaultdict
+from datetime import datetime, timezone
 from typing import Any
 
 from turnstore.engine import SQLITE_PRAGMAS
@@ -32,6 +34,8 @@ INSERT = (
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
+TOUCH = "UPDATE sessions SET updated_at = ? WHERE session_id = ?"
+
 LAST = "SELECT message FROM messages WHERE session_id = ? ORDER BY id DESC LIMIT ?"
 
 USAGE = (
@@ -49,6 +53,11 @@ def connect(path: str) -> sqlite3.Connection:
     for name, value in PRAGMAS.items():
         connection.execute(f"PRAGMA {name}={value}")
     return connection
+
+
+def _now() -> str:
+    # The text form turnstore's SQLite DateTime columns use.
+    return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
 
 
 def _dumps(message: dict[str, Any]) -> str:
@@ -102,6 +111,7 @@ class RawStore:
         connection.execute("BEGIN IMMEDIATE")
         try:
             message_id = connection.execute(INSERT, row).lastrowid
+            connection.execute(TOUCH, (_now(), session_id))
         except BaseException:
             connection.execute("ROLLBACK")
             raise
@@ -117,6 +127,7 @@ class RawStore:
         try:
             for row in rows:
                 ids.append(connection.execute(INSERT, row).lastrowid)  # type: ignore[arg-type]
+            connection.execute(TOUCH, (_now(), session_id))
         except BaseException:
             connection.execute("ROLLBACK")
             raise

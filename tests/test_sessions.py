@@ -167,10 +167,6 @@ def test_list_starting_a_loop_moves_session_to_front(store: Store) -> None:
     assert [s.session_id for s in store.sessions.list()] == ["b", "c", "a"]
 
 
-@pytest.mark.xfail(
-    reason="BUG: appending messages does not bump the session's updated_at, so an active session stays down the list",
-    strict=True,
-)
 def test_list_appending_a_message_moves_session_to_front(store: Store) -> None:
     store.sessions.create("a")
     loop = store.loops.start("a")

@@ -110,11 +110,19 @@ def upgrade() -> None:
     op.create_index("ix_messages_session_id_id", "messages", ["session_id", "id"])
     # turn(loop, k): one turn's messages without scanning the loop.
     op.create_index("ix_messages_loop_id_turn_index", "messages", ["loop_id", "turn_index"])
-    # Usage totals per session, loop and turn, read from the index alone (usage rows only).
+    # Usage of a session, read from the index alone in GROUP BY (model, provider) order (usage rows only).
     op.create_index(
         "ix_messages_usage_session",
         "messages",
-        ["session_id", "loop_id", "turn_index", "model", "provider", *USAGE, "cost", "timestamp"],
+        ["session_id", "model", "provider", *USAGE, "cost", "timestamp", "loop_id"],
+        sqlite_where=USAGE_ROWS,
+        postgresql_where=USAGE_ROWS,
+    )
+    # Usage of a loop or one of its turns, the same way.
+    op.create_index(
+        "ix_messages_usage_loop",
+        "messages",
+        ["loop_id", "turn_index", "model", "provider", *USAGE, "cost", "timestamp"],
         sqlite_where=USAGE_ROWS,
         postgresql_where=USAGE_ROWS,
     )

@@ -4,9 +4,9 @@ The statements themselves are SQLAlchemy Core constructs built once in
 :mod:`turnstore.queries`. Here each is compiled once per dialect and then
 executed on the thread's DBAPI connection with plain parameters. That skips
 SQLAlchemy's per-call execution machinery, which measured here at ×1.9 the
-time of raw sqlite3 per appended message against ×1.0 for this path (see
-``docs/performance.md``); the SQL, its portability and its caching still come
-from SQLAlchemy.
+time of raw sqlite3 per appended message, against ×1.2 for the whole append
+through this path (``benchmarks/README.md``); the SQL, its portability and
+its caching still come from SQLAlchemy.
 
 Transactions are explicit: :meth:`Database.write` takes the SQLite write lock
 up front (``BEGIN IMMEDIATE``) so concurrent writers queue on the busy
@@ -41,11 +41,12 @@ _SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"
 class _ThreadState:
     """The connection a thread uses, and how deep it is in a transaction."""
 
-    __slots__ = ("proxied", "dbapi", "depth", "thread", "pid")
+    __slots__ = ("proxied", "dbapi", "cursor", "depth", "thread", "pid")
 
     def __init__(self, proxied: Any, dbapi: Any) -> None:
         self.proxied = proxied
         self.dbapi = dbapi
+        self.cursor = dbapi.cursor()
         self.depth = 0
         self.thread = threading.current_thread()
         self.pid = os.getpid()
@@ -175,6 +176,41 @@ class Database:
         compiled = self.compile(statement)
         cursor = self._state().dbapi.cursor()
         cursor.executemany(compiled.sql, [compiled.params(row) for row in rows])
+
+    def insert(
+        self,
+        statement: ClauseElement,
+        params: Mapping[str, Any],
+        then: tuple[ClauseElement, Mapping[str, Any]] | None = None,
+    ) -> int:
+        """Run an INSERT (and ``then`` a second statement) and return the new row's id.
+
+        Both run in one write transaction of their own, unless one is open. The
+        statement returns the id with ``RETURNING`` on PostgreSQL; on SQLite it
+        must not (the driver's ``lastrowid`` is cheaper). This is the append hot
+        path, so it skips the general transaction machinery.
+        """
+        compiled = self.compile(statement)
+        follow = (self.compile(then[0]), then[1]) if then is not None else None
+        state = self._state()
+        cursor = state.cursor
+        if state.depth:
+            return self._insert(cursor, compiled, params, follow)
+        self._begin(cursor, "BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN")
+        try:
+            row_id = self._insert(cursor, compiled, params, follow)
+            cursor.execute("COMMIT")
+        except BaseException:
+            _rollback_quietly(cursor)
+            raise
+        return row_id
+
+    def _insert(self, cursor: Any, compiled: _Compiled, params: Mapping[str, Any], follow: Any) -> int:
+        cursor.execute(compiled.sql, compiled.params(params))
+        row_id = cursor.lastrowid if self.is_sqlite else cursor.fetchone()[0]
+        if follow is not None:
+            cursor.execute(follow[0].sql, follow[0].params(follow[1]))
+        return row_id
 
     def fetchall(self, statement: ClauseElement, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
         """All result rows, as tuples."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 import time
 from enum import Enum
-from typing import Annotated, Any, ClassVar, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import (
     AfterValidator,
@@ -283,7 +283,10 @@ class Message(WireModel):
 
     ROLE: ClassVar[str]
 
-    turn: TurnId | None = Field(None, alias="turnId", exclude_if=_omit_none)
+    if TYPE_CHECKING:
+        # Each subclass declares ``turn`` as its last field, so a dumped message ends
+        # with "turnId" and the store can stamp one onto stored JSON without a copy.
+        turn: TurnId | None
 
     @staticmethod
     def user(text: str, *, timestamp: int | None = None) -> UserMessage:
@@ -319,6 +322,7 @@ class UserMessage(Message):
     role: UserRole = RoleName("user")
     content: list[Content]
     timestamp: U64
+    turn: TurnId | None = Field(None, alias="turnId", exclude_if=_omit_none)
 
 
 class AssistantMessage(Message):
@@ -339,6 +343,7 @@ class AssistantMessage(Message):
         serialization_alias="error_message",
         exclude_if=_omit_none,
     )
+    turn: TurnId | None = Field(None, alias="turnId", exclude_if=_omit_none)
 
     def is_context_overflow(self) -> bool:
         """True when ``error_message`` matches a known provider context-overflow message."""
@@ -360,6 +365,7 @@ class ToolResultMessage(Message):
     content: list[Content]
     is_error: StrictBool = Field(alias="isError")
     timestamp: U64
+    turn: TurnId | None = Field(None, alias="turnId", exclude_if=_omit_none)
 
 
 class ExtensionMessage(WireModel):

@@ -120,6 +120,13 @@ def rename_session() -> sa.Update:
 
 
 @cache
+def touch_session_of_loop() -> sa.Update:
+    """Mark the session of :loop_id as updated at :updated_at (a message was appended)."""
+    session = sa.select(loops.c.session_id).where(loops.c.loop_id == bp("loop_id")).scalar_subquery()
+    return sa.update(sessions).where(sessions.c.session_id == session).values(updated_at=bp("updated_at"))
+
+
+@cache
 def touch_session() -> sa.Update:
     return (
         sa.update(sessions)
@@ -235,7 +242,7 @@ MESSAGE_VALUES = (
 
 
 @cache
-def insert_message() -> sa.Insert:
+def insert_message(returning: bool) -> sa.Insert:
     """Insert one message; its seq is the loop's next, computed in the same statement.
 
     Writers hold the write lock (SQLite) or the loop row (PostgreSQL), so the
@@ -252,7 +259,8 @@ def insert_message() -> sa.Insert:
     values["seq"] = next_seq
     # The loop decides the session; a missing loop leaves it NULL, which the NOT NULL refuses.
     values["session_id"] = loop_session
-    return sa.insert(messages).values(values).returning(messages.c.id)
+    statement = sa.insert(messages).values(values)
+    return statement.returning(messages.c.id) if returning else statement
 
 
 @cache
@@ -473,14 +481,14 @@ def message_usage(level: str, group: str) -> sa.Select:
     """Usage sums of messages, grouped by (group key, model, provider).
 
     ``level`` picks the filter: ``all``; ``session`` (:session_id); ``loop``
-    (:session_id, :loop_id); ``turn`` (… and :turn_index). Filters always start
-    with session_id so the session usage index serves them.
+    (:loop_id); ``turn`` (:loop_id, :turn_index). Each is served by a covering
+    usage index (``ix_messages_usage_*``) in GROUP BY order.
     """
     keys = _group_key(messages, group)
     statement = sa.select(*keys, messages.c.model, messages.c.provider, *_sums(messages)).where(
         messages.c.input_tokens.is_not(None)
     )
-    if level in ("session", "loop", "turn"):
+    if level == "session":
         statement = statement.where(messages.c.session_id == bp("session_id"))
     if level in ("loop", "turn"):
         statement = statement.where(messages.c.loop_id == bp("loop_id"))

@@ -158,10 +158,22 @@ messages = sa.Table(
     sa.Index(None, "session_id", "id"),
     # turn(loop, k) and turns(loop, a, b).
     sa.Index(None, "loop_id", "turn_index"),
-    # Usage by session / loop / turn: a covering index over usage rows only.
+    # Usage of a session, in GROUP BY (model, provider) order: a covering index over usage rows only.
     sa.Index(
         "ix_messages_usage_session",
         "session_id",
+        "model",
+        "provider",
+        *USAGE_COLUMNS,
+        "cost",
+        "timestamp",
+        "loop_id",
+        sqlite_where=sa.text("input_tokens IS NOT NULL"),
+        postgresql_where=sa.text("input_tokens IS NOT NULL"),
+    ),
+    # Usage of a loop or one of its turns, the same way.
+    sa.Index(
+        "ix_messages_usage_loop",
         "loop_id",
         "turn_index",
         "model",

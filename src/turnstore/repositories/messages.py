@@ -31,7 +31,7 @@ from ..models import (
     now_ms,
 )
 from ..records import StoredMessage, Turn
-from ._shared import Settings
+from ._shared import Settings, utcnow
 from .loops import usage_params
 
 __all__ = ["MessageRepository", "parse_message"]
@@ -104,14 +104,16 @@ class MessageRepository:
         params = self._prepare(message, loop_id, turn_index, usage, timestamp)
         if usage is not None and params["model"] is None:
             params["model"], params["provider"] = model, provider
-        statement = q.insert_message()
-        with self._db.write():
-            if self._db.is_postgresql:
+        statement = q.insert_message(not self._db.is_sqlite)
+        touch = (q.touch_session_of_loop(), self._touch_params(params["loop_id"]))
+        try:
+            if self._db.is_sqlite:
+                return self._db.insert(statement, params, touch)
+            with self._db.write():
                 self._lock_loop(params["loop_id"])
-            try:
-                return self._db.fetchall(statement, params)[0][0]
-            except self._db.IntegrityError as error:
-                raise self._integrity(error, params["loop_id"]) from None
+                return self._db.insert(statement, params, touch)
+        except self._db.IntegrityError as error:
+            raise self._integrity(error, params["loop_id"]) from None
 
     def append_turn(self, loop_id: str, turn_index: int, messages: Sequence[MessageInput]) -> list[int]:
         """Append a whole turn (prompt, response, tool results) atomically; returns the ids.
@@ -125,17 +127,16 @@ class MessageRepository:
         rows = [self._prepare(message, loop_id, turn_index, None, None) for message in messages]
         if not rows:
             return []
-        statement = q.insert_message()
-        ids: list[int] = []
-        with self._db.write():
-            if self._db.is_postgresql:
-                self._lock_loop(loop_id)
-            try:
-                for params in rows:
-                    ids.append(self._db.fetchall(statement, params)[0][0])
-            except self._db.IntegrityError as error:
-                raise self._integrity(error, loop_id) from None
-        return ids
+        statement = q.insert_message(not self._db.is_sqlite)
+        try:
+            with self._db.write():
+                if self._db.is_postgresql:
+                    self._lock_loop(loop_id)
+                ids = [self._db.insert(statement, params) for params in rows]
+                self._db.execute(q.touch_session_of_loop(), self._touch_params(loop_id))
+                return ids
+        except self._db.IntegrityError as error:
+            raise self._integrity(error, loop_id) from None
 
     def _prepare(
         self,
@@ -166,12 +167,20 @@ class MessageRepository:
             not isinstance(turn_index, int) or isinstance(turn_index, bool) or turn_index < 0
         ):
             raise InvalidMessage(f"turn_index must be a non-negative integer, got {turn_index!r}", [("turn_index", "")])
-        if turn is None and turn_index is not None and role != "extension":
-            # Stamp the row's turn into the message, as phi-core would have.
+        stamp = turn is None and turn_index is not None and role != "extension"
+        if stamp and model.__pydantic_extra__:
+            # Stamp the row's turn into the message, as phi-core would have...
             model = model.model_copy(update={"turn": TurnId(loop_id=loop_id, turn_index=turn_index)})
+            stamp = False
         text = dump_message(model)
+        if stamp:
+            # ...cheaply: "turnId" is a message's last key when it has no unknown keys.
+            text = f"{text[:-1]},{_turn_json(loop_id, turn_index)}}}"  # type: ignore[arg-type]
         self._settings.limits.check_message(text)
         return row_params(model, text, loop_id, turn_index, usage, timestamp=timestamp or now_ms())
+
+    def _touch_params(self, loop_id: str) -> dict[str, Any]:
+        return {"loop_id": loop_id, "updated_at": self._db.bind_time(utcnow())}
 
     def _lock_loop(self, loop_id: str) -> None:
         if self._db.fetchone(q.lock_loop(), {"loop_id": loop_id}) is None:
@@ -303,8 +312,7 @@ class MessageRepository:
         else:
             self._require_session(session_id)  # type: ignore[arg-type]
             cursor = self._db.execute(q.stored_messages(False), {"session_id": session_id})
-        while batch := cursor.fetchmany(500):
-            yield from (stored_message(row) for row in batch)
+        return _stream(cursor)
 
     def _require_loop(self, loop_id: str) -> None:
         if self._db.scalar(q.loop_session(), {"loop_id": loop_id}) is None:
@@ -330,6 +338,25 @@ def dump_message(model: Message | ExtensionMessage) -> str:
             "message holds NaN or Infinity, which JSON cannot carry", [("message", "non-finite number")]
         )
     return text
+
+
+_TURN_JSON: dict[tuple[str, int], str] = {}
+
+
+def _turn_json(loop_id: str, turn_index: int) -> str:
+    """``"turnId":{...}`` exactly as the models dump it (cached: a loop appends many messages per turn)."""
+    key = (loop_id, turn_index)
+    text = _TURN_JSON.get(key)
+    if text is None:
+        if len(_TURN_JSON) > 4096:
+            _TURN_JSON.clear()
+        text = _TURN_JSON[key] = '"turnId":' + TurnId(loop_id=loop_id, turn_index=turn_index).model_dump_json()
+    return text
+
+
+def _stream(cursor: Any) -> Iterator[StoredMessage]:
+    while batch := cursor.fetchmany(500):
+        yield from (stored_message(row) for row in batch)
 
 
 def _refuse_constant(name: str) -> float:
