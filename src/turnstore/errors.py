@@ -130,8 +130,8 @@ class InvalidRecord(ImportFailed):
         self.reason = reason
 
 
-_ROLE_TAGS = {"user", "assistant", "toolResult", "extension"}
-_CONTENT_TAGS = {"text", "image", "thinking", "toolCall"}
+_ROLE_TAGS = {"user", "assistant", "toolResult", "system", "extension"}
+_CONTENT_TAGS = {"text", "image", "thinking", "toolCall", "audio", "file"}
 
 
 _JSON_TAGS = {"dict", "list", "str", "int", "float", "bool", "none"}

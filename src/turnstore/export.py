@@ -37,22 +37,37 @@ _USAGE_FIELDS = ("input", "output", "reasoning", "cache_read", "cache_write", "t
 
 
 def to_phi_core(message: dict[str, Any]) -> dict[str, Any]:
-    """Map a canonical message to the nearest form phi-core loads.
+    """Map a canonical message to the nearest form phi-core loads (``docs/wire-format.md``).
 
     ======================  ==============================================
     turnstore               phi-core
     ======================  ==============================================
     stop reason refusal     ``guardRail``
     ``system`` message      extension message of kind ``system``
-    anything phi-core lacks kept as an extra key (phi-core ignores it)
+    audio / file block      text block naming it (``[audio audio/wav]``)
+    other extra fields      kept as extra keys (phi-core ignores them)
     ======================  ==============================================
     """
-    if message.get("role") == "assistant" and message.get("stopReason") == "refusal":
+    role = message.get("role")
+    if role == "assistant" and message.get("stopReason") == "refusal":
         message = {**message, "stopReason": "guardRail"}
-    if message.get("role") == "system":
+    if role == "system":
         data = {key: value for key, value in message.items() if key != "role"}
-        message = {"role": "extension", "kind": "system", "data": data}
+        return {"role": "extension", "kind": "system", "data": data}
+    content = message.get("content")
+    if isinstance(content, list) and any(block.get("type") in _NOT_PHI_CORE for block in content):
+        message = {**message, "content": [_block_to_phi_core(block) for block in content]}
     return message
+
+
+_NOT_PHI_CORE = {"audio", "file"}
+
+
+def _block_to_phi_core(block: dict[str, Any]) -> dict[str, Any]:
+    if block.get("type") not in _NOT_PHI_CORE:
+        return block
+    label = " ".join(str(part) for part in (block.get("mimeType"), block.get("name") or block.get("url")) if part)
+    return {"type": "text", "text": f"[{block['type']}{' ' + label if label else ''}]"}
 
 
 class _Exporter:

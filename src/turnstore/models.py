@@ -41,12 +41,15 @@ from pydantic import (
 __all__ = [
     "AgentMessage",
     "AssistantMessage",
+    "AudioContent",
     "Content",
     "ExtensionMessage",
+    "FileContent",
     "ImageContent",
     "LlmMessage",
     "Message",
     "StopReason",
+    "SystemMessage",
     "TextContent",
     "ThinkingContent",
     "ToolCallContent",
@@ -92,6 +95,7 @@ UserRole = Annotated[Literal["user"], AfterValidator(RoleName)]
 AssistantRole = Annotated[Literal["assistant"], AfterValidator(RoleName)]
 ToolResultRole = Annotated[Literal["toolResult"], AfterValidator(RoleName)]
 ExtensionRole = Annotated[Literal["extension"], AfterValidator(RoleName)]
+SystemRole = Annotated[Literal["system"], AfterValidator(RoleName)]
 
 
 class WireModel(BaseModel):
@@ -250,8 +254,26 @@ class ToolCallContent(WireModel):
     arguments: JsonValue
 
 
+class AudioContent(WireModel):
+    """Audio, inline as base64 data (Tau). phi-core has no audio block; see ``docs/wire-format.md``."""
+
+    type: Literal["audio"] = "audio"
+    data: str
+    mime_type: str = Field("", alias="mimeType")
+
+
+class FileContent(WireModel):
+    """A document, video or other file, inline (``data``, base64) or by ``url`` (Tau, appam)."""
+
+    type: Literal["file"] = "file"
+    data: str | None = Field(None, exclude_if=_omit_none)
+    url: str | None = Field(None, exclude_if=_omit_none)
+    mime_type: str | None = Field(None, alias="mimeType", exclude_if=_omit_none)
+    name: str | None = Field(None, exclude_if=_omit_none)
+
+
 Content = Annotated[
-    Union[TextContent, ImageContent, ThinkingContent, ToolCallContent],
+    Union[TextContent, ImageContent, ThinkingContent, ToolCallContent, AudioContent, FileContent],
     Field(discriminator="type"),
 ]
 """One content block, told apart by ``type``."""
@@ -314,6 +336,21 @@ class Message(WireModel):
         return "\n".join(block.text for block in self.content if isinstance(block, TextContent))  # type: ignore[attr-defined]
 
 
+class SystemMessage(Message):
+    """A system (or developer) prompt, as clark, Tau and appam record one.
+
+    phi-core keeps the system prompt outside the transcript; its export turns
+    this into an extension message of kind ``system``.
+    """
+
+    ROLE: ClassVar[str] = "system"
+
+    role: SystemRole = RoleName("system")
+    content: list[Content]
+    timestamp: U64 = 0
+    turn: TurnId | None = Field(None, alias="turnId", exclude_if=_omit_none)
+
+
 class UserMessage(Message):
     """A user prompt or steering message."""
 
@@ -365,6 +402,10 @@ class ToolResultMessage(Message):
     content: list[Content]
     is_error: StrictBool = Field(alias="isError")
     timestamp: U64
+    details: JsonValue = Field(None, exclude_if=_omit_none)
+    """Structured output kept for the app, never sent to the model (clark, pi)."""
+    narration: str | None = Field(None, exclude_if=_omit_none)
+    """A one-line caption of what the tool did (clark)."""
     turn: TurnId | None = Field(None, alias="turnId", exclude_if=_omit_none)
 
 
@@ -399,13 +440,13 @@ class ExtensionMessage(WireModel):
 
 
 LlmMessage = Annotated[
-    Union[UserMessage, AssistantMessage, ToolResultMessage],
+    Union[UserMessage, AssistantMessage, ToolResultMessage, SystemMessage],
     Field(discriminator="role"),
 ]
 """A message that enters the model's context (phi-core's ``LlmMessage``: a Message plus optional turnId)."""
 
 AgentMessage = Annotated[
-    Union[UserMessage, AssistantMessage, ToolResultMessage, ExtensionMessage],
+    Union[UserMessage, AssistantMessage, ToolResultMessage, SystemMessage, ExtensionMessage],
     Field(discriminator="role"),
 ]
 """Any message an agent loop produces: the LLM lane or the extension lane."""

@@ -7,26 +7,44 @@ interface; :data:`FORMATS` maps the FORMAT names to them.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import AlreadyExists, ImportFailed, InvalidMessage, InvalidRecord
 from .base import ImportOptions, ImportReport, Importer, RecordError, SessionBundle, iter_files
-from .phi_core import PhiCoreImporter
-from .turnstore import TurnstoreImporter
 from .writer import WRITTEN, check_bundle, write_bundle
 
 if TYPE_CHECKING:
     from ..store import Store
 
-__all__ = ["FORMATS", "ImportOptions", "ImportReport", "RecordError", "import_paths"]
+__all__ = ["FORMATS", "ImportOptions", "ImportReport", "RecordError", "get_importer", "import_paths"]
 
-FORMATS: dict[str, Callable[[], Importer]] = {
-    "phi-core": PhiCoreImporter,
-    "turnstore": TurnstoreImporter,
+FORMATS: dict[str, str] = {
+    "appam": "appam:AppamImporter",
+    "clark": "clark:ClarkImporter",
+    "openai-agents": "openai_agents:OpenAIAgentsImporter",
+    "phi-core": "phi_core:PhiCoreImporter",
+    "pi": "pi:PiImporter",
+    "tau": "tau:TauImporter",
+    "turnstore": "turnstore:TurnstoreImporter",
+    "yoagent": "yoagent:YoagentImporter",
 }
-"""FORMAT name -> importer class."""
+"""FORMAT name -> ``module:Class`` in this package (imported on first use)."""
+
+
+def get_importer(fmt: str) -> Importer:
+    """A new importer for FORMAT.
+
+    Raises:
+        ImportFailed: unknown format.
+    """
+    target = FORMATS.get(fmt)
+    if target is None:
+        raise ImportFailed(f"unknown import format {fmt!r}; choose one of {', '.join(sorted(FORMATS))}")
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(f".{module}", __name__), name)()
 
 Progress = Callable[[str, int, int], None]
 """``progress(file, done, total)``, called after each file."""
@@ -50,10 +68,7 @@ def import_paths(
         ImportFailed: unknown format, or a path that does not exist.
     """
     options = options or ImportOptions()
-    factory = FORMATS.get(fmt)
-    if factory is None:
-        raise ImportFailed(f"unknown import format {fmt!r}; choose one of {', '.join(sorted(FORMATS))}")
-    importer = factory()
+    importer = get_importer(fmt)
     report = ImportReport(format=fmt, dry_run=options.dry_run)
     files = list(iter_files(paths, importer))
     for done, path in enumerate(files, start=1):

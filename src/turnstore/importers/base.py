@@ -56,6 +56,9 @@ class MessageRow:
     """(model, provider) that produced ``usage``, for pricing it."""
     timestamp: int | None = None
     """Unix ms of a record whose message has no timestamp of its own (extension messages)."""
+    usage_known: bool = True
+    """False when the source recorded no usage for this assistant message (appam, OpenAI Agents):
+    its usage columns stay NULL, so the loop's reported usage counts instead of zeros."""
     ref: str | None = None
     """The source's own id for this record (pi/Tau entry id), for fork points."""
 

@@ -103,7 +103,15 @@ def _message_params(bundle: SessionBundle, limits: Limits) -> list[dict[str, Any
         text = dump_message(row.message)
         limits.check_message(text)
         params = row_params(
-            row.message, text, row.loop_id, row.turn_index, row.usage, row.source, row.priced_as, row.timestamp
+            row.message,
+            text,
+            row.loop_id,
+            row.turn_index,
+            row.usage,
+            row.source,
+            row.priced_as,
+            row.timestamp,
+            row.usage_known,
         )
         params["session_id"] = bundle.session_id
         params["seq"] = seqs[row.loop_id] = seqs.get(row.loop_id, -1) + 1

@@ -381,16 +381,18 @@ def row_params(
     source: str | None = None,
     priced_as: tuple[str | None, str | None] = (None, None),
     timestamp: int | None = None,
+    usage_known: bool = True,
 ) -> dict[str, Any]:
     """The column values of one message row (the seq is the database's to assign).
 
     ``priced_as`` is the (model, provider) of ``usage`` on a non-assistant
     message; ``timestamp`` dates a message that has no timestamp of its own
-    (extension messages), so usage by day can place it.
+    (extension messages), so usage by day can place it; ``usage_known=False``
+    leaves an assistant message's usage columns NULL (its source recorded none).
     """
     role = str(model.role)
     if isinstance(model, AssistantMessage):
-        usage = model.usage
+        usage = model.usage if usage_known else None
         extra = {"model": model.model, "provider": model.provider, "stop_reason": model.stop_reason.value}
     else:
         priced = priced_as if usage is not None else (None, None)
