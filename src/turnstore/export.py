@@ -228,6 +228,8 @@ def _turnstore_lines(exporter: _Exporter) -> Iterator[str]:
         if row[7] != "assistant" and row[8] is not None:
             record["usage"] = {**dict(zip(_USAGE_FIELDS, (int(v or 0) for v in row[8:14]))), "cost": row[14]}
             record["priced_as"] = {"model": row[15], "provider": row[16]}
+        if row[7] == "assistant" and row[8] is None:
+            record["usage_known"] = False  # the source recorded no usage for it: counted at loop level
         if "timestamp" not in record["message"] and row[17] is not None:
             record["timestamp"] = row[17]
         if row[6] is not None:

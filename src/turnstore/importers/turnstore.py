@@ -159,6 +159,7 @@ def _message(value: dict[str, Any], place: str) -> MessageRow:
         usage=usage,
         priced_as=(_text(priced.get("model")), _text(priced.get("provider"))),
         timestamp=timestamp if isinstance(timestamp, int) and not isinstance(timestamp, bool) else None,
+        usage_known=value.get("usage_known") is not False,
     )
 
 
