@@ -1,13 +1,44 @@
-"""Shared fixtures: a fresh store per test, upgraded by the migrations (never by create_all)."""
+"""Shared fixtures: a fresh store per test, upgraded by the migrations (never by create_all).
+
+``store`` runs each test that takes it on every backend in
+``backends.selected_backends()``: SQLite and PostgreSQL, sync and async.
+PostgreSQL tests use a database created for the run on the server at
+``$TURNSTORE_TEST_POSTGRES_URL`` (default ``postgresql://postgres@127.0.0.1:5432/test``)
+and dropped at the end; when the server cannot be reached they are skipped,
+except under ``CI=true``, where that is a failure.
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from backends import PostgresDatabase, SyncAsyncStore, postgres_reachable, selected_backends
 
 from turnstore import Store
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresDatabase]:
+    """This run's PostgreSQL database, migrated to head once."""
+    reason = postgres_reachable()
+    if reason is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason} (CI=true: PostgreSQL tests may not be skipped)")
+        pytest.skip(reason)
+    database = PostgresDatabase()
+    Store(database.url).close()
+    yield database
+    database.drop()
+
+
+@pytest.fixture(params=selected_backends())
+def backend(request: pytest.FixtureRequest) -> str:
+    """Which backend the test runs on."""
+    return request.param
 
 
 @pytest.fixture
@@ -17,8 +48,28 @@ def db_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def store(db_path: Path) -> Iterator[Store]:
-    """A store on a fresh SQLite file."""
+def store_url(backend: str, db_path: Path, request: pytest.FixtureRequest) -> str:
+    """URL of an empty, migrated database on the test's backend."""
+    if backend.startswith("postgresql"):
+        database: PostgresDatabase = request.getfixturevalue("postgres")
+        database.empty()
+        return database.url
+    return str(db_path)
+
+
+@pytest.fixture
+def store(backend: str, store_url: str) -> Iterator[Any]:
+    """A store on a fresh database of the test's backend (an AsyncStore behind a sync facade for async ones)."""
+    opened = SyncAsyncStore(store_url) if backend.endswith("async") else Store(store_url)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+@pytest.fixture
+def sqlite_store(db_path: Path) -> Iterator[Store]:
+    """A sync store on a fresh SQLite file, for tests of SQLite itself (pragmas, files)."""
     with Store(db_path) as opened:
         yield opened
 

@@ -367,8 +367,14 @@ def test_render_summary_prefixes_differ_by_kind() -> None:
     assert compaction != branch
 
 
-@pytest.mark.parametrize("timestamp", [-5, "1767225600000", 1.5, None])
+@pytest.mark.parametrize("timestamp", [-5, "1767225600000", True, None])
 def test_render_summary_ignores_bad_timestamp(timestamp: Any) -> None:
     data = {"summary": "s", "timestamp": timestamp}
     rendered = render_summary(ExtensionMessage(kind="compaction_summary", data=data))
     assert rendered.timestamp == 0
+
+
+def test_render_summary_reads_float_seconds_as_tau_writes_them() -> None:
+    data = {"summary": "s", "timestamp": 1767226000.25}
+    rendered = render_summary(ExtensionMessage(kind="compaction_summary", data=data))
+    assert rendered.timestamp == 1767226000250

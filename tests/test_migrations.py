@@ -356,14 +356,16 @@ def pragma(store: Store, name: str) -> object:
     return store._db.scalar(sa.text(f"PRAGMA {name}"))
 
 
-def test_default_pragmas(store: Store) -> None:
+def test_default_pragmas(sqlite_store: Store) -> None:
+    store = sqlite_store
     assert pragma(store, "journal_mode") == "wal"
     assert pragma(store, "synchronous") == 1  # NORMAL
     assert pragma(store, "foreign_keys") == 1
     assert pragma(store, "busy_timeout") == 5000
 
 
-def test_pragmas_apply_to_every_connection(store: Store) -> None:
+def test_pragmas_apply_to_every_connection(sqlite_store: Store) -> None:
+    store = sqlite_store
     # Each thread gets its own connection; the settings must hold there too.
     seen: dict[str, object] = {}
 

@@ -8,6 +8,13 @@ import types
 import pytest
 
 import turnstore
+from turnstore.aio import (
+    AsyncLoopRepository,
+    AsyncMessageRepository,
+    AsyncSessionRepository,
+    AsyncUsageRepository,
+)
+from turnstore.repositories import LoopRepository, MessageRepository, SessionRepository, UsageRepository
 from turnstore import Store
 
 # Module attributes that are public although they start with an underscore (httpx's rule).
@@ -69,12 +76,38 @@ def public_methods(cls: type) -> list[tuple[str, object]]:
     return found
 
 
-@pytest.mark.parametrize("path", ["store", "store.sessions", "store.loops", "store.messages", "store.usage"])
-def test_every_public_method_has_a_docstring(store: Store, path: str) -> None:
-    target = store
-    for attribute in path.split(".")[1:]:
-        target = getattr(target, attribute)
-    methods = public_methods(type(target))
-    assert methods, f"{path} has no public methods"
+PUBLIC_CLASSES = [
+    turnstore.Store,
+    turnstore.AsyncStore,
+    SessionRepository,
+    LoopRepository,
+    MessageRepository,
+    UsageRepository,
+    AsyncSessionRepository,
+    AsyncLoopRepository,
+    AsyncMessageRepository,
+    AsyncUsageRepository,
+]
+
+
+@pytest.mark.parametrize("cls", PUBLIC_CLASSES, ids=lambda cls: cls.__name__)
+def test_every_public_method_has_a_docstring(cls: type) -> None:
+    methods = public_methods(cls)
+    assert methods, f"{cls.__name__} has no public methods"
     undocumented = [name for name, member in methods if not (member.__doc__ or "").strip()]
-    assert undocumented == [], f"{type(target).__name__} methods without a docstring: {undocumented}"
+    assert undocumented == [], f"{cls.__name__} methods without a docstring: {undocumented}"
+
+
+@pytest.mark.parametrize(
+    ("sync_class", "async_class"),
+    [
+        (SessionRepository, AsyncSessionRepository),
+        (LoopRepository, AsyncLoopRepository),
+        (MessageRepository, AsyncMessageRepository),
+        (UsageRepository, AsyncUsageRepository),
+    ],
+)
+def test_async_repositories_have_every_sync_method(sync_class: type, async_class: type) -> None:
+    sync_names = {name for name, member in public_methods(sync_class) if name != "from_row"}
+    async_names = {name for name, _ in public_methods(async_class)}
+    assert sync_names == async_names

@@ -399,11 +399,21 @@ def test_reported_cost_is_used_when_the_model_is_unpriced(store: Store, loop_id:
     assert totals.reported_cost == pytest.approx(0.42)
 
 
-def test_table_price_wins_over_reported_cost(store: Store, loop_id: str) -> None:
+def test_reported_cost_wins_when_every_record_reported_one(store: Store, loop_id: str) -> None:
+    # An imported session costs what its source says it cost, even for a model in the price table.
     reported = Usage(input=1_000_000, output=0, total_tokens=1_000_000, cost=99.0)
     store.messages.append_turn(loop_id, 0, [assistant(u=reported)])
     totals = store.usage.loop(loop_id)
-    assert totals.cost == pytest.approx(3.0)
+    assert totals.cost == pytest.approx(99.0)
+    assert totals.reported_cost == pytest.approx(99.0)
+
+
+def test_table_price_wins_when_only_some_records_reported_a_cost(store: Store, loop_id: str) -> None:
+    reported = Usage(input=1_000_000, output=0, total_tokens=1_000_000, cost=99.0)
+    store.messages.append_turn(loop_id, 0, [assistant(u=reported)])
+    store.messages.append_turn(loop_id, 1, [assistant(u=usage(1_000_000, 0))])
+    totals = store.usage.loop(loop_id)
+    assert totals.cost == pytest.approx(6.0)
     assert totals.reported_cost == pytest.approx(99.0)
 
 
@@ -632,17 +642,28 @@ def _write(store: Store, transcript: list[list[dict[str, Any]]]) -> list[Record]
 
 
 def _expected(records: list[Record]) -> tuple[Usage, float | None, int]:
-    """Tokens combined with Usage.combine, the cost and the record count, computed in Python."""
+    """Tokens combined with Usage.combine, the cost and the record count, computed in Python.
+
+    Cost, per model (loop-level records apart from message records): the reported
+    cost when every record reported one; else the price table; else what was reported.
+    """
     total = reduce(Usage.combine, (r.usage for r in records), Usage(input=0, output=0))
-    cost, priced = 0.0, False
+    groups: dict[tuple[str, str, bool], list[Record]] = defaultdict(list)
     for r in records:
-        price = PRICE_OF[r.model, r.provider]
-        if price is not None:
-            cost += r.usage.estimated_cost(price)
-            priced = True
-        elif r.usage.cost is not None:
-            cost += r.usage.cost
-            priced = True
+        groups[r.model, r.provider, r.turn_index is None].append(r)
+    cost, priced = 0.0, False
+    for (model, provider, _), group in groups.items():
+        reported = [r.usage.cost for r in group if r.usage.cost is not None]
+        price = PRICE_OF[model, provider]
+        if reported and len(reported) == len(group):
+            cost += sum(reported)
+        elif price is not None:
+            cost += sum(r.usage.estimated_cost(price) for r in group)
+        elif reported:
+            cost += sum(reported)
+        else:
+            continue
+        priced = True
     return total, (cost if priced else None), len(records)
 
 

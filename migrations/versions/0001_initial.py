@@ -89,7 +89,8 @@ def upgrade() -> None:
         sa.Column("seq", sa.Integer(), nullable=False),
         sa.Column("role", sa.String(), nullable=False),
         sa.Column("kind", sa.String(), nullable=True),
-        sa.Column("message", JSON, nullable=False),
+        # PostgreSQL json, not jsonb: jsonb re-sorts keys, so messages would not come back byte for byte.
+        sa.Column("message", sa.JSON(), nullable=False),
         *usage_columns(),
         sa.Column("model", sa.String(), nullable=True),
         sa.Column("provider", sa.String(), nullable=True),

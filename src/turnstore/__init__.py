@@ -9,6 +9,7 @@ and what a turn, loop, session or model cost::
     store = Store()                       # $TURNSTORE_URL or ./turnstore.db
 """
 
+from .aio import AsyncStore
 from .errors import (
     AlreadyExists,
     ImportFailed,
@@ -61,6 +62,7 @@ __all__ = [
     "AgentMessage",
     "AlreadyExists",
     "AssistantMessage",
+    "AsyncStore",
     "AudioContent",
     "Content",
     "ContinuationKind",

@@ -141,10 +141,12 @@ def render_summary(message: ExtensionMessage) -> UserMessage:
     summary = data.get("summary") if isinstance(data, dict) else data
     text = summary if isinstance(summary, str) else json.dumps(summary, ensure_ascii=False)
     timestamp = data.get("timestamp") if isinstance(data, dict) else None
+    if isinstance(timestamp, float) and timestamp >= 0:
+        timestamp = int(timestamp * 1000)  # float unix seconds (Tau, Operator-Use)
     prefix = _PREFIX.get(message.kind, _PREFIX[COMPACTION_SUMMARY])
     return UserMessage(
         content=[TextContent(text=f"{prefix}\n\n<summary>\n{text}\n</summary>")],
-        timestamp=timestamp if isinstance(timestamp, int) and timestamp >= 0 else 0,
+        timestamp=timestamp if isinstance(timestamp, int) and not isinstance(timestamp, bool) and timestamp >= 0 else 0,
     )
 
 

@@ -245,29 +245,48 @@ class Database:
 
     @contextmanager
     def _transaction(self, begin: str) -> Iterator[None]:
-        state = self._state()
-        if state.depth:
-            state.depth += 1
-            try:
-                yield
-            finally:
-                state.depth -= 1
-            return
-        cursor = state.dbapi.cursor()
-        self._begin(cursor, begin)
-        state.depth = 1
+        self.begin(begin)
         try:
             yield
         except BaseException:
-            state.depth = 0
-            _rollback_quietly(cursor)
+            self.rollback()
             raise
-        state.depth = 0
+        self.commit()
+
+    def begin(self, statement: str | None = None) -> None:
+        """Open a transaction on this thread's connection (a write one by default), or join the open one.
+
+        Pair every ``begin`` with one ``commit`` or ``rollback``; only the
+        outermost pair ends the transaction. Prefer :meth:`write` / :meth:`read`;
+        this form exists for callers that cannot use a ``with`` block (the async
+        store, whose transaction spans several awaits).
+        """
+        state = self._state()
+        if state.depth:
+            state.depth += 1
+            return
+        self._begin(state.cursor, statement or ("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN"))
+        state.depth = 1
+
+    def commit(self) -> None:
+        """End one :meth:`begin`; the outermost one commits."""
+        state = self._state()
+        state.depth -= 1
+        if state.depth:
+            return
         try:
-            cursor.execute("COMMIT")
+            state.cursor.execute("COMMIT")
         except BaseException:
-            _rollback_quietly(cursor)
+            _rollback_quietly(state.cursor)
             raise
+
+    def rollback(self) -> None:
+        """End one :meth:`begin` after an error; the whole transaction is undone."""
+        state = self._state()
+        state.depth -= 1
+        if state.depth:
+            return
+        _rollback_quietly(state.cursor)
 
     def _begin(self, cursor: Any, begin: str) -> None:
         if not self.is_sqlite:

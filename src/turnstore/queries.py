@@ -463,6 +463,7 @@ def _sums(table: sa.Table) -> list[ColumnElement]:
     return [sa.func.coalesce(sa.func.sum(table.c[name]), 0) for name in USAGE_COLUMNS] + [
         sa.func.sum(table.c.cost),
         sa.func.count(),
+        sa.func.count(table.c.cost),
     ]
 
 

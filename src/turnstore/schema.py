@@ -35,7 +35,15 @@ NAMING_CONVENTION = {
 metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
 
 Json = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
-"""JSON on SQLite (stored as text), JSONB on PostgreSQL."""
+"""JSON on SQLite (stored as text), JSONB on PostgreSQL: session metadata, loop config, import reports."""
+
+ExactJson = sa.JSON()
+"""JSON kept exactly as written (PostgreSQL's ``json``, not ``jsonb``): the messages.
+
+JSONB re-sorts object keys, drops duplicate keys and refuses ``\u0000``; any of
+those would change a stored message, and tool-call arguments and thinking
+signatures must come back byte for byte. ``json`` still supports ``->`` and ``->>``.
+"""
 
 Timestamp = sa.DateTime(timezone=True)
 """UTC wall-clock time (sessions and loops). Message times are unix milliseconds, as phi-core writes them."""
@@ -143,7 +151,7 @@ messages = sa.Table(
     sa.Column("role", sa.String, nullable=False),
     # Extension messages: their kind ("compaction_summary", "system", an app's own kind...).
     sa.Column("kind", sa.String, nullable=True),
-    sa.Column("message", Json, nullable=False),
+    sa.Column("message", ExactJson, nullable=False),
     *_usage_columns(),
     sa.Column("model", sa.String, nullable=True),
     sa.Column("provider", sa.String, nullable=True),

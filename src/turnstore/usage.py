@@ -2,12 +2,15 @@
 
 Totals are summed in SQL (see :mod:`turnstore.queries`), grouped by model and
 provider so each group can be priced; this module prices the groups and adds
-them up. The cost of a group is:
+them up. The cost of a group (one model) is:
 
-1. its tokens at the :class:`PriceTable` rate for its model, when the table
-   has one (``reasoning`` is inside ``output`` and is not charged again);
-2. otherwise the cost its source reported (pi, Tau and appam record one);
-3. otherwise unknown — the tokens still count, and ``cost`` stays ``None``
+1. the cost its source reported, when every usage record of the group
+   reported one (pi, Tau and appam do): an imported session costs what its
+   source says it cost;
+2. otherwise its tokens at the :class:`PriceTable` rate for its model, when
+   the table has one (``reasoning`` is inside ``output`` and is not charged again);
+3. otherwise the part of the cost that was reported, if any;
+4. otherwise unknown — the tokens still count, and ``cost`` stays ``None``
    if no group of the total could be priced.
 """
 
@@ -191,16 +194,19 @@ class Tally:
         self.requests = 0
 
     def add(self, model: str | None, provider: str | None, values: tuple[Any, ...], prices: PriceTable) -> None:
-        """Add one (model, provider) group: six token sums, the reported cost sum, the row count."""
+        """Add one (model, provider) group: six token sums, the reported cost sum, the row counts."""
         tokens = [int(v or 0) for v in values[:6]]
-        reported, count = values[6], int(values[7] or 0)
+        reported, count, with_cost = values[6], int(values[7] or 0), int(values[8] or 0)
         for index, value in enumerate(tokens):
             self.sums[index] += value
         self.requests += count
         if reported is not None:
             self.reported = (self.reported or 0.0) + float(reported)
         price = prices.for_model(model, provider)
-        if price is not None:
+        if reported is not None and with_cost == count:
+            self.cost += float(reported)
+            self.priced = True
+        elif price is not None:
             self.cost += price.price(tokens[0], tokens[1], tokens[3], tokens[4])
             self.priced = True
         elif reported is not None:

@@ -7,8 +7,10 @@ interface; :data:`FORMATS` maps the FORMAT names to them.
 
 from __future__ import annotations
 
+import gc
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -74,14 +76,32 @@ def import_paths(
     for done, path in enumerate(files, start=1):
         report.files += 1
         try:
-            for bundle in importer.bundles(path, options):
-                _import_bundle(store, fmt, bundle, options, report)
+            with _collector_paused():
+                for bundle in importer.bundles(path, options):
+                    _import_bundle(store, fmt, bundle, options, report)
         except InvalidRecord as error:
             report.errors.append(RecordError(error.place, error.reason))
             report.sessions_failed.append(str(path))
         if progress is not None:
             progress(str(path), done, len(files))
     return report
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while one file is imported.
+
+    An import allocates hundreds of thousands of objects that live until the
+    file is written; the collector would walk them again and again (a third of
+    the read time, measured). Reference counting still frees memory meanwhile.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _import_bundle(store: Store, fmt: str, bundle: SessionBundle, options: ImportOptions, report: ImportReport) -> None:

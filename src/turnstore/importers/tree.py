@@ -16,7 +16,8 @@ history once and turns the tree into loops:
 * Every other entry becomes a message (or an extension message) of the loop it
   falls in.
 
-An entry whose parent is not in the file is malformed (its descendants too).
+An entry whose parent is not in the file is malformed; its subtree becomes a
+history of its own (kept when malformed records are skipped).
 """
 
 from __future__ import annotations
@@ -84,7 +85,9 @@ def build_loops(bundle: SessionBundle, nodes: Iterable[Node], loop_prefix: str) 
         elif node.parent_id in by_id:
             by_id[node.parent_id].children.append(node)
         else:
+            # Malformed; with --skip-invalid its subtree is still kept, as a history of its own.
             bundle.errors.append(RecordError(node.place, f"parent entry {node.parent_id!r} is not in the file"))
+            roots.append(node)
     row_of: dict[str, int] = {}
     counter = [0]
 
@@ -161,5 +164,5 @@ def _attach_configs(bundle: SessionBundle) -> None:
             first.setdefault(row.loop_id, row.message)  # type: ignore[arg-type]
     for loop in bundle.loops:
         message = first.get(loop.loop_id)
-        if loop.config is None and message is not None:
+        if loop.config is None and message is not None and message.model not in ("", "unknown"):  # type: ignore[attr-defined]
             loop.config = {"model": message.model, "provider": message.provider}  # type: ignore[attr-defined]

@@ -34,7 +34,7 @@ def check_bundle(db: Database, bundle: SessionBundle, fmt: str, *, replace: bool
     Raises:
         AlreadyExists: the session exists with other content and ``replace`` is off.
     """
-    digest = bundle.digest(fmt)
+    digest = bundle.digest(fmt)  # cached on the bundle
     previous = db.fetchone(q.get_import(), {"session_id": bundle.session_id})
     if previous is not None and previous[2] == digest:
         return UNCHANGED
@@ -76,8 +76,11 @@ def write_bundle(
             },
         )
         first_times = _first_times(bundle)
-        for loop in bundle.loops:
-            db.execute(q.insert_loop(), _loop_params(db, bundle, loop, first_times.get(loop.loop_id, created)))
+        if bundle.loops:
+            db.executemany(
+                q.insert_loop(),
+                [_loop_params(db, bundle, loop, first_times.get(loop.loop_id, created)) for loop in bundle.loops],
+            )
         if rows:
             db.executemany(q.insert_message_at(), rows)
         _resolve_forks(db, bundle)
