@@ -109,8 +109,8 @@ def upgrade() -> None:
     )
     # last(session, n): newest messages of one session by global id.
     op.create_index("ix_messages_session_id_id", "messages", ["session_id", "id"])
-    # turn(loop, k): one turn's messages without scanning the loop.
-    op.create_index("ix_messages_loop_id_turn_index", "messages", ["loop_id", "turn_index"])
+    # turn(loop, k): one turn's messages in seq order, without walking the whole loop.
+    op.create_index("ix_messages_loop_id_turn_index_seq", "messages", ["loop_id", "turn_index", "seq"])
     # Usage of a session, read from the index alone in GROUP BY (model, provider) order (usage rows only).
     op.create_index(
         "ix_messages_usage_session",

@@ -78,6 +78,15 @@ def get_session() -> sa.Select:
 
 
 @cache
+def lock_session() -> sa.Select:
+    """The session row, held until the transaction ends (PostgreSQL; SQLite's write lock covers it).
+
+    Starting a loop takes it, so concurrent starts in one session see each other's loops.
+    """
+    return sa.select(sessions.c.session_id).where(sessions.c.session_id == bp("session_id")).with_for_update()
+
+
+@cache
 def session_exists() -> sa.Select:
     return sa.select(sa.literal(1)).where(sessions.c.session_id == bp("session_id"))
 

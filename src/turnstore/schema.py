@@ -164,8 +164,8 @@ messages = sa.Table(
     sa.UniqueConstraint("loop_id", "seq"),
     # last(session, n) and session scans in global order.
     sa.Index(None, "session_id", "id"),
-    # turn(loop, k) and turns(loop, a, b).
-    sa.Index(None, "loop_id", "turn_index"),
+    # turn(loop, k) and turns(loop, a, b), already in seq order: never a walk of the whole loop.
+    sa.Index(None, "loop_id", "turn_index", "seq"),
     # Usage of a session, in GROUP BY (model, provider) order: a covering index over usage rows only.
     sa.Index(
         "ix_messages_usage_session",

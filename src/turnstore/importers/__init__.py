@@ -7,15 +7,13 @@ interface; :data:`FORMATS` maps the FORMAT names to them.
 
 from __future__ import annotations
 
-import gc
 import importlib
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import AlreadyExists, ImportFailed, InvalidMessage, InvalidRecord
-from .base import ImportOptions, ImportReport, Importer, RecordError, SessionBundle, iter_files
+from .base import ImportOptions, ImportReport, Importer, RecordError, SessionBundle, collector_paused, iter_files
 from .writer import WRITTEN, check_bundle, write_bundle
 
 if TYPE_CHECKING:
@@ -76,7 +74,7 @@ def import_paths(
     for done, path in enumerate(files, start=1):
         report.files += 1
         try:
-            with _collector_paused():
+            with collector_paused():
                 for bundle in importer.bundles(path, options):
                     _import_bundle(store, fmt, bundle, options, report)
         except InvalidRecord as error:
@@ -85,23 +83,6 @@ def import_paths(
         if progress is not None:
             progress(str(path), done, len(files))
     return report
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while one file is imported.
-
-    An import allocates hundreds of thousands of objects that live until the
-    file is written; the collector would walk them again and again (a third of
-    the read time, measured). Reference counting still frees memory meanwhile.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _import_bundle(store: Store, fmt: str, bundle: SessionBundle, options: ImportOptions, report: ImportReport) -> None:

@@ -6,14 +6,24 @@
   the user or steering messages just before it.
 * Side records (a system prompt, extension records) stay in the loop they
   fall in; they join the open turn if there is one, else they have no turn.
+
+Derived loops follow each other: the first is ``initial``, each later one a
+``default`` continuation of the one before (:func:`next_loop`,
+:func:`add_derived`); a loop with no config of its own runs with the model of
+its first assistant message (:func:`fill_configs`). phi-core, yoagent and
+clark place their messages this way, and the entry trees of
+:mod:`turnstore.importers.tree` count turns with :class:`TurnDeriver`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Iterable, Sequence
 from typing import Any
 
-__all__ = ["TurnDeriver", "asked_tools", "derive_positions"]
+from ..models import AssistantMessage
+from .base import LoopRow, MessageRow, SessionBundle
+
+__all__ = ["TurnDeriver", "add_derived", "asked_tools", "derive_positions", "fill_configs", "next_loop"]
 
 
 class TurnDeriver:
@@ -70,3 +80,44 @@ def derive_positions(roles: Sequence[tuple[str, bool]]) -> list[tuple[int, int |
 def asked_tools(message: Any) -> bool:
     """Whether a canonical assistant message asked for tools."""
     return any(getattr(block, "type", None) == "toolCall" for block in getattr(message, "content", ()) or ())
+
+
+def next_loop(loop_id: str, previous: Sequence[LoopRow]) -> LoopRow:
+    """A derived loop: the first is ``initial``, each later one a ``default`` continuation of the one before."""
+    if not previous:
+        return LoopRow(loop_id=loop_id)
+    return LoopRow(loop_id=loop_id, parent_loop_id=previous[-1].loop_id, continuation_kind="default")
+
+
+def add_derived(bundle: SessionBundle, loop_prefix: str, rows: Iterable[MessageRow]) -> None:
+    """Append the rows of one linear history to ``bundle``, in loops and turns derived from their roles.
+
+    Loop ids are ``{loop_prefix}.{N}`` from 1, chained by :func:`next_loop`;
+    each row's ``loop_id`` and ``turn_index`` are set here.
+    """
+    rows = list(rows)
+    positions = derive_positions([(str(row.message.role), asked_tools(row.message)) for row in rows])
+    for row, (loop, turn) in zip(rows, positions):
+        loop_id = f"{loop_prefix}.{loop + 1}"
+        if not bundle.loops or bundle.loops[-1].loop_id != loop_id:
+            bundle.loops.append(next_loop(loop_id, bundle.loops))
+        row.loop_id, row.turn_index = loop_id, turn
+        bundle.messages.append(row)
+
+
+def fill_configs(bundle: SessionBundle, unknown_models: Container[str] = ()) -> None:
+    """Loops without a config take the model and provider of their first assistant message.
+
+    Args:
+        unknown_models: model names that say nothing (a source's placeholder
+            for "not recorded"); a loop whose first assistant message names
+            one of them keeps no config.
+    """
+    first: dict[str, AssistantMessage] = {}
+    for row in bundle.messages:
+        if isinstance(row.message, AssistantMessage):
+            first.setdefault(row.loop_id, row.message)
+    for loop in bundle.loops:
+        message = first.get(loop.loop_id)
+        if message is not None and loop.config is None and message.model not in unknown_models:
+            loop.config = {"model": message.model, "provider": message.provider}

@@ -89,7 +89,7 @@ class LoopRepository:
             self._settings.limits.check_id("loop_id", loop_id)
         when = started_at or utcnow()
         with self._db.write():
-            if self._db.fetchone(q.session_exists(), {"session_id": session_id}) is None:
+            if self._db.fetchone(q.lock_session(), {"session_id": session_id}) is None:
                 raise SessionNotFound(f"session {session_id!r} not found")
             parent, kind = self._resolve_parent(session_id, parent_loop_id, kind)
             self._check_fork(session_id, parent, kind, fork_after, keep_from)
@@ -118,7 +118,11 @@ class LoopRepository:
                 "metadata": dumps(dict(metadata)) if metadata is not None else None,
                 "source": None,
             }
-            self._db.execute(q.insert_loop(), params)
+            try:
+                self._db.execute(q.insert_loop(), params)
+            except self._db.IntegrityError:
+                # Another process took this explicit id between the check and the insert.
+                raise AlreadyExists(f"loop {loop_id!r} already exists") from None
             self._db.execute(q.touch_session(), {"session_id": session_id, "updated_at": self._db.bind_time(when)})
         return self.get(loop_id)
 

@@ -55,12 +55,16 @@ class SessionRepository:
             "updated_at": self._db.bind_time(now),
             "source": None,
         }
-        with self._db.write():
-            if self._db.fetchone(q.session_exists(), {"session_id": session_id}) is not None:
-                if exist_ok:
-                    return self.get(session_id)
-                raise AlreadyExists(f"session {session_id!r} already exists")
-            self._db.execute(q.insert_session(), params)
+        try:
+            with self._db.write():
+                if self._db.fetchone(q.session_exists(), {"session_id": session_id}) is not None:
+                    raise AlreadyExists(f"session {session_id!r} already exists")
+                self._db.execute(q.insert_session(), params)
+        except (AlreadyExists, self._db.IntegrityError):
+            # Exists already, or another process created it between the check and the insert.
+            if exist_ok:
+                return self.get(session_id)
+            raise AlreadyExists(f"session {session_id!r} already exists") from None
         return Session(
             session_id=session_id,
             agent_id=agent_id,
