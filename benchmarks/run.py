@@ -4,6 +4,9 @@
     python benchmarks/run.py --quick         # smoke run (seconds)
     python benchmarks/run.py --reps 9 --json benchmarks/results/run.json --out /tmp/tsbench
     python benchmarks/run.py --profile       # also cProfile turnstore's side of each operation
+    python benchmarks/run.py --async         # also AsyncStore vs Store on SQLite (+ aiosqlite if installed)
+    python benchmarks/run.py --postgres postgresql://postgres@127.0.0.1:5432/test   # also PostgreSQL
+    python benchmarks/run.py --all           # all of it (PostgreSQL from $TURNSTORE_BENCH_POSTGRES_URL)
 
 See benchmarks/README.md for what each operation measures and how the floor is defined.
 """
@@ -11,23 +14,20 @@ See benchmarks/README.md for what each operation measures and how the floor is d
 from __future__ import annotations
 
 import argparse
+import asyncio
 import cProfile
 import gc
 import hashlib
-import io
-import itertools
 import json
 import os
 import platform
 import pstats
 import shutil
 import sqlite3
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
@@ -40,76 +40,26 @@ import sqlalchemy  # noqa: E402
 import raw  # noqa: E402
 import workload  # noqa: E402
 import turnstore  # noqa: E402
+from common import (  # noqa: E402
+    FULL,
+    QUICK,
+    Result,
+    Sizes,
+    blocks,
+    fill_read_store,
+    load_average,
+    open_with_loops,
+    print_profile,
+    read_workloads,
+    remove_db,
+    same_rows,
+    sqlite_message_rows,
+    timed,
+)
 from turnstore import Store  # noqa: E402
 
 SYSTEMS = ("raw", "turnstore")
-
-
-@dataclass(frozen=True)
-class Sizes:
-    """How big each part of the run is."""
-
-    write_sessions: int
-    write_loops: int
-    write_turns: int
-    write_block: int  # turns per alternating block
-    read_messages: int  # messages of the session read by last() and usage
-    read_background: int  # sessions of other traffic in the read database
-    last_n: int
-    last_calls: int  # calls per repetition
-    usage_calls: int
-
-
-FULL = Sizes(write_sessions=8, write_loops=3, write_turns=40, write_block=2, read_messages=5_000, read_background=3,
-             last_n=50, last_calls=300, usage_calls=1_000)
-QUICK = Sizes(write_sessions=2, write_loops=2, write_turns=10, write_block=2, read_messages=5_000, read_background=1,
-              last_n=50, last_calls=30, usage_calls=100)
-
-
-@dataclass
-class Result:
-    key: str
-    name: str
-    unit: str
-    ns: dict[str, list[float]]  # per-op nanoseconds, one value per repetition
-
-    def median_us(self, system: str) -> float:
-        return statistics.median(self.ns[system]) / 1_000
-
-    @property
-    def ratio(self) -> float:
-        return self.median_us("turnstore") / self.median_us("raw")
-
-    @property
-    def ratio_range(self) -> tuple[float, float]:
-        ratios = [t / r for r, t in zip(self.ns["raw"], self.ns["turnstore"])]
-        return min(ratios), max(ratios)
-
-
-# --- database setup ------------------------------------------------------------
-
-
-def _remove(path: Path) -> None:
-    for suffix in ("", "-wal", "-shm", "-journal"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
-
-
-def _open_with_loops(path: Path, works: list[workload.Workload]) -> Store:
-    """A fresh turnstore database (migrations run by Store) with the sessions and loops of ``works``."""
-    _remove(path)
-    store = Store(path)
-    for work in works:
-        for session_id in work.session_ids:
-            store.sessions.create(session_id, title="benchmark")
-        for plan in work.loops:
-            store.loops.start(
-                plan.session_id,
-                loop_id=plan.loop_id,
-                parent_loop_id=plan.parent_loop_id,
-                continuation="default" if plan.parent_loop_id else "initial",
-                config={"model": plan.model, "provider": plan.provider},
-            )
-    return store
+PG_ENV = "TURNSTORE_BENCH_POSTGRES_URL"
 
 
 # --- the write operations ---------------------------------------------------------
@@ -147,21 +97,6 @@ WRITE_OPS: dict[str, tuple[Callable[..., None], Callable[..., None]]] = {
 }
 
 
-def _timed(run: Callable[[], Any], profiler: cProfile.Profile | None = None) -> int:
-    if profiler is not None:
-        profiler.enable()
-    start = time.perf_counter_ns()
-    run()
-    elapsed = time.perf_counter_ns() - start
-    if profiler is not None:
-        profiler.disable()
-    return elapsed
-
-
-def _blocks(items: list[Any], size: int) -> list[list[Any]]:
-    return [items[start:start + size] for start in range(0, len(items), size)]
-
-
 def write_rep(
     op: str, paths: dict[str, Path], work: workload.Workload, warm: workload.Workload, block: int,
     systems: tuple[str, ...] = SYSTEMS, profiler: cProfile.Profile | None = None,
@@ -181,7 +116,7 @@ def write_rep(
     closers: list[Callable[[], None]] = []
     try:
         for system in systems:
-            store = _open_with_loops(paths[system], [warm, work])
+            store = open_with_loops(paths[system], [warm, work])
             if system == "raw":
                 store.close()
                 connection = raw.connect(str(paths[system]))
@@ -194,34 +129,18 @@ def write_rep(
             runs[system](warm.turns)
         totals = dict.fromkeys(systems, 0)
         gc.collect()
-        for i, turns in enumerate(_blocks(work.turns, block)):
+        for i, turns in enumerate(blocks(work.turns, block)):
             for system in systems if i % 2 == 0 else systems[::-1]:
-                totals[system] += _timed(lambda: runs[system](turns), profiler)
+                totals[system] += timed(lambda: runs[system](turns), profiler)
         return totals
     finally:
         for close in closers:
             close()
 
 
-def _message_rows(path: Path) -> list[tuple[Any, ...]]:
-    connection = sqlite3.connect(path)
-    try:
-        columns = [row[1] for row in connection.execute("PRAGMA table_info(messages)")]
-        return connection.execute(f"SELECT {', '.join(columns)} FROM messages ORDER BY id").fetchall()
-    finally:
-        connection.close()
-
-
 def _same_rows(op: str, paths: dict[str, Path]) -> int:
     """Both systems wrote byte-identical message rows (every column, ids included)."""
-    rows = {system: _message_rows(path) for system, path in paths.items()}
-    if rows["raw"] != rows["turnstore"]:
-        diff = next(i for i, (a, b) in enumerate(itertools.zip_longest(rows["raw"], rows["turnstore"])) if a != b)
-        raise SystemExit(
-            f"{op}: raw and turnstore rows differ at row {diff}:\n  raw: {rows['raw'][diff]!r:.400}\n"
-            f"  turnstore: {rows['turnstore'][diff]!r:.400}"
-        )
-    return len(rows["raw"])
+    return same_rows(op, {system: sqlite_message_rows(path) for system, path in paths.items()})
 
 
 def bench_write(
@@ -234,7 +153,7 @@ def bench_write(
     write_rep(op, paths, work, warm, block)
     rows = _same_rows(op, paths)
     for path in paths.values():
-        _remove(path)
+        remove_db(path)
     samples: dict[str, list[float]] = {system: [] for system in SYSTEMS}
     for rep in range(reps):
         paths = {system: out / f"{op}-{system}-{rep}.db" for system in SYSTEMS}
@@ -243,13 +162,13 @@ def bench_write(
         for system in SYSTEMS:
             samples[system].append(totals[system] / per_op)
         for path in paths.values():
-            _remove(path)
+            remove_db(path)
     stats = None
     if profile:
         profiler = cProfile.Profile()
         path = out / f"profile-{op}.db"
         write_rep(op, {"turnstore": path}, work, warm, block, ("turnstore",), profiler)
-        _remove(path)
+        remove_db(path)
         stats = pstats.Stats(profiler)
     return samples, rows, stats
 
@@ -259,14 +178,9 @@ def bench_write(
 
 def build_read_db(path: Path, sizes: Sizes) -> tuple[Store, str]:
     """One database: a session of ~read_messages messages (4 loops) among other sessions' traffic."""
-    big = workload.build(1, 4, sizes.read_messages // 13, seed=workload.SEED + 1, prefix="big-",
-                         min_messages_per_session=sizes.read_messages)
-    other = workload.build(sizes.read_background, 2, 160, seed=workload.SEED + 2, prefix="other-")
-    store = _open_with_loops(path, [big, other])
-    turns = [t for pair in itertools.zip_longest(big.turns, other.turns) for t in pair if t is not None]
-    for chunk in _blocks(turns, 250):
-        with store.transaction():
-            _ts_append_turn(store, chunk)
+    big, other, turns = read_workloads(sizes)
+    store = open_with_loops(path, [big, other])
+    fill_read_store(store, turns)
     return store, big.session_ids[0]
 
 
@@ -301,13 +215,13 @@ def bench_read(
             gc.collect()
             for i in range(max(calls // block, 1)):
                 for system in order if i % 2 == 0 else order[::-1]:
-                    totals[system] += _timed(lambda: loop(runs[system], block))
+                    totals[system] += timed(lambda: loop(runs[system], block))
             for system in SYSTEMS:
                 samples[system].append(totals[system] / (max(calls // block, 1) * block))
         stats = None
         if profile:
             profiler = cProfile.Profile()
-            _timed(lambda: loop(ts_call, calls), profiler)
+            timed(lambda: loop(ts_call, calls), profiler)
             stats = pstats.Stats(profiler)
         results[key] = (samples, stats)
     return results
@@ -393,15 +307,8 @@ def environment(out: Path) -> dict[str, Any]:
         "cpu": cpu,
         "cpus": os.cpu_count(),
         "out": str(out),
-        "load_average": _load_average(),
+        "load_average": load_average(),
     }
-
-
-def _load_average() -> str:
-    try:
-        return " ".join(f"{value:.2f}" for value in os.getloadavg())
-    except OSError:
-        return "unknown"
 
 
 def table(results: list[Result]) -> str:
@@ -418,14 +325,79 @@ def table(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
-def print_profile(name: str, stats: pstats.Stats, limit: int = 14) -> None:
-    buffer = io.StringIO()
-    stats.stream = buffer  # type: ignore[attr-defined]
-    stats.strip_dirs().sort_stats("tottime").print_stats(limit)
-    text = buffer.getvalue()
-    body = text[text.find("   ncalls"):] if "   ncalls" in text else text
-    print(f"\n--- cProfile, turnstore side of: {name} (top {limit} by own time) ---")
-    print(body.rstrip())
+def run_sqlite(
+    sizes: Sizes, reps: int, out: Path, work: workload.Workload, warm: workload.Workload, profile: bool,
+) -> tuple[list[Result], list[tuple[str, pstats.Stats]]]:
+    """The main table: turnstore's sync Store against the raw-sqlite3 floor."""
+    messages = work.message_count
+    print(f"write workload: {len(work.session_ids)} sessions × {sizes.write_loops} loops × "
+          f"{sizes.write_turns} turns = {len(work.turns)} turns, {messages} messages "
+          f"({messages / len(work.turns):.2f}/turn); {reps} repetitions, fresh database file each")
+
+    results: list[Result] = []
+    profiles: list[tuple[str, pstats.Stats]] = []
+    names = {
+        "append": ("append 1 message per commit", "per message"),
+        "append_turn": (f"append 1 turn per transaction ({messages / len(work.turns):.2f} msgs)", "per turn"),
+    }
+    for op, (name, unit) in names.items():
+        t0 = time.perf_counter()
+        samples, rows, stats = bench_write(op, reps, out, work, warm, sizes.write_block, profile)
+        results.append(Result(op, name, unit, samples))
+        if stats is not None:
+            profiles.append((name, stats))
+        print(f"  {name}: {rows} identical rows checked; ×{results[-1].ratio:.2f} ({time.perf_counter() - t0:.1f} s)")
+
+    t0 = time.perf_counter()
+    read_path = out / "read.db"
+    store, session_id = build_read_db(read_path, sizes)
+    gc.collect()
+    gc.freeze()
+    connection = raw.connect(str(read_path))
+    try:
+        rs = raw.RawStore(connection)
+        pragmas = check_pragmas(store, connection)
+        total = connection.execute("SELECT COUNT(*) FROM messages").fetchone()[0]
+        in_session = connection.execute(
+            "SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,)
+        ).fetchone()[0]
+        got_raw, got_typed = check_reads(store, rs, session_id, sizes.last_n)
+        print(f"read database: {total} messages, the read session {in_session} "
+              f"({time.perf_counter() - t0:.1f} s to build); pragmas {pragmas}")
+        print(f"  last({sizes.last_n}): raw returns {got_raw} dicts, turnstore {got_typed} models "
+              f"(a window never starts with a tool result whose call it cut)")
+        read = bench_read(store, rs, session_id, sizes, reps, profile)
+    finally:
+        connection.close()
+        store.close()
+        remove_db(read_path)
+    read_names = {
+        "last": (f"last {sizes.last_n} of a {in_session:,}-message session", "per call"),
+        "usage": (f"session usage totals ({in_session:,} messages)", "per call"),
+    }
+    for key, (samples, stats) in read.items():
+        name, unit = read_names[key]
+        results.append(Result(key, name, unit, samples))
+        if stats is not None:
+            profiles.append((name, stats))
+    return results, profiles
+
+
+def postgres_plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[str | None, str | None]:
+    """(URL to run the PostgreSQL section on, or None; why it is skipped, or None)."""
+    if not (args.all or args.postgres is not None):
+        return None, None
+    url = args.postgres or os.environ.get(PG_ENV) or None
+    if url is None:
+        return None, f"no server given: pass --postgres URL or set {PG_ENV}"
+    try:
+        import pg
+    except ImportError as error:
+        return None, f"psycopg is not installed ({error}); pip install 'turnstore[postgres]'"
+    why = pg.unreachable(pg.plain_url(url))
+    if why is not None and args.postgres:  # asked for by name: fail instead of skipping
+        parser.error(why)
+    return (None, why) if why else (url, None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -434,12 +406,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small workload, fast smoke run")
     parser.add_argument("--json", type=Path, help="also write the results to this JSON file")
     parser.add_argument("--out", type=Path, help="directory for the temporary databases (default: a new temp dir)")
-    parser.add_argument("--profile", action="store_true", help="cProfile turnstore's side of each operation")
+    parser.add_argument("--profile", action="store_true", help="cProfile turnstore's side of each operation (main table)")
+    parser.add_argument("--async", dest="run_async", action="store_true",
+                        help="also AsyncStore vs Store on SQLite, with aiosqlite for reference if installed")
+    parser.add_argument("--postgres", nargs="?", const="", default=None, metavar="URL",
+                        help=f"also PostgreSQL: turnstore sync and async vs raw psycopg, on databases created on "
+                             f"this server for the run (default URL: ${PG_ENV})")
+    parser.add_argument("--all", action="store_true", help="everything: --async and --postgres")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     reps = args.reps if args.reps is not None else (2 if args.quick else 5)
     if reps < 1:
         parser.error("--reps must be at least 1")
+    pg_url, pg_skipped = postgres_plan(args, parser)
 
     started = time.perf_counter()
     if args.out is not None:
@@ -454,77 +433,44 @@ def main(argv: list[str] | None = None) -> int:
           f"pydantic {env['pydantic']}; {env['cpus']} CPUs ({env['cpu']}); databases in {out}")
     print(f"load average at start: {env['load_average']}")
 
+    sections: list[Any] = []
     try:
         work = workload.build(sizes.write_sessions, sizes.write_loops, sizes.write_turns)
         warm = workload.build(1, 1, 1, seed=workload.SEED - 1, prefix="warm-")
         gc.collect()
         gc.freeze()  # the workload's objects are long-lived: keep them out of every later collection
-        messages = work.message_count
-        print(f"write workload: {len(work.session_ids)} sessions × {sizes.write_loops} loops × "
-              f"{sizes.write_turns} turns = {len(work.turns)} turns, {messages} messages "
-              f"({messages / len(work.turns):.2f}/turn); {reps} repetitions, fresh database file each")
+        results, profiles = run_sqlite(sizes, reps, out, work, warm, args.profile)
+        if args.run_async or args.all:
+            import asyncbench
 
-        results: list[Result] = []
-        profiles: list[tuple[str, pstats.Stats]] = []
-        names = {
-            "append": ("append 1 message per commit", "per message"),
-            "append_turn": (f"append 1 turn per transaction ({messages / len(work.turns):.2f} msgs)", "per turn"),
-        }
-        for op, (name, unit) in names.items():
-            t0 = time.perf_counter()
-            samples, rows, stats = bench_write(op, reps, out, work, warm, sizes.write_block, args.profile)
-            results.append(Result(op, name, unit, samples))
-            if stats is not None:
-                profiles.append((name, stats))
-            print(f"  {name}: {rows} identical rows checked; ×{results[-1].ratio:.2f} ({time.perf_counter() - t0:.1f} s)")
+            sections.append(asyncio.run(asyncbench.run(sizes, reps, out, work, warm)))
+        if pg_url is not None:
+            import pgbench
 
-        t0 = time.perf_counter()
-        read_path = out / "read.db"
-        store, session_id = build_read_db(read_path, sizes)
-        gc.collect()
-        gc.freeze()
-        connection = raw.connect(str(read_path))
-        try:
-            rs = raw.RawStore(connection)
-            pragmas = check_pragmas(store, connection)
-            total = connection.execute("SELECT COUNT(*) FROM messages").fetchone()[0]
-            in_session = connection.execute(
-                "SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,)
-            ).fetchone()[0]
-            got_raw, got_typed = check_reads(store, rs, session_id, sizes.last_n)
-            print(f"read database: {total} messages, the read session {in_session} "
-                  f"({time.perf_counter() - t0:.1f} s to build); pragmas {pragmas}")
-            print(f"  last({sizes.last_n}): raw returns {got_raw} dicts, turnstore {got_typed} models "
-                  f"(a window never starts with a tool result whose call it cut)")
-            read = bench_read(store, rs, session_id, sizes, reps, args.profile)
-        finally:
-            connection.close()
-            store.close()
-            _remove(read_path)
-        read_names = {
-            "last": (f"last {sizes.last_n} of a {in_session:,}-message session", "per call"),
-            "usage": (f"session usage totals ({in_session:,} messages)", "per call"),
-        }
-        for key, (samples, stats) in read.items():
-            name, unit = read_names[key]
-            results.append(Result(key, name, unit, samples))
-            if stats is not None:
-                profiles.append((name, stats))
+            sections.append(asyncio.run(pgbench.run(pg_url, sizes, reps, work, warm)))
+        elif pg_skipped is not None:
+            from interleave import Section
+
+            sections.append(Section("postgresql", "PostgreSQL", [], [], skipped=pg_skipped))
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
     elapsed = time.perf_counter() - started
     print()
     print(table(results))
-    print(f"\nMedians of {reps} repetitions; ratio = turnstore / raw (lower is better; ×1.00 = no overhead). "
-          f"Total runtime {elapsed:.1f} s; load average at the end: {_load_average()}.")
+    print(f"\nMedians of {reps} repetitions; ratio = turnstore / raw (lower is better; ×1.00 = no overhead).")
+    for section in sections:
+        print()
+        print(section.render())
+    print(f"\nTotal runtime {elapsed:.1f} s; load average at the end: {load_average()}.")
     for name, stats in profiles:
         print_profile(name, stats)
 
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
+        messages = work.message_count
         payload = {
-            "environment": env,
+            "environment": {**env, "load_average_end": load_average()},
             "sizes": sizes.__dict__,
             "reps": reps,
             "write_workload": {"sessions": len(work.session_ids), "loops": len(work.loops),
@@ -543,6 +489,7 @@ def main(argv: list[str] | None = None) -> int:
                 }
                 for r in results
             ],
+            "sections": {section.key: section.as_json() for section in sections},
         }
         args.json.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
         print(f"\nwrote {args.json}")

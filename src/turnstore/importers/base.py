@@ -7,6 +7,12 @@ already validated as a turnstore model and carrying its verbatim source
 record. A malformed record becomes a :class:`RecordError` naming its place
 (``file:line``, ``file: record N``, ``table id=...``); the bundle is then
 marked invalid unless skipping is allowed, and the writer leaves it out.
+
+Reading helpers shared by the formats live here too: JSON and JSONL files,
+SQLite databases opened read-only (appam, OpenAI Agents SDK, Tau), times and
+timestamps, and the small conversions more than one format needs. How a
+source's records become loops is in :mod:`turnstore.importers.derive` (linear
+histories) and :mod:`turnstore.importers.tree` (entry trees).
 """
 
 from __future__ import annotations
@@ -39,9 +45,19 @@ __all__ = [
     "MessageRow",
     "RecordError",
     "SessionBundle",
+    "collector_paused",
+    "connect_read_only",
+    "first_turn_session",
+    "guess_mime_type",
+    "is_sqlite",
     "iter_files",
+    "open_sqlite",
     "read_json",
     "read_jsonl",
+    "sqlite_accepts",
+    "str_or_none",
+    "table_names",
+    "time_ms",
 ]
 
 IGNORED_SUFFIXES = (".lock", ".tmp", ".bak", ".swp", ".partial")

@@ -38,7 +38,6 @@ from ..errors import InvalidRecord
 from ..models import ExtensionMessage, Message
 from .base import (
     ImportOptions,
-    LoopRow,
     MessageRow,
     RecordError,
     SessionBundle,
@@ -47,7 +46,7 @@ from .base import (
     read_json,
     read_jsonl,
 )
-from .derive import asked_tools, derive_positions
+from .derive import add_derived
 
 __all__ = ["ClarkImporter", "STOP_REASONS", "UNKNOWN", "USAGE_FIELDS", "convert"]
 
@@ -93,22 +92,17 @@ class ClarkImporter:
         """One session per file, its loops and turns derived."""
         session_id = options.session_id or path.stem
         bundle = SessionBundle(session_id=session_id, origin=str(path))
-        converted: list[tuple[Converted, str]] = []
+        rows: list[MessageRow] = []
         for place, source, value in _records(path):
             bundle.records += 1
             bundle.add_source(source)
             try:
-                converted.append((convert(value, place), source))
+                message, usage_known, stamp = convert(value, place)
             except InvalidRecord as error:
                 bundle.errors.append(RecordError(error.place, error.reason))
-        positions = derive_positions([(str(message.role), asked_tools(message)) for (message, _, _), _ in converted])
-        for ((message, usage_known, stamp), source), (loop, turn) in zip(converted, positions):
-            loop_id = f"{session_id}.clark.{loop + 1}"
-            if not bundle.loops or bundle.loops[-1].loop_id != loop_id:
-                bundle.loops.append(_next_loop(loop_id, bundle.loops))
-            bundle.messages.append(
-                MessageRow(message, loop_id, turn, source=source, usage_known=usage_known, timestamp=stamp)
-            )
+                continue
+            rows.append(MessageRow(message, "", None, source=source, usage_known=usage_known, timestamp=stamp))
+        add_derived(bundle, f"{session_id}.clark", rows)
         yield bundle
 
 
@@ -289,13 +283,6 @@ def _usage(fields: _Fields) -> tuple[dict[str, int], bool]:
         counts[canonical] = value
     counts["total_tokens"] = sum(counts[name] for name in USAGE_FIELDS.values())
     return counts, True
-
-
-def _next_loop(loop_id: str, previous: list[LoopRow]) -> LoopRow:
-    """A derived loop: the first is ``initial``, each later one a ``default`` continuation of the one before."""
-    if not previous:
-        return LoopRow(loop_id=loop_id)
-    return LoopRow(loop_id=loop_id, parent_loop_id=previous[-1].loop_id, continuation_kind="default")
 
 
 class _Fields:

@@ -10,14 +10,15 @@
 Derived loops follow each other: the first is ``initial``, each later one a
 ``default`` continuation of the one before (:func:`next_loop`,
 :func:`add_derived`); a loop with no config of its own runs with the model of
-its first assistant message (:func:`fill_configs`). phi-core, yoagent and
-clark place their messages this way, and the entry trees of
-:mod:`turnstore.importers.tree` count turns with :class:`TurnDeriver`.
+its first assistant message (:func:`fill_configs`). clark and yoagent message
+arrays are placed this way, phi-core arrays where a message has no
+``turnId``; the entry trees of :mod:`turnstore.importers.tree` count turns
+with :class:`TurnDeriver`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Container, Sequence
 from typing import Any
 
 from ..models import AssistantMessage
@@ -89,13 +90,12 @@ def next_loop(loop_id: str, previous: Sequence[LoopRow]) -> LoopRow:
     return LoopRow(loop_id=loop_id, parent_loop_id=previous[-1].loop_id, continuation_kind="default")
 
 
-def add_derived(bundle: SessionBundle, loop_prefix: str, rows: Iterable[MessageRow]) -> None:
+def add_derived(bundle: SessionBundle, loop_prefix: str, rows: list[MessageRow]) -> None:
     """Append the rows of one linear history to ``bundle``, in loops and turns derived from their roles.
 
     Loop ids are ``{loop_prefix}.{N}`` from 1, chained by :func:`next_loop`;
     each row's ``loop_id`` and ``turn_index`` are set here.
     """
-    rows = list(rows)
     positions = derive_positions([(str(row.message.role), asked_tools(row.message)) for row in rows])
     for row, (loop, turn) in zip(rows, positions):
         loop_id = f"{loop_prefix}.{loop + 1}"

@@ -28,23 +28,23 @@ Each session becomes one bundle:
 * ``turn_usage`` rows become the reported usage of the loop of their turn;
   items carry no usage, so assistant messages are written with unknown usage.
 
-The mapping of every item type and usage field is in
-``docs/importers/openai-agents.md``. The database is opened read-only.
+What each item becomes is in :mod:`turnstore.importers.openai_agents_items`;
+this module reads the tables and places the messages. The mapping of every
+item type and usage field is in ``docs/importers/openai-agents.md``. The
+database is opened read-only.
 """
 
 from __future__ import annotations
 
 import json
-import mimetypes
-import re
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from ..errors import InvalidRecord
-from ..models import AssistantMessage, ExtensionMessage, Message, Usage
+from ..models import AssistantMessage, ExtensionMessage, Usage
 from .base import (
     ImportOptions,
     LoopRow,
@@ -53,50 +53,21 @@ from .base import (
     SessionBundle,
     compact,
     ms_timestamp,
-    parse_agent_message,
+    open_sqlite,
     parse_time,
+    sqlite_accepts,
+    table_names,
 )
 from .derive import TurnDeriver
+from .openai_agents_items import MODEL, PROVIDER, ItemConverter, Piece, Row, guard, parse_item
 
 __all__ = ["OpenAIAgentsImporter"]
 
-_T = TypeVar("_T")
-
-SQLITE_HEADER = b"SQLite format 3\x00"
 SESSIONS = "agent_sessions"
 MESSAGES = "agent_messages"
 STRUCTURE = "message_structure"
 TURN_USAGE = "turn_usage"
 MAIN = "main"
-
-MODEL = "unknown"
-PROVIDER = "openai"
-"""Items record no model; the SDK's ``Agent.model`` is not stored in the session."""
-
-CALL_TYPES = frozenset(
-    {"function_call", "computer_call", "local_shell_call", "shell_call", "apply_patch_call", "custom_tool_call"}
-)
-"""Model output items that ask the app to run something: a response holding one stops with ``toolUse``."""
-
-INPUT_TYPES = frozenset(
-    {
-        "function_call_output",
-        "computer_call_output",
-        "local_shell_call_output",
-        "shell_call_output",
-        "apply_patch_call_output",
-        "custom_tool_call_output",
-        "mcp_approval_response",
-        "item_reference",
-        "compaction",
-    }
-)
-"""Typed items the app sends to the model; like a message from the user, each ends the model response before it.
-Every other typed item (and every ``assistant`` message) is model output."""
-
-ROLES = frozenset({"user", "system", "developer", "assistant"})
-
-_DATA_URL = re.compile(r"data:(?P<mime>[^;,]*)(?:;[^,]*)?;base64,(?P<data>.*)", re.DOTALL)
 
 
 class OpenAIAgentsImporter:
@@ -106,19 +77,7 @@ class OpenAIAgentsImporter:
 
     def accepts(self, path: Path) -> bool:
         """SQLite files holding the SDK's ``agent_sessions`` and ``agent_messages`` tables."""
-        try:
-            with path.open("rb") as file:
-                if file.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
-                    return False
-            connection = _connect(path)
-        except (OSError, InvalidRecord):
-            return False
-        try:
-            return {SESSIONS, MESSAGES} <= _tables(connection)
-        except sqlite3.Error:
-            return False
-        finally:
-            connection.close()
+        return sqlite_accepts(path, lambda connection: {SESSIONS, MESSAGES} <= table_names(connection))
 
     def bundles(self, path: Path, options: ImportOptions) -> Iterator[SessionBundle]:
         """One bundle per session of the database, in the order the SDK created them.
@@ -127,12 +86,7 @@ class OpenAIAgentsImporter:
             InvalidRecord: not a SQLite database, no ``agent_sessions`` /
                 ``agent_messages`` tables, or a read error.
         """
-        connection = _connect(path)
-        try:
-            try:
-                tables = _tables(connection)
-            except sqlite3.Error as error:
-                raise InvalidRecord(str(path), f"not a readable SQLite database: {error}") from None
+        with open_sqlite(path, table_names) as (connection, tables):
             if not {SESSIONS, MESSAGES} <= tables:
                 raise InvalidRecord(
                     str(path), f"no {SESSIONS} and {MESSAGES} tables (not an OpenAI Agents SDK session database)"
@@ -143,37 +97,9 @@ class OpenAIAgentsImporter:
                     yield source.bundle(session_id)
             except sqlite3.Error as error:
                 raise InvalidRecord(str(path), f"cannot read the session tables: {error}") from None
-        finally:
-            connection.close()
 
 
 # --- reading the database -------------------------------------------------------------
-
-
-def _connect(path: Path) -> sqlite3.Connection:
-    """Open the database read-only (an ``?mode=ro`` URI), never creating or changing it."""
-    try:
-        connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    except sqlite3.Error as error:
-        raise InvalidRecord(str(path), f"cannot open as SQLite: {error}") from None
-    connection.row_factory = sqlite3.Row
-    return connection
-
-
-def _tables(connection: sqlite3.Connection) -> set[str]:
-    return {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-
-
-@dataclass
-class _Row:
-    """One ``agent_messages`` row: its verbatim ``message_data`` and the item parsed from it."""
-
-    id: int
-    text: str
-    item: dict[str, Any]
-    place: str
-    timestamp: int
-    """Unix ms of the row's ``created_at`` (when the SDK stored the item; 0 when missing)."""
 
 
 @dataclass
@@ -181,7 +107,7 @@ class _Line:
     """One branch of a session: its rows in order, each with its ``user_turn_number`` (None when unknown)."""
 
     branch_id: str
-    entries: list[tuple[_Row, int | None]]
+    entries: list[tuple[Row, int | None]]
 
 
 class _Source:
@@ -223,13 +149,13 @@ class _Source:
         lines = _lines(rows, structure)
         if structure:
             bundle.metadata = {"branches": list(dict.fromkeys(branch for _, branch, _ in structure))}
-        builder = _Builder(bundle, _tool_names(rows), turns_known=bool(structure))
+        builder = _Builder(bundle, rows, turns_known=bool(structure))
         builder.build(lines)
         if self.usage:
             builder.attach_usage(self._usage(session_id), self.path)
         return bundle
 
-    def _rows(self, bundle: SessionBundle) -> list[_Row]:
+    def _rows(self, bundle: SessionBundle) -> list[Row]:
         rows = []
         query = f'SELECT id, message_data, created_at FROM "{MESSAGES}" WHERE session_id = ? ORDER BY id'
         for row_id, data, created in self.connection.execute(query, (bundle.session_id,)):
@@ -238,7 +164,7 @@ class _Source:
             text = _plain(data)
             bundle.add_source(compact([row_id, text, created]))
             try:
-                rows.append(_Row(row_id, text, _item(text, place), place, ms_timestamp(created)))
+                rows.append(Row(row_id, text, parse_item(text, place), place, ms_timestamp(created)))
             except InvalidRecord as error:
                 bundle.errors.append(RecordError(error.place, error.reason))
         return rows
@@ -269,37 +195,7 @@ def _plain(value: Any) -> Any:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _item(text: Any, place: str) -> dict[str, Any]:
-    """The Responses-API item of one row.
-
-    Raises:
-        InvalidRecord: not JSON, not an object, or an item with neither a
-            ``type`` nor a known ``role``.
-    """
-    if not isinstance(text, str):
-        raise InvalidRecord(place, "message_data is not text")
-    try:
-        item = json.loads(text, parse_constant=_reject_constant)
-    except (ValueError, RecursionError) as error:
-        raise InvalidRecord(place, f"invalid JSON: {error}") from None
-    if not isinstance(item, dict):
-        raise InvalidRecord(place, f"expected a JSON object, got {type(item).__name__}")
-    kind, role = item.get("type"), item.get("role")
-    if kind in (None, "message"):
-        if role is None:
-            raise InvalidRecord(place, "item has neither a type nor a role")
-        if role not in ROLES:
-            raise InvalidRecord(place, f"unknown message role {role!r}")
-    elif not isinstance(kind, str):
-        raise InvalidRecord(place, f"item type must be a string, got {type(kind).__name__}")
-    return item
-
-
-def _lines(rows: list[_Row], structure: list[tuple[int, str, int | None]]) -> list[_Line]:
+def _lines(rows: list[Row], structure: list[tuple[int, str, int | None]]) -> list[_Line]:
     """The session's branches: ``main`` first, then the others in the order they were made.
 
     Without structure rows (plain ``SQLiteSession``) the rows in id order are
@@ -309,7 +205,7 @@ def _lines(rows: list[_Row], structure: list[tuple[int, str, int | None]]) -> li
     if not structure:
         return [_Line(MAIN, [(row, None) for row in rows])]
     by_id = {row.id: row for row in rows}
-    branches: dict[str, list[tuple[_Row, int | None]]] = {MAIN: []}
+    branches: dict[str, list[tuple[Row, int | None]]] = {MAIN: []}
     named: set[int] = set()
     for message_id, branch_id, turn in structure:
         named.add(message_id)
@@ -317,7 +213,7 @@ def _lines(rows: list[_Row], structure: list[tuple[int, str, int | None]]) -> li
         if row is not None:  # a structure row of a malformed or vanished message row has nothing to place
             branches.setdefault(branch_id, []).append((row, turn))
     orphans = [row for row in rows if row.id not in named]
-    main: list[tuple[_Row, int | None]] = []
+    main: list[tuple[Row, int | None]] = []
     taken = 0
     for row, turn in branches[MAIN]:
         while taken < len(orphans) and orphans[taken].id < row.id:
@@ -328,32 +224,7 @@ def _lines(rows: list[_Row], structure: list[tuple[int, str, int | None]]) -> li
     return [_Line(branch_id, entries) for branch_id, entries in branches.items() if entries or branch_id == MAIN]
 
 
-def _tool_names(rows: Iterable[_Row]) -> dict[str, str]:
-    """``call_id -> name`` of the session's function calls, for naming their outputs."""
-    names = {}
-    for row in rows:
-        item = row.item
-        call_id, name = item.get("call_id"), item.get("name")
-        if item.get("type") == "function_call" and isinstance(call_id, str) and isinstance(name, str):
-            names[call_id] = name
-    return names
-
-
 # --- lines into loops ---------------------------------------------------------------------
-
-
-@dataclass
-class _Piece:
-    """One message to be: from one row, or from the rows of one model response."""
-
-    message: Message | ExtensionMessage
-    rows: list[_Row]
-    nodes: list[int]
-    """Trie nodes (row positions in the session's branch tree) the message holds."""
-    turn_number: int | None
-    asks_tools: bool = False
-    in_response: bool = False
-    """An extension item of the model response whose assistant message comes just before it."""
 
 
 @dataclass
@@ -368,9 +239,9 @@ class _OpenLoop:
 class _Builder:
     """Turns the branches of one session into loops and messages; rows shared by branches are stored once."""
 
-    def __init__(self, bundle: SessionBundle, tool_names: dict[str, str], *, turns_known: bool) -> None:
+    def __init__(self, bundle: SessionBundle, rows: list[Row], *, turns_known: bool) -> None:
         self.bundle = bundle
-        self.tool_names = tool_names
+        self.items = ItemConverter(bundle.errors, rows)
         self.turns_known = turns_known
         self.message_of: dict[int, int] = {}
         """Trie node -> index in ``bundle.messages`` of the message holding it."""
@@ -395,7 +266,7 @@ class _Builder:
         fork_after = placed[-1] if placed else None
         loop: _OpenLoop | None = None
         response_turn: int | None = None
-        for piece in self._pieces(line.entries[shared:], path[shared:], forks):
+        for piece in self.items.pieces(line.entries[shared:], path[shared:], forks):
             role = piece.message.ROLE
             number = piece.turn_number or None  # turn 0 (items before the first user message) opens no loop
             if loop is not None and self._new_turn(loop, number):
@@ -440,7 +311,7 @@ class _Builder:
         self.bundle.loops.append(loop)
         return _OpenLoop(loop, number)
 
-    def _append(self, piece: _Piece, loop_id: str, turn: int | None) -> None:
+    def _append(self, piece: Piece, loop_id: str, turn: int | None) -> None:
         for node in piece.nodes:
             self.message_of[node] = len(self.bundle.messages)
         message = piece.message
@@ -455,103 +326,6 @@ class _Builder:
             )
         )
 
-    # --- rows into messages ---------------------------------------------------------------
-
-    def _pieces(self, entries: list[tuple[_Row, int | None]], nodes: list[int], forks: set[int]) -> list[_Piece]:
-        """The messages of a run of rows: model output items grouped per response, every other row alone.
-
-        A response also ends at a fork point, so a branch never starts inside a message.
-        """
-        pieces: list[_Piece] = []
-        response: list[tuple[_Row, int | None, int]] = []
-        for (row, turn), node in zip(entries, nodes):
-            if _is_model_output(row.item):
-                response.append((row, turn, node))
-            else:
-                pieces += self._response(response)
-                response = []
-                piece = self._guard(self._input, row, turn, node)
-                if piece is not None:
-                    pieces.append(piece)
-            if node in forks:
-                pieces += self._response(response)
-                response = []
-        return pieces + self._response(response)
-
-    def _guard(self, build: Callable[..., _T], *args: Any) -> _T | None:
-        """``build(*args)``, or None with the malformed row reported."""
-        try:
-            return build(*args)
-        except InvalidRecord as error:
-            self.bundle.errors.append(RecordError(error.place, error.reason))
-            return None
-
-    def _input(self, row: _Row, turn: int | None, node: int) -> _Piece:
-        """A user / system / developer message, a tool result, or another input item (an extension message)."""
-        item, place = row.item, row.place
-        role = item.get("role")
-        if role in ("user", "system", "developer"):
-            data: dict[str, Any] = {
-                "role": "user" if role == "user" else "system",
-                "content": _content(item.get("content"), place),
-                "timestamp": row.timestamp,
-            }
-        elif item.get("type") == "function_call_output":
-            call_id = _need_text(item, "call_id", place)
-            data = {
-                "role": "toolResult",
-                "toolCallId": call_id,
-                "toolName": self.tool_names.get(call_id, ""),
-                "content": _tool_output(item.get("output"), place),
-                "isError": False,
-                "timestamp": row.timestamp,
-            }
-        else:
-            data = {"role": "extension", "kind": item["type"], "data": item}
-        return _Piece(parse_agent_message(data, place), [row], [node], turn)
-
-    def _response(self, members: list[tuple[_Row, int | None, int]]) -> list[_Piece]:
-        """One model response: an assistant message of its reasoning, text and function-call items,
-        followed by its other items (hosted tool calls...) as extension messages."""
-        blocks: list[dict[str, Any]] = []
-        held: list[tuple[_Row, int | None, int]] = []
-        others: list[_Piece] = []
-        refused = incomplete = False
-        for row, turn, node in members:
-            item = row.item
-            if item.get("role") == "assistant" or item.get("type") in ("reasoning", "function_call"):
-                converted = self._guard(_output_blocks, item, row.place)
-                if converted:
-                    blocks += converted
-                    held.append((row, turn, node))
-                    refused = refused or any(block.get("refusal") is True for block in converted)
-                    incomplete = incomplete or item.get("status") == "incomplete"
-            else:
-                data = {"role": "extension", "kind": item["type"], "data": item}
-                extension = self._guard(parse_agent_message, data, row.place)
-                if extension is not None:
-                    others.append(_Piece(extension, [row], [node], turn))
-        if not held:
-            return others
-        asks = any(row.item.get("type") in CALL_TYPES for row, _, _ in members)
-        first, first_turn, _ = held[0]
-        data = {
-            "role": "assistant",
-            "content": blocks,
-            "stopReason": "refusal" if refused else "toolUse" if asks else "length" if incomplete else "stop",
-            "model": MODEL,
-            "provider": PROVIDER,
-            "usage": {"input": 0, "output": 0},
-            "timestamp": first.timestamp,
-        }
-        message = self._guard(parse_agent_message, data, first.place)
-        if message is None:
-            return others
-        for piece in others:
-            piece.in_response = True
-        assistant = _Piece(message, [row for row, _, _ in held], [node for _, _, node in held], first_turn, asks)
-        return [assistant, *others]
-
     # --- turn_usage into loops ------------------------------------------------------------------
 
     def attach_usage(self, records: list[dict[str, Any]], path: Path) -> None:
@@ -565,7 +339,7 @@ class _Builder:
             place = f"{path}: {TURN_USAGE} id={record.get('id')}"
             self.bundle.records += 1
             self.bundle.add_source(compact(record))
-            usage = self._guard(_turn_usage, record, place)
+            usage = guard(self.bundle.errors, _turn_usage, record, place)
             if usage is None:
                 continue
             branch, turn = str(record.get("branch_id")), record.get("user_turn_number")
@@ -610,158 +384,6 @@ def _trie(lines: list[_Line]) -> tuple[list[list[int]], list[int]]:
         paths.append(path)
         shared.append(count)
     return paths, shared
-
-
-def _is_model_output(item: dict[str, Any]) -> bool:
-    """Assistant messages and every typed item the app does not send (see :data:`INPUT_TYPES`)."""
-    if item.get("type") in (None, "message"):
-        return item.get("role") == "assistant"
-    return item["type"] not in INPUT_TYPES
-
-
-# --- content ----------------------------------------------------------------------------------
-
-
-def _output_blocks(item: dict[str, Any], place: str) -> list[dict[str, Any]]:
-    """The canonical blocks of one ``reasoning``, ``function_call`` or assistant ``message`` item."""
-    kind = item.get("type")
-    item_id = {"itemId": item["id"]} if isinstance(item.get("id"), str) else {}
-    if kind == "reasoning":
-        return [_thinking(item, place, item_id)]
-    if kind == "function_call":
-        call: dict[str, Any] = {
-            "type": "toolCall",
-            "id": _need_text(item, "call_id", place),
-            "name": _need_text(item, "name", place),
-            **_arguments(item.get("arguments"), place),
-            **item_id,
-        }
-        return [call]
-    content = item.get("content")
-    if isinstance(content, str):
-        return [{"type": "text", "text": content, **item_id}]
-    if not isinstance(content, list):
-        raise InvalidRecord(place, "assistant message content must be a string or a list of parts")
-    blocks = []
-    for part in content:
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind in ("output_text", "input_text"):
-            block = {"type": "text", "text": _need_text(part, "text", place), **item_id}
-            if part.get("annotations"):
-                block["annotations"] = part["annotations"]
-            blocks.append(block)
-        elif kind == "refusal":
-            blocks.append({"type": "text", "text": _need_text(part, "refusal", place), "refusal": True, **item_id})
-        else:
-            raise InvalidRecord(place, f"unknown assistant content part type {kind!r}")
-    return blocks
-
-
-def _thinking(item: dict[str, Any], place: str, item_id: dict[str, str]) -> dict[str, Any]:
-    """A reasoning item: its summary texts (else its reasoning texts) joined by blank lines; the
-    ``encrypted_content`` as the signature, byte for byte."""
-    texts = []
-    for key in ("summary", "content"):
-        parts = item.get(key) or []
-        if not isinstance(parts, list):
-            raise InvalidRecord(place, f"reasoning {key} must be a list")
-        texts = [_need_text(part, "text", place) for part in parts if isinstance(part, dict)]
-        if texts:
-            break
-    block: dict[str, Any] = {"type": "thinking", "thinking": "\n\n".join(texts), **item_id}
-    signature = item.get("encrypted_content")
-    if signature is not None:
-        if not isinstance(signature, str):
-            raise InvalidRecord(place, "reasoning encrypted_content must be a string")
-        block["signature"] = signature
-    return block
-
-
-def _arguments(raw: Any, place: str) -> dict[str, Any]:
-    """A function call's ``arguments`` JSON string, parsed; a string that does not parse is kept as it is,
-    flagged with ``invalidArguments``."""
-    if isinstance(raw, (dict, list)):
-        return {"arguments": raw}
-    if not isinstance(raw, str):
-        raise InvalidRecord(place, "function_call arguments must be a JSON string")
-    try:
-        return {"arguments": json.loads(raw, parse_constant=_reject_constant)}
-    except (ValueError, RecursionError):
-        return {"arguments": raw, "invalidArguments": True}
-
-
-def _content(content: Any, place: str) -> list[dict[str, Any]]:
-    """A user / system / developer message's content: a string, or a list of input parts."""
-    if isinstance(content, str):
-        return [{"type": "text", "text": content}]
-    if not isinstance(content, list):
-        raise InvalidRecord(place, "message content must be a string or a list of parts")
-    return [_input_part(part, place) for part in content]
-
-
-def _tool_output(output: Any, place: str) -> list[dict[str, Any]]:
-    """A ``function_call_output``'s output: text, or a list of input parts."""
-    if isinstance(output, str):
-        return [{"type": "text", "text": output}]
-    if isinstance(output, list):
-        return [_input_part(part, place) for part in output]
-    raise InvalidRecord(place, "function_call_output output must be a string or a list of parts")
-
-
-def _input_part(part: Any, place: str) -> dict[str, Any]:
-    """One Responses-API input part (``input_text``, ``input_image``, ``input_file``, ``input_audio``)."""
-    kind = part.get("type") if isinstance(part, dict) else None
-    if kind == "input_text":
-        return {"type": "text", "text": _need_text(part, "text", place)}
-    if kind == "input_image":
-        extras = {"detail": part["detail"]} if isinstance(part.get("detail"), str) else {}
-        if isinstance(part.get("file_id"), str):
-            extras["fileId"] = part["file_id"]
-        url = part.get("image_url")
-        if isinstance(url, str) and (inline := _DATA_URL.fullmatch(url)):
-            return {"type": "image", "data": inline["data"], "mimeType": inline["mime"], **extras}
-        if isinstance(url, str):
-            return {"type": "image", "data": "", "mimeType": _guess(url) or "", "url": url, **extras}
-        if "fileId" in extras:
-            return {"type": "image", "data": "", "mimeType": "", **extras}
-        raise InvalidRecord(place, "input_image has neither an image_url nor a file_id")
-    if kind == "input_file":
-        block: dict[str, Any] = {"type": "file"}
-        name = part.get("filename")
-        if isinstance(name, str):
-            block["name"] = name
-        data, url = part.get("file_data"), part.get("file_url")
-        if isinstance(data, str):
-            inline = _DATA_URL.fullmatch(data)
-            block["data"] = inline["data"] if inline else data
-            if inline and inline["mime"]:
-                block["mimeType"] = inline["mime"]
-        if isinstance(url, str):
-            block["url"] = url
-        if isinstance(part.get("file_id"), str):
-            block["fileId"] = part["file_id"]
-        if "mimeType" not in block and (guessed := _guess(name or url or "")):
-            block["mimeType"] = guessed
-        return block
-    if kind == "input_audio":
-        audio = part.get("input_audio")
-        if not isinstance(audio, dict):
-            raise InvalidRecord(place, "input_audio part without input_audio data")
-        audio_format = audio.get("format")
-        mime = f"audio/{audio_format}" if isinstance(audio_format, str) else ""
-        return {"type": "audio", "data": _need_text(audio, "data", place), "mimeType": mime}
-    raise InvalidRecord(place, f"unknown content part type {kind!r}")
-
-
-def _guess(url: str) -> str | None:
-    return mimetypes.guess_type(url.split("?")[0])[0] if url else None
-
-
-def _need_text(data: Any, key: str, place: str) -> str:
-    value = data.get(key) if isinstance(data, dict) else None
-    if not isinstance(value, str):
-        raise InvalidRecord(place, f"{key} must be a string")
-    return value
 
 
 # --- usage -------------------------------------------------------------------------------------

@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidRecord
-from ..ids import session_of_loop_id
-from ..models import AssistantMessage, Usage
+from ..models import Usage
 from .base import (
     ImportOptions,
     LoopRow,
@@ -28,11 +27,12 @@ from .base import (
     RecordError,
     SessionBundle,
     compact,
+    first_turn_session,
     parse_agent_message,
     parse_time,
     read_json,
 )
-from .derive import asked_tools, derive_positions
+from .derive import asked_tools, derive_positions, fill_configs, next_loop
 
 __all__ = ["PhiCoreImporter"]
 
@@ -67,7 +67,7 @@ class PhiCoreImporter:
                 parsed.append((number, record, parse_agent_message(record, f"{path}: record {number}")))
             except InvalidRecord as error:
                 errors.append(RecordError(error.place, error.reason))
-        session_id = options.session_id or _first_session(parsed) or path.stem
+        session_id = options.session_id or first_turn_session(m for _, _, m in parsed) or path.stem
         bundle = SessionBundle(session_id=session_id, origin=str(path), records=len(records), errors=errors)
         for record in records:
             bundle.add_source(compact(record))
@@ -84,9 +84,9 @@ class PhiCoreImporter:
             loop_of.setdefault(derived_loop, loop_id)
             if loop_id not in known:
                 known.add(loop_id)
-                bundle.loops.append(_derived_loop(loop_id, bundle.loops))
+                bundle.loops.append(next_loop(loop_id, bundle.loops))
             bundle.messages.append(MessageRow(message, loop_id, turn_index, source=compact(record)))
-        _fill_configs(bundle)
+        fill_configs(bundle)
         return bundle
 
     # --- session files ----------------------------------------------------------------
@@ -169,29 +169,3 @@ def _continuation(value: Any) -> str:
     if isinstance(value, dict) and len(value) == 1:
         return _KINDS.get(next(iter(value)), "initial")
     return "initial"
-
-
-def _first_session(parsed: list[tuple[int, Any, Any]]) -> str | None:
-    for _, _, message in parsed:
-        turn = message.turn_id()
-        if turn is not None:
-            return session_of_loop_id(turn.loop_id)
-    return None
-
-
-def _derived_loop(loop_id: str, previous: list[LoopRow]) -> LoopRow:
-    if not previous:
-        return LoopRow(loop_id=loop_id)
-    return LoopRow(loop_id=loop_id, parent_loop_id=previous[-1].loop_id, continuation_kind="default")
-
-
-def _fill_configs(bundle: SessionBundle) -> None:
-    """Give derived loops the model and provider of their first assistant message."""
-    first: dict[str, AssistantMessage] = {}
-    for row in bundle.messages:
-        if isinstance(row.message, AssistantMessage):
-            first.setdefault(row.loop_id, row.message)
-    for loop in bundle.loops:
-        message = first.get(loop.loop_id)
-        if message is not None and loop.config is None:
-            loop.config = {"model": message.model, "provider": message.provider}

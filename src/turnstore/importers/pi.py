@@ -30,11 +30,9 @@ children hang from its parent).
 
 from __future__ import annotations
 
-import gc
 import math
 import re
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +40,8 @@ from pydantic import ValidationError
 
 from ..errors import InvalidMessage, InvalidRecord
 from ..models import AssistantMessage, ExtensionMessage, ToolResultMessage, Usage, UserMessage
-from .base import ImportOptions, RecordError, SessionBundle, parse_time, read_jsonl
-from .tree import Node, build_loops
+from .base import ImportOptions, RecordError, SessionBundle, collector_paused, parse_time, read_jsonl, time_ms
+from .tree import Node, build_loops, resolve_skipped, skip_unparsed
 
 __all__ = ["PiImporter"]
 
@@ -125,7 +123,7 @@ class _SessionFile:
             InvalidRecord: the file does not start with a pi session header
                 (or holds a version this importer does not know).
         """
-        with _gc_paused():
+        with collector_paused():
             return self._read()
 
     def _read(self) -> SessionBundle:
@@ -263,9 +261,7 @@ class _SessionFile:
                 raise InvalidRecord(place, f"parentId must be a string or null, got {type(parent_id).__name__}")
             if parent_id == entry_id:
                 raise InvalidRecord(place, "entry is its own parent")
-        while parent_id in self.moved:
-            parent_id = self.moved[parent_id]
-        return entry_id, parent_id
+        return entry_id, resolve_skipped(self.moved, parent_id)
 
     def _message(self, entry: dict[str, Any], place: str, before: Config | None) -> tuple[Node, Config | None]:
         message = entry.get("message")
@@ -308,9 +304,8 @@ class _SessionFile:
     def _unparsed(self, line: str) -> None:
         """A line that is not JSON loses only itself: when it starts as pi writes entries
         (``{"type":…,"id":…,"parentId":…``), its children hang from its parent instead."""
-        found = _ENTRY_START.match(line) if self.version > 1 else None
-        if found is not None:
-            self.moved[found["id"]] = found["parent"]
+        if self.version > 1:
+            skip_unparsed(self.moved, _ENTRY_START, line)
 
     def _retained_tail(self, entry: dict[str, Any], compaction: Node, place: str, config: Config | None) -> None:
         """Newer pi copies the messages kept after a compaction into ``retainedTail``; its context is the
@@ -455,28 +450,9 @@ def _priced(config: Config | None, usage: Usage | None) -> tuple[str | None, str
 # --- small helpers ------------------------------------------------------------------------------
 
 
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a file is read.
-
-    Reading builds tens of thousands of long-lived objects (models, nodes) and
-    makes no reference cycles; left on, the collector rescans all of them over
-    and over, about a third of the reading time. It is back on (if it was on)
-    as soon as the file is read, so anything it would have collected still is.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def _entry_ms(entry: dict[str, Any]) -> int:
     """An entry's ISO timestamp as unix ms (0 when it has none)."""
-    parsed = parse_time(entry.get("timestamp"))
-    return int(parsed.timestamp() * 1000) if parsed is not None else 0
+    return time_ms(entry.get("timestamp"))
 
 
 def _id_from_file_name(path: Path) -> str:

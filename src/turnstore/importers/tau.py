@@ -44,9 +44,9 @@ from pydantic import ValidationError
 
 from ..errors import InvalidMessage, InvalidRecord
 from ..models import ExtensionMessage
-from .base import ImportOptions, RecordError, SessionBundle, parse_time, read_text
+from .base import ImportOptions, RecordError, SessionBundle, connect_read_only, is_sqlite, parse_time, read_text
 from .tau_messages import BadRecord, convert_message, convert_usage, ms, tool_call_names
-from .tree import BRANCH_SUMMARY, COMPACTION, Node, build_loops
+from .tree import BRANCH_SUMMARY, COMPACTION, Node, build_loops, resolve_skipped, skip_unparsed
 
 __all__ = ["TauImporter"]
 
@@ -55,10 +55,10 @@ EXTENSION_ENTRIES = frozenset(
     {"leaf", "label", "model_change", "thinking_level_change", "custom", "custom_message", "channel"}
 )
 SQLITE_SUFFIXES = frozenset({".db", ".sqlite", ".sqlite3"})
-SQLITE_MAGIC = b"SQLite format 3\x00"
 UNKNOWN = "unknown"
 _LINK = re.compile(
-    r'^\{"id":"([^"\\]+)","timestamp":[-+.0-9eE]+(?:,"parent_id":(?:"([^"\\]+)"|null)[,}]|(?!,"parent_id")[,}])'
+    r'^\{"id":"(?P<id>[^"\\]+)","timestamp":[-+.0-9eE]+'
+    r'(?:,"parent_id":(?:"(?P<parent>[^"\\]+)"|null)[,}]|(?!,"parent_id")[,}])'
 )
 """The envelope Tau writes first on every entry line: enough to re-link the children of a line that is not JSON."""
 
@@ -72,11 +72,11 @@ class TauImporter:
         """``*.jsonl`` session files, and SQLite files that have an ``entries`` table."""
         if path.suffix == ".jsonl":
             return True
-        return path.suffix in SQLITE_SUFFIXES and _is_sqlite(path) and _has_entries_table(path)
+        return path.suffix in SQLITE_SUFFIXES and is_sqlite(path) and _has_entries_table(path)
 
     def bundles(self, path: Path, options: ImportOptions) -> Iterator[SessionBundle]:
         """One bundle for a JSONL file; one per ``session_id`` for a SQLite database."""
-        if _is_sqlite(path):
+        if is_sqlite(path):
             yield from _database_bundles(path)
         else:
             yield _file_bundle(path)
@@ -138,7 +138,7 @@ def _database_bundles(path: Path) -> Iterator[SessionBundle]:
     so a large project database is never held in memory whole.
     """
     try:
-        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as connection:
+        with closing(connect_read_only(path)) as connection:
             query = "SELECT session_id FROM entries GROUP BY session_id ORDER BY MIN(seq)"
             for (session_id,) in connection.execute(query).fetchall():
                 rows = connection.execute(
@@ -176,17 +176,9 @@ def _row_record(place: str, payload: Any) -> _Record:
     return _Record(place, payload, _parse(payload, place))
 
 
-def _is_sqlite(path: Path) -> bool:
-    try:
-        with path.open("rb") as stream:
-            return stream.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
-    except OSError:
-        return False
-
-
 def _has_entries_table(path: Path) -> bool:
     try:
-        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as connection:
+        with closing(connect_read_only(path)) as connection:
             query = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'entries'"
             return connection.execute(query).fetchone() is not None
     except sqlite3.Error:
@@ -247,10 +239,7 @@ class _Session:
 
     def resolve(self, entry_id: str | None) -> str | None:
         """The node a child of ``entry_id`` hangs from."""
-        seen: set[str] = set()
-        while entry_id is not None and entry_id in self.skipped and entry_id not in seen:
-            seen.add(entry_id)
-            entry_id = self.skipped[entry_id]
+        entry_id = resolve_skipped(self.skipped, entry_id)
         if entry_id is None:
             return None
         return self.last_node.get(entry_id, entry_id)
@@ -291,9 +280,7 @@ def _read_entries(session: _Session, records: list[_Record]) -> list[_Entry]:
         value = record.value
         if isinstance(value, InvalidRecord):
             session.error(index, value.place, value.reason)
-            link = _LINK.match(record.text)
-            if link:  # its children hang from its parent, as for any skipped entry
-                session.skipped[link.group(1)] = link.group(2)
+            skip_unparsed(session.skipped, _LINK, record.text)  # when its id is readable, children hang from its parent
             continue
         if not isinstance(value, dict):
             session.error(index, record.place, f"an entry is a JSON object, not {type(value).__name__}")

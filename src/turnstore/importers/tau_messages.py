@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import mimetypes
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -46,6 +45,7 @@ from ..models import (
     Usage,
     UserMessage,
 )
+from .base import guess_mime_type
 
 __all__ = ["EXTENSION_ROLES", "BadRecord", "convert_message", "convert_usage", "ms", "tool_call_names"]
 
@@ -336,13 +336,14 @@ def _image(item: str, extras: dict[str, Any]) -> ImageContent:
         mime, data = _data_url(item)
         return ImageContent(data=data, mime_type=mime or _sniff_image(data), **extras)
     if _SCHEME.match(item):
-        return ImageContent(data="", mime_type=_guess(item) or "", url=item, **extras)
+        return ImageContent(data="", mime_type=guess_mime_type(item) or "", url=item, **extras)
     return ImageContent(data=item, mime_type=_sniff_image(item), **extras)
 
 
 def _audio(item: str) -> AudioContent:
     if _SCHEME.match(item) and not item.startswith("data:"):
-        return AudioContent(data="", mime_type=_guess(item) or "", url=item)  # a "file:" path Tau reads on send
+        # A URL, or a "file:" path Tau reads on send.
+        return AudioContent(data="", mime_type=guess_mime_type(item) or "", url=item)
     if item.startswith("data:"):
         mime, data = _data_url(item)
         return AudioContent(data=data, mime_type=mime or _sniff_audio(data))
@@ -354,7 +355,7 @@ def _file(item: str, sniff: Callable[[str], str | None]) -> FileContent:
         mime, data = _data_url(item)
         return FileContent(data=data, mime_type=mime or sniff(data))
     if _SCHEME.match(item):
-        return FileContent(url=item, mime_type=_guess(item))
+        return FileContent(url=item, mime_type=guess_mime_type(item))
     return FileContent(data=item, mime_type=sniff(item))
 
 
@@ -362,10 +363,6 @@ def _data_url(item: str) -> tuple[str | None, str]:
     head, _, data = item.partition(",")
     mime = head[len("data:"):].split(";")[0]
     return (mime or None), data
-
-
-def _guess(url: str) -> str | None:
-    return mimetypes.guess_type(url.split("?")[0])[0]
 
 
 def _head(data: str) -> bytes:

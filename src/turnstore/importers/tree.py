@@ -18,21 +18,32 @@ history once and turns the tree into loops:
 
 An entry whose parent is not in the file is malformed; its subtree becomes a
 history of its own (kept when malformed records are skipped).
+
+Loops without model settings of their own take the model of their first
+assistant message (:func:`turnstore.importers.derive.fill_configs`).
+
+A malformed entry that is skipped loses only itself: the importers note its
+id and parent (:func:`skip_unparsed` reads them from the start of a line that
+is not even JSON) and hang its children from its parent
+(:func:`resolve_skipped`).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..models import ExtensionMessage, Message, Usage
 from .base import LoopRow, MessageRow, RecordError, SessionBundle
-from .derive import TurnDeriver, asked_tools
+from .derive import TurnDeriver, asked_tools, fill_configs
 
-__all__ = ["Node", "build_loops"]
+__all__ = ["Node", "build_loops", "resolve_skipped", "skip_unparsed"]
 
 COMPACTION = "compaction"
 BRANCH_SUMMARY = "branch_summary"
+UNKNOWN_MODELS = ("", "unknown")
+"""Model names of assistant messages that do not say which model answered: no loop config is taken from them."""
 
 
 @dataclass
@@ -111,7 +122,7 @@ def build_loops(bundle: SessionBundle, nodes: Iterable[Node], loop_prefix: str) 
         for index in range(len(node.children) - 1, -1, -1):
             # The first child continues this line; later children branch off after this node.
             stack.append((node.children[index], line, index > 0, node))
-    _attach_configs(bundle)
+    fill_configs(bundle, UNKNOWN_MODELS)
 
 
 def _place(  # type: ignore[no-untyped-def]
@@ -156,13 +167,26 @@ def _place(  # type: ignore[no-untyped-def]
     return line
 
 
-def _attach_configs(bundle: SessionBundle) -> None:
-    """Loops without a known config take the model and provider of their first assistant message."""
-    first: dict[str, Message] = {}
-    for row in bundle.messages:
-        if str(row.message.role) == "assistant":
-            first.setdefault(row.loop_id, row.message)  # type: ignore[arg-type]
-    for loop in bundle.loops:
-        message = first.get(loop.loop_id)
-        if loop.config is None and message is not None and message.model not in ("", "unknown"):  # type: ignore[attr-defined]
-            loop.config = {"model": message.model, "provider": message.provider}  # type: ignore[attr-defined]
+def resolve_skipped(skipped: dict[str, str | None], entry_id: str | None) -> str | None:
+    """The entry a child of ``entry_id`` hangs from: ``entry_id``, or, when that entry was skipped
+    (``skipped`` maps a skipped entry's id to its parent's), its nearest ancestor that was not.
+
+    A cycle of skipped entries ends the walk at the first id met twice.
+    """
+    seen: set[str] = set()
+    while entry_id is not None and entry_id in skipped and entry_id not in seen:
+        seen.add(entry_id)
+        entry_id = skipped[entry_id]
+    return entry_id
+
+
+def skip_unparsed(skipped: dict[str, str | None], start: re.Pattern[str], line: str) -> None:
+    """Note the id and parent of a line that is not JSON, so its children can hang from its parent.
+
+    ``start`` is the format's pattern for the beginning of an entry line, with
+    the named groups ``id`` and ``parent`` (None for a root). A line whose
+    start does not match is not noted: its children cannot be placed.
+    """
+    found = start.match(line)
+    if found is not None:
+        skipped[found["id"]] = found["parent"]

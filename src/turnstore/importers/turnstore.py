@@ -22,6 +22,7 @@ from .base import (
     parse_agent_message,
     parse_time,
     read_jsonl,
+    str_or_none,
 )
 
 __all__ = ["TurnstoreImporter"]
@@ -100,13 +101,13 @@ def _session(value: dict[str, Any], place: str, path: Path) -> SessionBundle:
     return SessionBundle(
         session_id=session_id,
         origin=str(path),
-        agent_id=_text(value.get("agent_id")),
-        title=_text(value.get("title")),
+        agent_id=str_or_none(value.get("agent_id")),
+        title=str_or_none(value.get("title")),
         metadata=value.get("metadata") if isinstance(value.get("metadata"), dict) else None,
         created_at=parse_time(value.get("created_at")),
         updated_at=parse_time(value.get("updated_at")),
-        source=_text(value.get("source")),
-        source_format=_text(value.get("source_format")),
+        source=str_or_none(value.get("source")),
+        source_format=str_or_none(value.get("source_format")),
     )
 
 
@@ -121,17 +122,17 @@ def _loop(value: dict[str, Any], place: str) -> LoopRow:
         raise InvalidRecord(place, f"invalid reported_usage: {error}") from None
     return LoopRow(
         loop_id=loop_id,
-        parent_loop_id=_text(value.get("parent_loop_id")),
-        continuation_kind=_text(value.get("continuation_kind")) or "initial",
+        parent_loop_id=str_or_none(value.get("parent_loop_id")),
+        continuation_kind=str_or_none(value.get("continuation_kind")) or "initial",
         config=value.get("config") if isinstance(value.get("config"), dict) else None,
-        status=_text(value.get("status")) or "completed",
+        status=str_or_none(value.get("status")) or "completed",
         started_at=parse_time(value.get("started_at")),
         ended_at=parse_time(value.get("ended_at")),
-        spawn_loop_id=_text(value.get("spawn_loop_id")),
-        spawn_tool_call_id=_text(value.get("spawn_tool_call_id")),
+        spawn_loop_id=str_or_none(value.get("spawn_loop_id")),
+        spawn_tool_call_id=str_or_none(value.get("spawn_tool_call_id")),
         reported_usage=usage,
         metadata=value.get("metadata") if isinstance(value.get("metadata"), dict) else None,
-        source=_text(value.get("source")),
+        source=str_or_none(value.get("source")),
     )
 
 
@@ -155,13 +156,9 @@ def _message(value: dict[str, Any], place: str) -> MessageRow:
         message,
         loop_id,
         turn_index,
-        source=_text(value.get("source")),
+        source=str_or_none(value.get("source")),
         usage=usage,
-        priced_as=(_text(priced.get("model")), _text(priced.get("provider"))),
+        priced_as=(str_or_none(priced.get("model")), str_or_none(priced.get("provider"))),
         timestamp=timestamp if isinstance(timestamp, int) and not isinstance(timestamp, bool) else None,
         usage_known=value.get("usage_known") is not False,
     )
-
-
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None

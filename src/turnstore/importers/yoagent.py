@@ -31,26 +31,25 @@ stem.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidRecord
-from ..ids import session_of_loop_id
-from ..models import AssistantMessage, ExtensionMessage, Message
+from ..models import ExtensionMessage, Message
 from .base import (
     ImportOptions,
-    LoopRow,
     MessageRow,
     RecordError,
     SessionBundle,
     compact,
+    first_turn_session,
     parse_agent_message,
     read_json,
     read_jsonl,
 )
-from .derive import asked_tools, derive_positions
-from .tree import Node, build_loops
+from .derive import add_derived, fill_configs
+from .tree import Node, build_loops, resolve_skipped
 
 __all__ = ["YoagentImporter", "parse_message"]
 
@@ -94,8 +93,9 @@ class YoagentImporter:
             nodes.append(node)
             if label is not None:
                 labels[node.id] = label
-        _reattach(nodes, skipped)
-        session_id = options.session_id or _first_session(node.message for node in nodes) or path.stem
+        for node in nodes:  # so that one bad line does not cut off the rest of its branch (--skip-invalid)
+            node.parent_id = resolve_skipped(skipped, node.parent_id)
+        session_id = options.session_id or first_turn_session(node.message for node in nodes) or path.stem
         bundle = SessionBundle(session_id=session_id, origin=str(path), records=len(lines), errors=errors)
         for line in lines:
             bundle.add_source(line)
@@ -116,17 +116,13 @@ class YoagentImporter:
                 parsed.append((record, parse_message(record, f"{path}: record {number}")))
             except InvalidRecord as error:
                 errors.append(RecordError(error.place, error.reason))
-        session_id = options.session_id or _first_session(message for _, message in parsed) or path.stem
+        session_id = options.session_id or first_turn_session(message for _, message in parsed) or path.stem
         bundle = SessionBundle(session_id=session_id, origin=str(path), records=len(records), errors=errors)
         for record in records:
             bundle.add_source(compact(record))
-        positions = derive_positions([(str(message.role), asked_tools(message)) for _, message in parsed])
-        for (record, message), (loop, turn) in zip(parsed, positions):
-            loop_id = f"{session_id}.yoagent.{loop + 1}"
-            if not bundle.loops or bundle.loops[-1].loop_id != loop_id:
-                bundle.loops.append(_next_loop(loop_id, bundle.loops))
-            bundle.messages.append(MessageRow(message, loop_id, turn, source=compact(record)))
-        _fill_configs(bundle)
+        rows = [MessageRow(message, "", None, source=compact(record)) for record, message in parsed]
+        add_derived(bundle, f"{session_id}.yoagent", rows)
+        fill_configs(bundle)
         return bundle
 
 
@@ -169,23 +165,13 @@ def _entry(value: Any, line: str, place: str) -> tuple[Node, str | None]:
 
 
 def _remember_skipped(value: Any, skipped: dict[str, str | None]) -> None:
-    """Note a malformed entry's id and parent, so its children can hang from its parent instead."""
+    """Note a malformed entry's id and parent, so its children can hang from its parent instead.
+
+    Children of a line that is not even JSON cannot be placed: its id is unknown.
+    """
     if isinstance(value, dict) and isinstance(value.get("id"), str):
         parent = value.get("parent_id")
         skipped[value["id"]] = parent if isinstance(parent, str) else None
-
-
-def _reattach(nodes: list[Node], skipped: dict[str, str | None]) -> None:
-    """Children of malformed entries hang from the nearest valid ancestor (used with ``--skip-invalid``).
-
-    Without this, one bad line would cut off everything after it in its branch.
-    Children of a line that is not even JSON cannot be placed: its id is unknown.
-    """
-    for node in nodes:
-        seen: set[str] = set()
-        while node.parent_id in skipped and node.parent_id not in seen:
-            seen.add(node.parent_id)  # type: ignore[arg-type]
-            node.parent_id = skipped[node.parent_id]  # type: ignore[index]
 
 
 def _with_total(message: dict[str, Any]) -> dict[str, Any]:
@@ -206,15 +192,6 @@ def _with_total(message: dict[str, Any]) -> dict[str, Any]:
     return {**message, "usage": {**usage, "total_tokens": sum(counts)}}
 
 
-def _first_session(messages: Iterable[Message | ExtensionMessage]) -> str | None:
-    """The session part of the first ``turnId`` among ``messages``, if any."""
-    for message in messages:
-        turn = message.turn_id()
-        if turn is not None:
-            return session_of_loop_id(turn.loop_id)
-    return None
-
-
 def _session_state(bundle: SessionBundle, nodes: list[Node], labels: dict[str, str]) -> dict[str, Any] | None:
     """yoagent's head (the last imported entry) and checkpoints (labelled entries), with where they were stored.
 
@@ -232,22 +209,3 @@ def _session_state(bundle: SessionBundle, nodes: list[Node], labels: dict[str, s
         return None
     checkpoints = [{"label": label, **places[ident]} for ident, label in labels.items() if ident in places]
     return {"yoagent": {"head": head, "checkpoints": checkpoints}}
-
-
-def _next_loop(loop_id: str, previous: list[LoopRow]) -> LoopRow:
-    """A derived loop: the first is ``initial``, each later one a ``default`` continuation of the one before."""
-    if not previous:
-        return LoopRow(loop_id=loop_id)
-    return LoopRow(loop_id=loop_id, parent_loop_id=previous[-1].loop_id, continuation_kind="default")
-
-
-def _fill_configs(bundle: SessionBundle) -> None:
-    """Derived loops take the model and provider of their first assistant message."""
-    first: dict[str, AssistantMessage] = {}
-    for row in bundle.messages:
-        if isinstance(row.message, AssistantMessage):
-            first.setdefault(row.loop_id, row.message)
-    for loop in bundle.loops:
-        message = first.get(loop.loop_id)
-        if message is not None and loop.config is None:
-            loop.config = {"model": message.model, "provider": message.provider}

@@ -1,0 +1,192 @@
+"""What every part of the benchmark suite shares: sizes, results, database setup, timing helpers."""
+
+from __future__ import annotations
+
+import cProfile
+import io
+import itertools
+import os
+import pstats
+import sqlite3
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import workload
+from turnstore import Store
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How big each part of the run is."""
+
+    write_sessions: int
+    write_loops: int
+    write_turns: int
+    write_block: int  # turns per alternating block
+    read_messages: int  # messages of the session read by last() and usage
+    read_background: int  # sessions of other traffic in the read database
+    last_n: int
+    last_calls: int  # calls per repetition
+    usage_calls: int
+
+
+FULL = Sizes(write_sessions=8, write_loops=3, write_turns=40, write_block=2, read_messages=5_000, read_background=3,
+             last_n=50, last_calls=300, usage_calls=1_000)
+QUICK = Sizes(write_sessions=2, write_loops=2, write_turns=10, write_block=2, read_messages=5_000, read_background=1,
+              last_n=50, last_calls=30, usage_calls=100)
+
+READ_BLOCK = 10  # calls per alternating block in the read operations
+
+
+@dataclass
+class Result:
+    key: str
+    name: str
+    unit: str
+    ns: dict[str, list[float]]  # per-op nanoseconds per system, one value per repetition
+
+    def median_us(self, system: str) -> float:
+        return statistics.median(self.ns[system]) / 1_000
+
+    def ratio_of(self, system: str, base: str = "raw") -> float:
+        """Median of ``system`` over median of ``base``."""
+        return self.median_us(system) / self.median_us(base)
+
+    def range_of(self, system: str, base: str = "raw") -> tuple[float, float]:
+        """Lowest and highest per-repetition ratio ``system`` / ``base`` (both measured in the same repetition)."""
+        ratios = [s / b for b, s in zip(self.ns[base], self.ns[system])]
+        return min(ratios), max(ratios)
+
+    @property
+    def ratio(self) -> float:
+        return self.ratio_of("turnstore")
+
+    @property
+    def ratio_range(self) -> tuple[float, float]:
+        return self.range_of("turnstore")
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "operation": self.name,
+            "unit": self.unit,
+            "median_us": {s: round(self.median_us(s), 3) for s in self.ns},
+            "samples_us": {s: [round(v / 1_000, 3) for v in values] for s, values in self.ns.items()},
+        }
+
+
+# --- database setup ------------------------------------------------------------
+
+
+def remove_db(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
+def populate(store: Store, works: list[workload.Workload]) -> None:
+    """Create the sessions and loops of ``works`` through turnstore (one transaction)."""
+    with store.transaction():
+        for work in works:
+            for session_id in work.session_ids:
+                store.sessions.create(session_id, title="benchmark")
+            for plan in work.loops:
+                store.loops.start(
+                    plan.session_id,
+                    loop_id=plan.loop_id,
+                    parent_loop_id=plan.parent_loop_id,
+                    continuation="default" if plan.parent_loop_id else "initial",
+                    config={"model": plan.model, "provider": plan.provider},
+                )
+
+
+def open_with_loops(path: Path, works: list[workload.Workload]) -> Store:
+    """A fresh turnstore SQLite database (migrations run by Store) with the sessions and loops of ``works``."""
+    remove_db(path)
+    store = Store(path)
+    populate(store, works)
+    return store
+
+
+def read_workloads(sizes: Sizes) -> tuple[workload.Workload, workload.Workload, list[workload.Turn]]:
+    """The read database's content: a session of ~read_messages messages (4 loops) and other sessions' traffic.
+
+    Returns the big session's workload, the others', and all turns interleaved in append order.
+    """
+    big = workload.build(1, 4, sizes.read_messages // 13, seed=workload.SEED + 1, prefix="big-",
+                         min_messages_per_session=sizes.read_messages)
+    other = workload.build(sizes.read_background, 2, 160, seed=workload.SEED + 2, prefix="other-")
+    turns = [t for pair in itertools.zip_longest(big.turns, other.turns) for t in pair if t is not None]
+    return big, other, turns
+
+
+def fill_read_store(store: Store, turns: list[workload.Turn]) -> None:
+    """Append the read database's turns through turnstore, 250 turns per transaction."""
+    for chunk in blocks(turns, 250):
+        with store.transaction():
+            for turn in chunk:
+                store.messages.append_turn(turn.loop_id, turn.turn_index, turn.models)
+
+
+def sqlite_message_rows(path: Path | str) -> list[tuple[Any, ...]]:
+    """Every column of every message row of a SQLite file, in id order."""
+    connection = sqlite3.connect(path)
+    try:
+        columns = [row[1] for row in connection.execute("PRAGMA table_info(messages)")]
+        return connection.execute(f"SELECT {', '.join(columns)} FROM messages ORDER BY id").fetchall()
+    finally:
+        connection.close()
+
+
+def same_rows(op: str, rows: dict[str, list[tuple[Any, ...]]]) -> int:
+    """Every system wrote the same message rows as the first one (every column, ids included); their number."""
+    (first, expected), *others = rows.items()
+    for system, got in others:
+        if got != expected:
+            diff = next(i for i, (a, b) in enumerate(itertools.zip_longest(expected, got)) if a != b)
+            raise SystemExit(
+                f"{op}: {first} and {system} rows differ at row {diff} ({len(expected)} vs {len(got)} rows):\n"
+                f"  {first}: {_row(expected, diff)}\n  {system}: {_row(got, diff)}"
+            )
+    return len(expected)
+
+
+def _row(rows: list[tuple[Any, ...]], i: int) -> str:
+    return f"{rows[i]!r:.400}" if i < len(rows) else "(none)"
+
+
+# --- timing -----------------------------------------------------------------------
+
+
+def timed(run: Callable[[], Any], profiler: cProfile.Profile | None = None) -> int:
+    if profiler is not None:
+        profiler.enable()
+    start = time.perf_counter_ns()
+    run()
+    elapsed = time.perf_counter_ns() - start
+    if profiler is not None:
+        profiler.disable()
+    return elapsed
+
+
+def blocks(items: list[Any], size: int) -> list[list[Any]]:
+    return [items[start:start + size] for start in range(0, len(items), size)]
+
+
+def load_average() -> str:
+    try:
+        return " ".join(f"{value:.2f}" for value in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+def print_profile(name: str, stats: pstats.Stats, limit: int = 14) -> None:
+    buffer = io.StringIO()
+    stats.stream = buffer  # type: ignore[attr-defined]
+    stats.strip_dirs().sort_stats("tottime").print_stats(limit)
+    text = buffer.getvalue()
+    body = text[text.find("   ncalls"):] if "   ncalls" in text else text
+    print(f"\n--- cProfile, turnstore side of: {name} (top {limit} by own time) ---")
+    print(body.rstrip())
