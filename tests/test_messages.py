@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from factories import assistant, extension, tool_result, usage, user
+from factories import assistant, extension, tool_result, user
 
 from turnstore import (
     AssistantMessage,

@@ -12,6 +12,7 @@ from turnstore import (
     AlreadyExists,
     InvalidMessage,
     LimitExceeded,
+    Limits,
     LoopNotFound,
     MessageNotFound,
     SessionNotFound,
@@ -101,12 +102,12 @@ def test_create_empty_id_raises_invalid_message(store: Store) -> None:
 
 def test_create_overlong_id_raises_limit_exceeded(store: Store) -> None:
     with pytest.raises(LimitExceeded):
-        store.sessions.create("x" * 1025)
+        store.sessions.create("x" * (Limits().max_id_length + 1))
     assert store.sessions.count() == 0
 
 
 def test_create_id_at_the_length_limit_is_accepted(store: Store) -> None:
-    session_id = "x" * 1024
+    session_id = "x" * Limits().max_id_length
     assert store.sessions.create(session_id).session_id == session_id
     assert store.sessions.exists(session_id)
 

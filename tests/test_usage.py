@@ -408,12 +408,13 @@ def test_reported_cost_wins_when_every_record_reported_one(store: Store, loop_id
     assert totals.reported_cost == pytest.approx(99.0)
 
 
-def test_table_price_wins_when_only_some_records_reported_a_cost(store: Store, loop_id: str) -> None:
+def test_reported_and_priced_records_of_one_model_add_up(store: Store, loop_id: str) -> None:
+    # Cost is per record: the one that reported a cost costs that, the other its tokens at $3/M.
     reported = Usage(input=1_000_000, output=0, total_tokens=1_000_000, cost=99.0)
     store.messages.append_turn(loop_id, 0, [assistant(u=reported)])
     store.messages.append_turn(loop_id, 1, [assistant(u=usage(1_000_000, 0))])
     totals = store.usage.loop(loop_id)
-    assert totals.cost == pytest.approx(6.0)
+    assert totals.cost == pytest.approx(99.0 + 3.0)
     assert totals.reported_cost == pytest.approx(99.0)
 
 
@@ -644,23 +645,17 @@ def _write(store: Store, transcript: list[list[dict[str, Any]]]) -> list[Record]
 def _expected(records: list[Record]) -> tuple[Usage, float | None, int]:
     """Tokens combined with Usage.combine, the cost and the record count, computed in Python.
 
-    Cost, per model (loop-level records apart from message records): the reported
-    cost when every record reported one; else the price table; else what was reported.
+    Cost, record by record: what the record reported; else its tokens at the
+    price table's rate for its model; else unknown (not counted).
     """
     total = reduce(Usage.combine, (r.usage for r in records), Usage(input=0, output=0))
-    groups: dict[tuple[str, str, bool], list[Record]] = defaultdict(list)
-    for r in records:
-        groups[r.model, r.provider, r.turn_index is None].append(r)
     cost, priced = 0.0, False
-    for (model, provider, _), group in groups.items():
-        reported = [r.usage.cost for r in group if r.usage.cost is not None]
-        price = PRICE_OF[model, provider]
-        if reported and len(reported) == len(group):
-            cost += sum(reported)
+    for r in records:
+        price = PRICE_OF[r.model, r.provider]
+        if r.usage.cost is not None:
+            cost += r.usage.cost
         elif price is not None:
-            cost += sum(r.usage.estimated_cost(price) for r in group)
-        elif reported:
-            cost += sum(reported)
+            cost += r.usage.estimated_cost(price)
         else:
             continue
         priced = True

@@ -31,7 +31,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 from sqlalchemy.sql import ClauseElement
 
-from .errors import StoreBusy
+from .errors import InvalidMessage, LimitExceeded, StoreBusy
 
 __all__ = ["Database"]
 
@@ -97,6 +97,7 @@ class Database:
         self.IntegrityError: type[Exception] = dbapi.IntegrityError
         self.OperationalError: type[Exception] = dbapi.OperationalError
         self.DatabaseError: type[Exception] = dbapi.DatabaseError
+        self.DataError: type[Exception] = dbapi.DataError
         self._local = threading.local()
         self._states: list[_ThreadState] = []
         self._states_lock = threading.Lock()
@@ -168,14 +169,42 @@ class Database:
         """Execute a statement; returns the driver cursor (for ``fetchall`` / ``rowcount``)."""
         compiled = self.compile(statement)
         cursor = self._state().dbapi.cursor()
-        cursor.execute(compiled.sql, compiled.params(params))
+        try:
+            cursor.execute(compiled.sql, compiled.params(params))
+        except (UnicodeEncodeError, self.DataError, self.OperationalError) as error:
+            raise self.refused(error) from None
         return cursor
 
     def executemany(self, statement: ClauseElement, rows: Sequence[Mapping[str, Any]]) -> None:
         """Execute a statement once per parameter set, in the current transaction."""
         compiled = self.compile(statement)
         cursor = self._state().dbapi.cursor()
-        cursor.executemany(compiled.sql, [compiled.params(row) for row in rows])
+        try:
+            cursor.executemany(compiled.sql, [compiled.params(row) for row in rows])
+        except (UnicodeEncodeError, self.DataError, self.OperationalError) as error:
+            raise self.refused(error) from None
+
+    def refused(self, error: Exception) -> Exception:
+        """The typed error for a value the driver or the database will not store, else ``error`` itself.
+
+        A lone surrogate cannot be encoded as UTF-8 (both drivers); PostgreSQL's
+        text cannot hold NUL and its numbers have ranges (``DataError``); a
+        value too long for one of its index rows (2,704 bytes) is over a
+        program limit (SQLSTATE 54000). SQLite stores NUL and long values.
+        """
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        if isinstance(error, UnicodeEncodeError):
+            return InvalidMessage(
+                "a value holds a lone surrogate, which UTF-8 (and so the database) cannot store",
+                [("value", "lone surrogate")],
+            )
+        if isinstance(error, self.DataError):
+            return InvalidMessage(f"the database cannot store a value: {reason}", [("value", reason)])
+        if getattr(error, "sqlstate", None) == "54000":
+            return LimitExceeded(
+                f"a value is too large for the database's index: {reason}", [("value", "too large to index")]
+            )
+        return error
 
     def insert(
         self,
@@ -206,7 +235,10 @@ class Database:
         return row_id
 
     def _insert(self, cursor: Any, compiled: _Compiled, params: Mapping[str, Any], follow: Any) -> int:
-        cursor.execute(compiled.sql, compiled.params(params))
+        try:
+            cursor.execute(compiled.sql, compiled.params(params))
+        except (UnicodeEncodeError, self.DataError, self.OperationalError) as error:
+            raise self.refused(error) from None
         row_id = cursor.lastrowid if self.is_sqlite else cursor.fetchone()[0]
         if follow is not None:
             cursor.execute(follow[0].sql, follow[0].params(follow[1]))

@@ -19,6 +19,7 @@ import sqlite3
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from urllib.parse import unquote
 from typing import Any
 
 import sqlalchemy as sa
@@ -62,8 +63,11 @@ def sqlite_path(url: str) -> Path | None:
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
         return None
-    if parsed.database.startswith("file:"):
-        return None
+    if parsed.database.startswith("file:"):  # a SQLite URI filename: file:PATH?mode=...
+        path, _, query = parsed.database[5:].partition("?")
+        if not path or path == ":memory:" or "mode=memory" in query or "mode=ro" in query:
+            return None
+        return Path(unquote(path))
     return Path(parsed.database)
 
 
@@ -146,6 +150,8 @@ def _create_private_file(path: Path) -> None:
     """Create the database file (and its folder) with owner-only permissions if it does not exist."""
     if path.exists():
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
+    missing = [folder for folder in path.absolute().parents if not folder.exists()]
+    for folder in reversed(missing):  # folders turnstore creates are the owner's only, whatever the umask
+        folder.mkdir(mode=0o700, exist_ok=True)
     fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
     os.close(fd)

@@ -19,23 +19,39 @@ __all__ = ["Limits"]
 class Limits:
     """The largest values a store accepts.
 
+    The id and name defaults are set by PostgreSQL: a b-tree index row holds
+    at most 2,704 bytes, and the widest (``ix_messages_usage_session``) holds a
+    session id, a loop id, a model and a provider. At 150 characters each,
+    even four-byte characters throughout fit (4 × 600 bytes plus the usage
+    columns), so a value accepted on SQLite is accepted on PostgreSQL too.
+
     Attributes:
         max_message_bytes: largest message, as stored JSON (UTF-8 bytes).
-        max_id_length: longest session id, loop id or extension kind, in characters.
+        max_id_length: longest session id, loop id (minted ones included),
+            spawn loop id or extension kind, in characters.
+        max_name_length: longest model, provider or agent id, in characters.
     """
 
     max_message_bytes: int = 64 * 1024 * 1024
-    max_id_length: int = 1024
+    max_id_length: int = 150
+    max_name_length: int = 150
 
     def check_id(self, what: str, value: object) -> str:
         """Return ``value`` if it is a non-empty string within the id limit."""
         if not isinstance(value, str) or not value:
             raise InvalidMessage(f"{what} must be a non-empty string, got {value!r:.80}", [(what, "invalid")])
-        if len(value) > self.max_id_length:
-            raise LimitExceeded(
-                f"{what} is {len(value)} characters, over the limit of {self.max_id_length}",
-                [(what, "too long")],
-            )
+        return self._within(what, value, self.max_id_length)
+
+    def check_name(self, what: str, value: object) -> object:
+        """Return ``value`` if it is None, not a string, or a string within the name limit."""
+        if isinstance(value, str):
+            self._within(what, value, self.max_name_length)
+        return value
+
+    @staticmethod
+    def _within(what: str, value: str, limit: int) -> str:
+        if len(value) > limit:
+            raise LimitExceeded(f"{what} is {len(value)} characters, over the limit of {limit}", [(what, "too long")])
         return value
 
     def check_message(self, text: str) -> None:
@@ -48,3 +64,10 @@ class Limits:
             raise LimitExceeded(
                 f"message is {size} bytes, over the limit of {limit} bytes", [("message", "too large")]
             )
+
+    def check_row(self, params: dict[str, object]) -> None:
+        """Check the kind, model and provider of a message row (see ``row_params``)."""
+        if params["kind"] is not None:
+            self.check_id("kind", params["kind"])
+        self.check_name("model", params["model"])
+        self.check_name("provider", params["provider"])

@@ -115,8 +115,17 @@ def count_sessions() -> sa.Select:
 
 
 @cache
-def delete_session() -> sa.Delete:
-    return sa.delete(sessions).where(sessions.c.session_id == bp("session_id"))
+def delete_session() -> tuple[sa.Delete, ...]:
+    """Delete a session's messages, loops, import record and row, in that order.
+
+    Each table is deleted explicitly rather than through ``ON DELETE CASCADE``,
+    so nothing is orphaned on a SQLite connection opened with foreign keys off.
+    The session row goes last: its rowcount says whether the session existed.
+    """
+    return tuple(
+        sa.delete(table).where(table.c.session_id == bp("session_id"))
+        for table in (messages, loops, imports, sessions)
+    )
 
 
 @cache
@@ -468,12 +477,18 @@ USAGE_LEVELS = ("all", "session", "loop", "turn")
 USAGE_GROUPS = ("none", "loop", "session", "day")
 
 
+UNPRICED_COLUMNS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+"""Token columns summed again over the records without a reported cost, for the price table."""
+
+
 def _sums(table: sa.Table) -> list[ColumnElement]:
-    return [sa.func.coalesce(sa.func.sum(table.c[name]), 0) for name in USAGE_COLUMNS] + [
-        sa.func.sum(table.c.cost),
-        sa.func.count(),
-        sa.func.count(table.c.cost),
-    ]
+    """Token sums, reported cost, record counts, and the priced tokens of records without a cost."""
+    unpriced = table.c.cost.is_(None)
+    return (
+        [sa.func.coalesce(sa.func.sum(table.c[name]), 0) for name in USAGE_COLUMNS]
+        + [sa.func.sum(table.c.cost), sa.func.count(), sa.func.count(table.c.cost)]
+        + [sa.func.sum(sa.case((unpriced, table.c[name]))) for name in UNPRICED_COLUMNS]
+    )
 
 
 def _group_key(table: sa.Table, group: str) -> list[ColumnElement]:

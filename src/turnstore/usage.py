@@ -2,16 +2,16 @@
 
 Totals are summed in SQL (see :mod:`turnstore.queries`), grouped by model and
 provider so each group can be priced; this module prices the groups and adds
-them up. The cost of a group (one model) is:
+them up. Cost is additive, record by record, so the total of a store is the
+sum of its sessions' totals and a session's total the sum of its loops':
 
-1. the cost its source reported, when every usage record of the group
-   reported one (pi, Tau and appam do): an imported session costs what its
-   source says it cost;
-2. otherwise its tokens at the :class:`PriceTable` rate for its model, when
-   the table has one (``reasoning`` is inside ``output`` and is not charged again);
-3. otherwise the part of the cost that was reported, if any;
-4. otherwise unknown — the tokens still count, and ``cost`` stays ``None``
-   if no group of the total could be priced.
+1. a usage record whose source reported a cost (pi, Tau and appam do) costs
+   that: an imported session costs what its source says it cost;
+2. a record without one costs its tokens at the :class:`PriceTable` rate for
+   its model, when the table has one (``reasoning`` is inside ``output`` and
+   is not charged again);
+3. otherwise its cost is unknown — its tokens still count, and ``cost`` stays
+   ``None`` only if no record of the total could be priced.
 """
 
 from __future__ import annotations
@@ -194,7 +194,9 @@ class Tally:
         self.requests = 0
 
     def add(self, model: str | None, provider: str | None, values: tuple[Any, ...], prices: PriceTable) -> None:
-        """Add one (model, provider) group: six token sums, the reported cost sum, the row counts."""
+        """Add one (model, provider) group: six token sums, the reported cost sum, the row
+        counts, then the input, output, cache-read and cache-write sums of its records
+        that reported no cost (see :func:`turnstore.queries._sums`)."""
         tokens = [int(v or 0) for v in values[:6]]
         reported, count, with_cost = values[6], int(values[7] or 0), int(values[8] or 0)
         for index, value in enumerate(tokens):
@@ -202,16 +204,14 @@ class Tally:
         self.requests += count
         if reported is not None:
             self.reported = (self.reported or 0.0) + float(reported)
-        price = prices.for_model(model, provider)
-        if reported is not None and with_cost == count:
             self.cost += float(reported)
             self.priced = True
-        elif price is not None:
-            self.cost += price.price(tokens[0], tokens[1], tokens[3], tokens[4])
-            self.priced = True
-        elif reported is not None:
-            self.cost += float(reported)
-            self.priced = True
+        if with_cost < count:
+            price = prices.for_model(model, provider)
+            if price is not None:
+                unpriced = [int(v or 0) for v in values[9:13]]
+                self.cost += price.price(*unpriced)
+                self.priced = True
 
     def fields(self) -> dict[str, Any]:
         """The tally as :class:`UsageTotals` keyword arguments."""

@@ -7,6 +7,7 @@ from typing import Any
 import click
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 from rich.tree import Tree
 
 from ..errors import InvalidMessage
@@ -48,7 +49,7 @@ def sessions(settings: Settings, limit: int, offset: int, agent_id: str | None) 
         table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for row in rows:
         table.add_row(
-            row.session_id, row.title or "", str(row.loops), str(row.messages), row.updated_at.strftime("%Y-%m-%d %H:%M:%S")
+            Text(row.session_id), Text(row.title or ""), str(row.loops), str(row.messages), row.updated_at.strftime("%Y-%m-%d %H:%M:%S")
         )
     console().print(table)
 

@@ -11,6 +11,7 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ..usage import UsageTotals
 
@@ -55,7 +56,7 @@ def number(value: int) -> str:
 
 def usage_table(title: str, key_label: str, rows: Iterable[tuple[str, UsageTotals]]) -> Table:
     """A table of usage totals, one row per (label, totals), with a total row when there are several."""
-    table = Table(title=title, title_justify="left", show_lines=False)
+    table = Table(title=Text(title, style="table.title"), title_justify="left", show_lines=False)
     table.add_column(key_label, overflow="fold")
     for _, label in TOKEN_COLUMNS:
         table.add_column(label, justify="right")
@@ -63,7 +64,7 @@ def usage_table(title: str, key_label: str, rows: Iterable[tuple[str, UsageTotal
     table.add_column("calls", justify="right")
     materialized: Sequence[tuple[str, UsageTotals]] = list(rows)
     for label, totals in materialized:
-        table.add_row(label, *_cells(totals))
+        table.add_row(Text(label), *_cells(totals))  # a stored value: printed as text, never as markup
     if len(materialized) > 1:
         table.add_section()
         table.add_row("total", *_cells(_sum(t for _, t in materialized)), style="bold")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -85,8 +86,13 @@ class LoopRepository:
         config_dict = _config_dict(config)
         kind = _enum(ContinuationKind, continuation, "continuation") if continuation is not None else None
         status = _enum(LoopStatus, status, "status")
+        limits = self._settings.limits
         if loop_id is not None:
-            self._settings.limits.check_id("loop_id", loop_id)
+            limits.check_id("loop_id", loop_id)
+        if spawn_loop_id is not None:
+            limits.check_id("spawn_loop_id", spawn_loop_id)
+        limits.check_name("model", (config_dict or {}).get("model"))
+        limits.check_name("provider", (config_dict or {}).get("provider"))
         when = started_at or utcnow()
         with self._db.write():
             if self._db.fetchone(q.lock_session(), {"session_id": session_id}) is None:
@@ -95,7 +101,7 @@ class LoopRepository:
             self._check_fork(session_id, parent, kind, fork_after, keep_from)
             config_id = LoopConfig(**config_dict).effective_config_id() if config_dict else None
             if loop_id is None:
-                loop_id = self._mint(session_id, config_id)
+                loop_id = self._mint(session_id, config_id, limits.max_id_length)
             elif self._db.fetchone(q.loop_exists(), {"loop_id": loop_id}) is not None:
                 raise AlreadyExists(f"loop {loop_id!r} already exists")
             params = {
@@ -259,8 +265,16 @@ class LoopRepository:
 
     # --- helpers ------------------------------------------------------------------
 
-    def _mint(self, session_id: str, config_id: str | None) -> str:
-        """The next free ``{session_id}.{config_id}.{N}`` (N counts per session and config)."""
+    def _mint(self, session_id: str, config_id: str | None, limit: int) -> str:
+        """The next free ``{session_id}.{config_id}.{N}`` (N counts per session and config).
+
+        An id that would be over the id limit (a long session id or config)
+        drops the config (``{session_id}.loop.{N}``), or else is a UUID.
+        """
+        if len(mint_loop_id(session_id, config_id, 1)) + 3 > limit:
+            if config_id is None or len(mint_loop_id(session_id, None, 1)) + 3 > limit:
+                return str(uuid.uuid4())
+            config_id = None
         params = {"session_id": session_id, "config_id": config_id}
         taken = [row[0] for row in self._db.fetchall(q.loop_ids_for_config(config_id is not None), params)]
         number = next_loop_number(taken)

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
-from pydantic_core import PydanticSerializationError
+from pydantic_core import PydanticSerializationError, from_json
 
 from .. import context as ctx
 from .. import queries as q
@@ -23,6 +23,7 @@ from ..errors import (
 from ..models import (
     AGENT_MESSAGE,
     AGENT_MESSAGES,
+    MAX_INT,
     AssistantMessage,
     ExtensionMessage,
     Message,
@@ -38,6 +39,10 @@ __all__ = ["MessageRepository", "parse_message"]
 
 MessageInput = Message | ExtensionMessage | Mapping[str, Any]
 """A message as a model, or as its JSON object (validated on append)."""
+
+
+MAX_TURN_INDEX = 2**31 - 1
+"""Largest turn index a row holds (``messages.turn_index`` is a 32-bit integer on PostgreSQL)."""
 
 
 def parse_message(value: MessageInput) -> Message | ExtensionMessage:
@@ -163,10 +168,14 @@ class MessageRepository:
             loop_id, turn_index = turn.loop_id, turn.turn_index
         if loop_id is None:
             raise InvalidMessage("append needs a loop_id (or a message with a turnId)", [("loop_id", "missing")])
+        if self._db.is_postgresql and isinstance(loop_id, str) and "\x00" in loop_id:
+            raise LoopNotFound(f"loop {loop_id!r} not found")  # PostgreSQL cannot even look a NUL up
         if turn_index is not None and (
-            not isinstance(turn_index, int) or isinstance(turn_index, bool) or turn_index < 0
+            not isinstance(turn_index, int) or isinstance(turn_index, bool) or not 0 <= turn_index <= MAX_TURN_INDEX
         ):
-            raise InvalidMessage(f"turn_index must be a non-negative integer, got {turn_index!r}", [("turn_index", "")])
+            raise InvalidMessage(
+                f"turn_index must be an integer from 0 to {MAX_TURN_INDEX}, got {turn_index!r}", [("turn_index", "")]
+            )
         stamp = turn is None and turn_index is not None and role != "extension"
         if stamp and model.__pydantic_extra__:
             # Stamp the row's turn into the message, as phi-core would have...
@@ -176,8 +185,11 @@ class MessageRepository:
         if stamp:
             # ...cheaply: "turnId" is a message's last key when it has no unknown keys.
             text = f"{text[:-1]},{_turn_json(loop_id, turn_index)}}}"  # type: ignore[arg-type]
-        self._settings.limits.check_message(text)
-        return row_params(model, text, loop_id, turn_index, usage, timestamp=timestamp or now_ms())
+        limits = self._settings.limits
+        limits.check_message(text)
+        params = row_params(model, text, loop_id, turn_index, usage, timestamp=timestamp or now_ms())
+        limits.check_row(params)
+        return params
 
     def _touch_params(self, loop_id: str) -> dict[str, Any]:
         return {"loop_id": loop_id, "updated_at": self._db.bind_time(utcnow())}
@@ -327,17 +339,111 @@ def dump_message(model: Message | ExtensionMessage) -> str:
     """A message's canonical JSON text, as stored.
 
     Raises:
-        InvalidMessage: the model holds a value JSON cannot carry.
+        InvalidMessage: the model holds a value JSON cannot carry (a lone
+            surrogate, NaN or Infinity, an object that is not JSON), or one the
+            store could not read back (see :func:`_check_readable`).
     """
     try:
-        text = model.model_dump_json()
+        # model_dump_json() with every option at its default, without its per-call argument handling.
+        text = model.__pydantic_serializer__.to_json(model).decode()
     except (PydanticSerializationError, ValueError, TypeError) as error:
-        raise InvalidMessage(f"message cannot be stored as JSON: {error}", [("message", str(error))]) from None
+        raise _unserializable(model, error) from None
     if ("NaN" in text or "Infinity" in text) and _has_non_finite(text):
         raise InvalidMessage(
             "message holds NaN or Infinity, which JSON cannot carry", [("message", "non-finite number")]
         )
+    _check_readable(model, text)
     return text
+
+
+READ_DEPTH = 200
+"""Deepest nesting of arrays and objects a stored message may have: pydantic-core's JSON reader
+takes 201 levels, and :func:`parse_rows` reads messages inside one more array."""
+
+_DIGITS = 4_300
+"""Longest integer (in digits) the JSON readers convert (Python's and pydantic-core's limit)."""
+
+
+def _check_readable(model: Message | ExtensionMessage, text: str) -> None:
+    """Refuse JSON the store's own reader would not take back, so a loop is never left unreadable.
+
+    The models accept (and dump) nesting a little deeper than the reader takes,
+    and integers of any length; both are checked here, with the reader itself,
+    only for texts that could hold them (long, or with many brackets).
+    """
+    deep = text.count("[") + text.count("{") >= READ_DEPTH
+    if not deep and len(text) <= _DIGITS:
+        return
+    try:
+        from_json(f"[{text}]" if deep else text, cache_strings=False)
+    except ValueError as error:
+        data = model.model_dump(by_alias=True)
+        if "recursion" in str(error):
+            path = _find(data, lambda value, depth: depth > READ_DEPTH - 2 and isinstance(value, (list, dict)))
+            where = _shorten(path)
+            raise InvalidMessage(
+                f"{where}: nested more than {READ_DEPTH} levels deep, more than the store can read back",
+                [(where, "nested too deeply")],
+            ) from None
+        path = _find(data, lambda value, _: isinstance(value, int) and abs(value).bit_length() > _DIGITS * 3.32)
+        where = _shorten(path)
+        raise InvalidMessage(
+            f"{where}: an integer of more than {_DIGITS} digits, more than the store can read back",
+            [(where, "number too large")],
+        ) from None
+
+
+def _unserializable(model: Message | ExtensionMessage, error: Exception) -> InvalidMessage:
+    """The error for a model pydantic cannot dump as JSON, naming the field when it is a lone surrogate."""
+    if "surrogates not allowed" in str(error):
+        try:
+            data = model.model_dump(by_alias=True)
+        except ValueError:  # a surrogate in a key of an extra field: pydantic cannot walk it either
+            data = None
+        path = _find(data, lambda value, _: isinstance(value, str) and _has_surrogate(value))
+        where = _shorten(path)
+        return InvalidMessage(
+            f"{where}: holds a lone surrogate, which UTF-8 (and so the database) cannot store", [(where, "lone surrogate")]
+        )
+    return InvalidMessage(f"message cannot be stored as JSON: {error}", [("message", str(error))])
+
+
+def _has_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _find(data: Any, test: Any) -> list[Any]:
+    """The path to the first value (or dict key) inside ``data`` for which ``test(value, depth)`` holds."""
+    stack: list[tuple[Any, list[Any], int]] = [(data, [], 1)]
+    while stack:
+        value, path, depth = stack.pop()
+        if test(value, depth):
+            return path
+        if isinstance(value, dict):
+            for key in value:
+                if test(key, depth):
+                    return [*path, key]
+            stack.extend((child, [*path, key], depth + 1) for key, child in reversed(value.items()))
+        elif isinstance(value, list):
+            stack.extend((child, [*path, index], depth + 1) for index, child in reversed(list(enumerate(value))))
+    return []
+
+
+def _shorten(path: list[Any], keep: int = 4) -> str:
+    """``content[0].arguments.a…`` (at most ``keep`` parts; surrogates shown escaped), or ``message``."""
+    parts: list[str] = []
+    for part in path[:keep]:
+        if isinstance(part, int):
+            parts.append(f"[{part}]")
+        else:
+            name = str(part).encode("utf-8", "backslashreplace").decode("utf-8")
+            parts.append(f".{name}" if parts else name)
+    text = "".join(parts) or "message"
+    return text + "…" if len(path) > keep else text
 
 
 _TURN_JSON: dict[tuple[str, int], str] = {}
@@ -389,25 +495,49 @@ def row_params(
     message; ``timestamp`` dates a message that has no timestamp of its own
     (extension messages), so usage by day can place it; ``usage_known=False``
     leaves an assistant message's usage columns NULL (its source recorded none).
+
+    Raises:
+        InvalidMessage: a value no column of every backend can hold: a turn index
+            over :data:`MAX_TURN_INDEX`, a timestamp beyond 64 bits, NUL in the
+            kind, model or provider (PostgreSQL text refuses it; SQLite is held
+            to the same rule so that both accept the same messages).
     """
     role = str(model.role)
     if isinstance(model, AssistantMessage):
         usage = model.usage if usage_known else None
-        extra = {"model": model.model, "provider": model.provider, "stop_reason": model.stop_reason.value}
+        model_name, provider, stop_reason = model.model, model.provider, model.stop_reason.value
     else:
-        priced = priced_as if usage is not None else (None, None)
-        extra = {"model": priced[0], "provider": priced[1], "stop_reason": None}
-    return {
-        "loop_id": loop_id,
-        "turn_index": turn_index,
-        "role": role,
-        "kind": model.kind if isinstance(model, ExtensionMessage) else None,
-        "message": text,
-        **usage_params(usage),
-        **extra,
-        "timestamp": getattr(model, "timestamp", timestamp),
-        "source": source,
-    }
+        model_name, provider = priced_as if usage is not None else (None, None)
+        stop_reason = None
+    kind = model.kind if isinstance(model, ExtensionMessage) else None
+    stamp = getattr(model, "timestamp", timestamp)
+    if turn_index is not None and not 0 <= turn_index <= MAX_TURN_INDEX:
+        raise InvalidMessage(f"turn index {turn_index} is over the largest, {MAX_TURN_INDEX}", [("turn_index", "too large")])
+    if stamp is not None and not -MAX_INT - 1 <= stamp <= MAX_INT:
+        raise InvalidMessage(f"timestamp {stamp} does not fit 64 bits", [("timestamp", "too large")])
+    if (
+        (isinstance(kind, str) and "\x00" in kind)
+        or (isinstance(model_name, str) and "\x00" in model_name)
+        or (isinstance(provider, str) and "\x00" in provider)
+    ):
+        for name, value in (("kind", kind), ("model", model_name), ("provider", provider)):
+            if isinstance(value, str) and "\x00" in value:
+                raise InvalidMessage(
+                    f"{name} holds a NUL character (U+0000), which a database text column cannot store",
+                    [(name, "NUL")],
+                )
+    params = usage_params(usage)
+    params["loop_id"] = loop_id
+    params["turn_index"] = turn_index
+    params["role"] = role
+    params["kind"] = kind
+    params["message"] = text
+    params["model"] = model_name
+    params["provider"] = provider
+    params["stop_reason"] = stop_reason
+    params["timestamp"] = stamp
+    params["source"] = source
+    return params
 
 
 def parse_rows(texts: Iterable[str]) -> list[Any]:

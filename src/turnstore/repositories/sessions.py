@@ -43,6 +43,7 @@ class SessionRepository:
         if session_id is None:
             session_id = str(uuid.uuid4())
         self._settings.limits.check_id("session_id", session_id)
+        self._settings.limits.check_name("agent_id", agent_id)
         if metadata is not None and not isinstance(metadata, Mapping):
             raise InvalidMessage("session metadata must be a JSON object", [("metadata", "not an object")])
         now = created_at or utcnow()
@@ -131,7 +132,8 @@ class SessionRepository:
             SessionNotFound: no such session.
         """
         with self._db.write():
-            cursor = self._db.execute(q.delete_session(), {"session_id": session_id})
+            for statement in q.delete_session():
+                cursor = self._db.execute(statement, {"session_id": session_id})
             if cursor.rowcount == 0:
                 raise SessionNotFound(f"session {session_id!r} not found")
 
