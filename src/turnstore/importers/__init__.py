@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import AlreadyExists, ImportFailed, InvalidMessage, InvalidRecord
 from .base import ImportOptions, ImportReport, Importer, RecordError, SessionBundle, collector_paused, iter_files
-from .writer import WRITTEN, check_bundle, write_bundle
+from .writer import WRITTEN, check_bundle, check_ids, screen_messages, write_bundle
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -87,6 +87,7 @@ def import_paths(
 
 def _import_bundle(store: Store, fmt: str, bundle: SessionBundle, options: ImportOptions, report: ImportReport) -> None:
     report.records += bundle.records
+    screen_messages(bundle, store.settings.limits)
     if bundle.errors:
         if not options.skip_invalid:
             report.errors.extend(bundle.errors)
@@ -94,6 +95,7 @@ def _import_bundle(store: Store, fmt: str, bundle: SessionBundle, options: Impor
             return
         report.skipped.extend(bundle.errors)
     try:
+        check_ids(bundle, store.settings.limits)
         if options.dry_run:
             status = check_bundle(store._db, bundle, fmt, replace=options.replace)
         else:
@@ -103,6 +105,10 @@ def _import_bundle(store: Store, fmt: str, bundle: SessionBundle, options: Impor
                                   limits=store.settings.limits, report=summary)
     except (AlreadyExists, InvalidMessage) as error:
         report.errors.append(RecordError(bundle.origin, str(error)))
+        report.sessions_failed.append(bundle.session_id)
+        return
+    except InvalidRecord as error:  # a message or value the store cannot hold, found on writing
+        report.errors.append(RecordError(error.place, error.reason))
         report.sessions_failed.append(bundle.session_id)
         return
     except store._db.IntegrityError as error:

@@ -297,7 +297,7 @@ def _add_messages(
             bundle.errors.append(RecordError(error.place, error.reason))
             continue
         converted.append((element, message))
-        bundle.messages.append(MessageRow(message, loop_id, None, source=source, usage_known=False))
+        bundle.messages.append(MessageRow(message, loop_id, None, source=source, usage_known=False, place=where))
     for row, turn in zip(bundle.messages, _turns(converted)):
         row.turn_index = turn
 

@@ -68,7 +68,7 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 _T = TypeVar("_T")
 
 
-@dataclass
+@dataclass(slots=True)
 class MessageRow:
     """One message to write: where it goes and the record it came from."""
 
@@ -88,6 +88,10 @@ class MessageRow:
     its usage columns stay NULL, so the loop's reported usage counts instead of zeros."""
     ref: str | None = None
     """The source's own id for this record (pi/Tau entry id), for fork points."""
+    place: str | None = None
+    """Where the record is (``file:line``, ``file: record N``, ``table id=...``), for an error found on writing."""
+    params: dict[str, Any] | None = field(default=None, repr=False)
+    """The row's column values, once :func:`~turnstore.importers.writer.screen_messages` has checked it."""
 
 
 @dataclass
@@ -143,9 +147,8 @@ class SessionBundle:
         cached = self._digests.get(fmt)
         if cached is None or cached[0] != len(self.digest_parts):
             hasher = hashlib.sha256(fmt.encode())
-            for part in self.digest_parts:
-                hasher.update(b"\x1e")
-                hasher.update(part.encode("utf-8", "surrogatepass"))
+            if self.digest_parts:  # each record after a \x1e, hashed in one piece
+                hasher.update(("\x1e" + "\x1e".join(self.digest_parts)).encode("utf-8", "surrogatepass"))
             cached = self._digests[fmt] = (len(self.digest_parts), hasher.hexdigest())
         return cached[1]
 
@@ -199,11 +202,12 @@ class ImportReport:
         """Add a bundle's messages and loops to the counts."""
         self.messages += len(bundle.messages)
         self.loops += len(bundle.loops)
-        for row in bundle.messages:
-            role = str(row.message.role)
-            self.by_role[role] += 1
-            if role == "extension":
-                self.by_kind[row.message.kind] += 1  # type: ignore[union-attr]
+        roles = [str(row.message.role) for row in bundle.messages]
+        self.by_role.update(roles)
+        if "extension" in self.by_role:
+            self.by_kind.update(
+                row.message.kind for row, role in zip(bundle.messages, roles) if role == "extension"  # type: ignore[union-attr]
+            )
 
     def as_dict(self) -> dict[str, Any]:
         """The report as JSON-ready data (``--json``)."""
@@ -416,6 +420,13 @@ def collector_paused() -> Iterator[None]:
     again and again (about a third of the read time, measured). It is back on
     (if it was on) as soon as the block ends, so anything it would have
     collected still is; reference counting frees memory meanwhile.
+
+    On leaving, what the block allocated is moved to the oldest generation
+    (``gc.freeze()`` then ``gc.unfreeze()``, two list splices), as objects
+    that survive a collection are: otherwise the first allocation after the
+    block would walk all of them at once. Cyclic garbage among them is
+    collected by the next full collection. Skipped when the program keeps
+    objects frozen itself.
     """
     enabled = gc.isenabled()
     gc.disable()
@@ -423,6 +434,9 @@ def collector_paused() -> Iterator[None]:
         yield
     finally:
         if enabled:
+            if not gc.get_freeze_count():
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
 
 

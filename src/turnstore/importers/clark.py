@@ -101,7 +101,7 @@ class ClarkImporter:
             except InvalidRecord as error:
                 bundle.errors.append(RecordError(error.place, error.reason))
                 continue
-            rows.append(MessageRow(message, "", None, source=source, usage_known=usage_known, timestamp=stamp))
+            rows.append(MessageRow(message, "", None, source=source, usage_known=usage_known, timestamp=stamp, place=place))
         add_derived(bundle, f"{session_id}.clark", rows)
         yield bundle
 

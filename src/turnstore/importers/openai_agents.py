@@ -323,6 +323,7 @@ class _Builder:
                 source="\n".join(row.text for row in piece.rows),
                 timestamp=piece.rows[0].timestamp if isinstance(message, ExtensionMessage) else None,
                 usage_known=not isinstance(message, AssistantMessage),
+                place=piece.rows[0].place,
             )
         )
 

@@ -118,7 +118,7 @@ def parse_item(text: Any, place: str) -> dict[str, Any]:
     if kind in (None, "message"):
         if role is None:
             raise InvalidRecord(place, "item has neither a type nor a role")
-        if role not in ROLES:
+        if not isinstance(role, str) or role not in ROLES:
             raise InvalidRecord(place, f"unknown message role {role!r}")
     elif not isinstance(kind, str):
         raise InvalidRecord(place, f"item type must be a string, got {type(kind).__name__}")

@@ -74,7 +74,7 @@ class PhiCoreImporter:
         positions = derive_positions([(str(m.role), asked_tools(m)) for _, _, m in parsed])
         loop_of: dict[int, str] = {}  # derived loop number -> loop id
         known: set[str] = set()
-        for (_, record, message), (derived_loop, derived_turn) in zip(parsed, positions):
+        for (number, record, message), (derived_loop, derived_turn) in zip(parsed, positions):
             turn = message.turn_id()
             if turn is not None:
                 loop_id, turn_index = turn.loop_id, turn.turn_index
@@ -85,7 +85,9 @@ class PhiCoreImporter:
             if loop_id not in known:
                 known.add(loop_id)
                 bundle.loops.append(next_loop(loop_id, bundle.loops))
-            bundle.messages.append(MessageRow(message, loop_id, turn_index, source=compact(record)))
+            bundle.messages.append(
+                MessageRow(message, loop_id, turn_index, source=compact(record), place=f"{path}: record {number}")
+            )
         fill_configs(bundle)
         return bundle
 
@@ -151,14 +153,16 @@ class PhiCoreImporter:
         parsed = []
         for number, item in enumerate(messages, start=1):
             try:
-                parsed.append((item, parse_agent_message(item, f"{place} message {number}")))
+                parsed.append((item, parse_agent_message(item, f"{place} message {number}"), number))
             except InvalidRecord as error:
                 bundle.errors.append(RecordError(error.place, error.reason))
-        positions = derive_positions([(str(m.role), asked_tools(m)) for _, m in parsed])
-        for (item, message), (_, derived_turn) in zip(parsed, positions):
+        positions = derive_positions([(str(m.role), asked_tools(m)) for _, m, _ in parsed])
+        for (item, message, number), (_, derived_turn) in zip(parsed, positions):
             turn = message.turn_id()
             turn_index = turn.turn_index if turn is not None and turn.loop_id == loop_id else derived_turn
-            bundle.messages.append(MessageRow(message, loop_id, turn_index, source=compact(item)))
+            bundle.messages.append(
+                MessageRow(message, loop_id, turn_index, source=compact(item), place=f"{place} message {number}")
+            )
 
 
 def _continuation(value: Any) -> str:

@@ -133,19 +133,25 @@ class _SessionFile:
             raise InvalidRecord(f"{self.path}:1", "empty file: a pi session starts with a session header")
         bundle = self._header(*first)
         origin = bundle.origin
+        add_source = bundle.digest_parts.append  # bundle.add_source, for every line
+        errors = bundle.errors
+        entry = self._entry
+        v1 = self.version == 1
+        records = 0
         for number, line, value in lines:
-            bundle.records += 1
-            bundle.add_source(line)
+            records += 1
+            add_source(line)
             if isinstance(value, InvalidRecord):
-                bundle.errors.append(RecordError(value.place, value.reason))
+                errors.append(RecordError(value.place, value.reason))
                 self._unparsed(line)
                 continue
-            if self.version == 1:
+            if v1:
                 self.line_ids.append(f"line{number}")  # pi counts parsed lines only
             try:
-                self._entry(value, line, f"{origin}:{number}")
+                entry(value, line, f"{origin}:{number}")
             except InvalidRecord as error:
-                bundle.errors.append(RecordError(error.place, error.reason))
+                errors.append(RecordError(error.place, error.reason))
+        bundle.records += records
         build_loops(bundle, self.nodes, f"{bundle.session_id}.pi")
         self._finish(bundle)
         return bundle
@@ -233,7 +239,7 @@ class _SessionFile:
             elif kind == "branch_summary":
                 node = self._summary(entry, "branch_summary", place, before)
                 node.opens = "branch_summary"
-            elif kind in _SIDE_ENTRIES:
+            elif isinstance(kind, str) and kind in _SIDE_ENTRIES:
                 node = self._side(entry, kind, place)
                 config = _after_setting(entry, kind, before)
             else:
@@ -241,7 +247,8 @@ class _SessionFile:
         except InvalidRecord:
             self.moved[entry_id] = parent_id  # its children hang from its parent instead
             raise
-        node.id, node.parent_id, node.source, node.config = entry_id, parent_id, line, _loop_config(config)
+        node.id, node.parent_id, node.source = entry_id, parent_id, line
+        node.config = config if config is not None and "model" in config else None  # _loop_config(config)
         self.config_at[entry_id] = config
         self.nodes.append(node)
         if kind == "compaction" and isinstance(entry.get("retainedTail"), list):
@@ -334,9 +341,9 @@ class _SessionFile:
 def _message_node(message: dict[str, Any], place: str, entry: dict[str, Any], before: Config | None) -> Node:
     """The node of one pi AgentMessage (``message`` is parsed JSON of our own: it is changed in place)."""
     role = message.get("role")
-    validate = _VALIDATE.get(role)  # type: ignore[arg-type]
+    validate = _VALIDATE.get(role) if isinstance(role, str) else None
     if validate is None:
-        kind = _EXTENSION_ROLES.get(role)  # type: ignore[arg-type]
+        kind = _EXTENSION_ROLES.get(role) if isinstance(role, str) else None
         if kind is None:
             raise InvalidRecord(place, f"unknown message role {role!r}")
         data = {key: value for key, value in message.items() if key != "role"}
@@ -358,13 +365,16 @@ def _message_node(message: dict[str, Any], place: str, entry: dict[str, Any], be
         if role == "toolResult" and "usage" in message:  # newer pi: a tool's own model calls
             usage = _usage(message.pop("usage"), place)
     stamp = message.get("timestamp")
-    if not isinstance(stamp, int) or isinstance(stamp, bool):
+    if type(stamp) is not int:  # parsed JSON: not an integer, or a boolean
         message["timestamp"] = _ms(stamp, entry)
     try:
         model = validate(message, by_alias=True, by_name=False)
     except ValidationError as error:
         raise InvalidRecord(place, str(InvalidMessage.from_pydantic(error))) from None
-    return _node(model, place, usage=usage, priced_as=_priced(before, usage))
+    if usage is None:
+        return Node(id="", parent_id=None, message=model, source="", place=place)
+    return Node(id="", parent_id=None, message=model, source="", place=place, usage=usage,
+                priced_as=_priced(before, usage))
 
 
 def _node(message: Any, place: str, **fields: Any) -> Node:

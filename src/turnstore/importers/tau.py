@@ -186,7 +186,7 @@ def _has_entries_table(path: Path) -> bool:
 
 
 def _is_header(value: Any) -> bool:
-    return isinstance(value, dict) and value.get("type") in HEADER_TYPES
+    return isinstance(value, dict) and isinstance(value.get("type"), str) and value["type"] in HEADER_TYPES
 
 
 def _new_bundle(session_id: str, origin: str, header: _Record) -> SessionBundle:
@@ -363,12 +363,12 @@ def _convert(session: _Session, entry: _Entry, setting: dict[str, str]) -> None:
         message = ExtensionMessage(kind="branch_summary", data=data)
         _add_chain(session, entry, [node(message, opens=BRANCH_SUMMARY, usage=_summary_usage(data),
                                          priced_as=priced_as)])
-    elif kind in EXTENSION_ENTRIES:
+    elif isinstance(kind, str) and kind in EXTENSION_ENTRIES:
         _add_chain(session, entry, [node(ExtensionMessage(kind=kind, data=data))])
     elif kind == "session_info":
         session.session_info.append(data)
         session.skipped[entry.id] = entry.parent
-    elif kind in HEADER_TYPES:
+    elif isinstance(kind, str) and kind in HEADER_TYPES:
         raise BadRecord("a second session header inside the session")
     else:
         raise BadRecord(f"unknown entry type {kind!r}")

@@ -183,7 +183,7 @@ def convert_message(
     if not isinstance(message, Mapping):
         raise BadRecord("message is not an object")
     role = message.get("role")
-    if role in EXTENSION_ROLES:
+    if isinstance(role, str) and role in EXTENSION_ROLES:
         return [ExtensionMessage(kind=role, data=dict(message))]
     stamp = ms(message.get("timestamp"))
     timestamp = stamp if stamp is not None else (fallback_ms or 0)
@@ -216,7 +216,7 @@ def _assistant(
     stop = message.get("stop_reason")
     if stop is None:
         stop = "stop"  # Tau's default
-    if stop not in STOP_REASONS:
+    if not isinstance(stop, str) or stop not in STOP_REASONS:
         raise BadRecord(f"unknown stop_reason {stop!r}; one of: {', '.join(STOP_REASONS)}")
     usage = message.get("usage")
     error = message.get("error")

@@ -46,7 +46,7 @@ UNKNOWN_MODELS = ("", "unknown")
 """Model names of assistant messages that do not say which model answered: no loop config is taken from them."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Node:
     """One tree entry, already converted to the message it becomes."""
 
@@ -82,89 +82,100 @@ def build_loops(bundle: SessionBundle, nodes: Iterable[Node], loop_prefix: str) 
 
     Loop ids are ``{loop_prefix}.{N}``, numbered in walk order.
     """
-    ordered = list(nodes)
+    errors = bundle.errors
     by_id: dict[str, Node] = {}
-    for node in ordered:
+    for node in nodes:
         if node.id in by_id:
-            bundle.errors.append(RecordError(node.place, f"duplicate entry id {node.id!r}"))
+            errors.append(RecordError(node.place, f"duplicate entry id {node.id!r}"))
             continue
         by_id[node.id] = node
     roots: list[Node] = []
     for node in by_id.values():
-        if node.parent_id is None:
+        parent_id = node.parent_id
+        if parent_id is None:
             roots.append(node)
-        elif node.parent_id in by_id:
-            by_id[node.parent_id].children.append(node)
+            continue
+        parent = by_id.get(parent_id)
+        if parent is not None:
+            parent.children.append(node)
         else:
             # Malformed; with --skip-invalid its subtree is still kept, as a history of its own.
-            bundle.errors.append(RecordError(node.place, f"parent entry {node.parent_id!r} is not in the file"))
+            errors.append(RecordError(node.place, f"parent entry {parent_id!r} is not in the file"))
             roots.append(node)
+    _walk(bundle, roots, loop_prefix)
+    fill_configs(bundle, UNKNOWN_MODELS)
+
+
+def _walk(bundle: SessionBundle, roots: list[Node], loop_prefix: str) -> None:
+    """Place every entry, depth first, children in file order.
+
+    The first child of an entry continues its line; every later child starts a
+    branch that forks after the entry. Iterative (histories are thousands of
+    entries deep), and a line of single children is followed without the stack.
+    """
+    loops = bundle.loops
+    messages = bundle.messages
     row_of: dict[str, int] = {}
-    counter = [0]
+    count = 0
 
     def new_loop(kind: str, parent: LoopRow | None, fork_node: Node | None, config: dict[str, object] | None) -> _Line:
-        counter[0] += 1
+        nonlocal count
+        count += 1
         loop = LoopRow(
-            loop_id=f"{loop_prefix}.{counter[0]}",
+            loop_id=f"{loop_prefix}.{count}",
             parent_loop_id=parent.loop_id if parent else None,
             continuation_kind=kind if parent else "initial",
             fork_after=row_of.get(fork_node.id) if fork_node is not None else None,
             config=dict(config) if config else None,
         )
-        bundle.loops.append(loop)
+        loops.append(loop)
         return _Line(loop)
 
-    # Iterative depth-first walk: histories are thousands of entries deep.
     stack: list[tuple[Node, _Line | None, bool, Node | None]] = [(root, None, False, None) for root in reversed(roots)]
     while stack:
         node, line, branching, parent = stack.pop()
-        line = _place(node, line, branching, parent, new_loop, bundle, row_of)
-        for index in range(len(node.children) - 1, -1, -1):
-            # The first child continues this line; later children branch off after this node.
-            stack.append((node.children[index], line, index > 0, node))
-    fill_configs(bundle, UNKNOWN_MODELS)
-
-
-def _place(  # type: ignore[no-untyped-def]
-    node: Node,
-    line: _Line | None,
-    branching: bool,
-    parent: Node | None,
-    new_loop,
-    bundle: SessionBundle,
-    row_of: dict[str, int],
-) -> _Line:
-    """Put one entry into a loop (opening a loop first when needed); returns the line it continues."""
-    base = line
-    message = node.message
-    role = str(message.role)
-    if node.opens == COMPACTION:
-        line = new_loop("compaction", base.loop if base else None, parent, node.config)
-        line.loop.keep_from = row_of.get(node.keep_from_id) if node.keep_from_id else None
-    elif node.opens == BRANCH_SUMMARY or branching:
-        line = new_loop("branch", base.loop if base else None, parent, node.config)
-    elif line is None:
-        line = new_loop("initial", None, None, node.config)
-    opens_loop, turn = line.deriver.step(role, asked_tools(message))
-    if opens_loop:
-        line = new_loop("default", line.loop, None, node.config)
-        _, turn = line.deriver.step(role, asked_tools(message))
-    if node.opens is not None:
-        turn = None
-    row_of[node.id] = len(bundle.messages)
-    bundle.messages.append(
-        MessageRow(
-            message=message,
-            loop_id=line.loop.loop_id,
-            turn_index=turn,
-            source=node.source,
-            usage=node.usage,
-            priced_as=node.priced_as,
-            ref=node.id,
-            timestamp=node.timestamp,
-        )
-    )
-    return line
+        while True:
+            # Put the entry into a loop (opening a loop first when needed).
+            message = node.message
+            role = message.role
+            opens = node.opens
+            if opens is not None or branching or line is None:
+                base = line.loop if line is not None else None
+                if opens == COMPACTION:
+                    line = new_loop("compaction", base, parent, node.config)
+                    line.loop.keep_from = row_of.get(node.keep_from_id) if node.keep_from_id else None
+                elif opens == BRANCH_SUMMARY or branching:
+                    line = new_loop("branch", base, parent, node.config)
+                elif line is None:
+                    line = new_loop("initial", None, None, node.config)
+            tools = role == "assistant" and asked_tools(message)
+            opens_loop, turn = line.deriver.step(role, tools)  # type: ignore[union-attr]
+            if opens_loop:
+                line = new_loop("default", line.loop, None, node.config)  # type: ignore[union-attr]
+                _, turn = line.deriver.step(role, tools)
+            if opens is not None:
+                turn = None
+            row_of[node.id] = len(messages)
+            messages.append(
+                MessageRow(
+                    message=message,
+                    loop_id=line.loop.loop_id,  # type: ignore[union-attr]
+                    turn_index=turn,
+                    source=node.source,
+                    usage=node.usage,
+                    priced_as=node.priced_as,
+                    ref=node.id,
+                    timestamp=node.timestamp,
+                    place=node.place,
+                )
+            )
+            children = node.children
+            if not children:
+                break
+            for index in range(len(children) - 1, 0, -1):
+                # Later children branch off after this node, once the first child's subtree is placed.
+                stack.append((children[index], line, True, node))
+            node, branching, parent = children[0], False, node
 
 
 def resolve_skipped(skipped: dict[str, str | None], entry_id: str | None) -> str | None:
@@ -173,6 +184,8 @@ def resolve_skipped(skipped: dict[str, str | None], entry_id: str | None) -> str
 
     A cycle of skipped entries ends the walk at the first id met twice.
     """
+    if entry_id is None or entry_id not in skipped:
+        return entry_id
     seen: set[str] = set()
     while entry_id is not None and entry_id in skipped and entry_id not in seen:
         seen.add(entry_id)

@@ -8,11 +8,13 @@ exporting store's; fork points refer to them and are remapped here.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidRecord
 from ..models import Usage
+from ..records import ContinuationKind, LoopStatus
 from .base import (
     ImportOptions,
     LoopRow,
@@ -120,12 +122,14 @@ def _loop(value: dict[str, Any], place: str) -> LoopRow:
         usage = Usage.model_validate(reported) if isinstance(reported, dict) else None
     except ValueError as error:
         raise InvalidRecord(place, f"invalid reported_usage: {error}") from None
+    kind = _one_of(value, "continuation_kind", ContinuationKind, "initial", place)
+    status = _one_of(value, "status", LoopStatus, "completed", place)
     return LoopRow(
         loop_id=loop_id,
         parent_loop_id=str_or_none(value.get("parent_loop_id")),
-        continuation_kind=str_or_none(value.get("continuation_kind")) or "initial",
+        continuation_kind=kind,
         config=value.get("config") if isinstance(value.get("config"), dict) else None,
-        status=str_or_none(value.get("status")) or "completed",
+        status=status,
         started_at=parse_time(value.get("started_at")),
         ended_at=parse_time(value.get("ended_at")),
         spawn_loop_id=str_or_none(value.get("spawn_loop_id")),
@@ -134,6 +138,17 @@ def _loop(value: dict[str, Any], place: str) -> LoopRow:
         metadata=value.get("metadata") if isinstance(value.get("metadata"), dict) else None,
         source=str_or_none(value.get("source")),
     )
+
+
+def _one_of(value: dict[str, Any], key: str, choices: type[Enum], default: str, place: str) -> str:
+    """``value[key]``, which must be one of ``choices``' values (``default`` when missing)."""
+    found = value.get(key)
+    if found is None:
+        return default
+    allowed = [choice.value for choice in choices]  # type: ignore[attr-defined]
+    if found not in allowed:
+        raise InvalidRecord(place, f"{key} must be one of {', '.join(allowed)}; got {found!r}")
+    return str(found)
 
 
 def _message(value: dict[str, Any], place: str) -> MessageRow:
@@ -161,4 +176,5 @@ def _message(value: dict[str, Any], place: str) -> MessageRow:
         priced_as=(str_or_none(priced.get("model")), str_or_none(priced.get("provider"))),
         timestamp=timestamp if isinstance(timestamp, int) and not isinstance(timestamp, bool) else None,
         usage_known=value.get("usage_known") is not False,
+        place=place,
     )

@@ -8,19 +8,19 @@ alone unless ``replace`` is set, which rewrites it whole.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from bisect import bisect_left, bisect_right
 from datetime import datetime, timezone
 from typing import Any
 
 from .. import queries as q
 from ..database import Database
-from ..errors import AlreadyExists
+from ..errors import AlreadyExists, InvalidMessage, InvalidRecord
 from ..limits import Limits
 from ..records import LoopConfig
 from ..repositories._shared import dumps, utcnow
 from ..repositories.loops import usage_params
 from ..repositories.messages import dump_message, row_params
-from .base import LoopRow, SessionBundle
+from .base import LoopRow, MessageRow, RecordError, SessionBundle
 
 __all__ = ["UNCHANGED", "WRITTEN", "check_bundle", "write_bundle"]
 
@@ -54,15 +54,33 @@ def write_bundle(
 
     Raises:
         AlreadyExists: the session exists with other content and ``replace`` is off.
-        InvalidMessage: a message is over the store's limits.
+        InvalidMessage: the session id is over the store's limits.
+        InvalidRecord: a message the store cannot hold (over the limits, a lone
+            surrogate, nesting too deep...), naming its record; or a session or
+            loop value the database refuses (NaN in metadata, a lone surrogate,
+            NUL or an out-of-range number on PostgreSQL), naming the session's origin.
+            Nothing of the session is written.
     """
-    limits.check_id("session_id", bundle.session_id)
+    check_ids(bundle, limits)
     rows = _message_params(bundle, limits)
+    try:
+        return _write(db, bundle, fmt, replace, rows, report)
+    except InvalidMessage:
+        raise
+    except (ValueError, OverflowError, db.DataError) as error:  # rolled back: nothing of the session is written
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise InvalidRecord(bundle.origin, f"a value of the session cannot be stored: {reason}") from None
+
+
+def _write(
+    db: Database, bundle: SessionBundle, fmt: str, replace: bool, rows: list[dict[str, Any]], report: dict[str, Any]
+) -> str:
     with db.write():
         if check_bundle(db, bundle, fmt, replace=replace) == UNCHANGED:
             return UNCHANGED
-        db.execute(q.delete_session(), {"session_id": bundle.session_id})
-        created, updated = _session_times(bundle)
+        for statement in q.delete_session():
+            db.execute(statement, {"session_id": bundle.session_id})
+        first_times, created, updated = _times(bundle)
         db.execute(
             q.insert_session(),
             {
@@ -75,11 +93,14 @@ def write_bundle(
                 "source": bundle.source,
             },
         )
-        first_times = _first_times(bundle)
         if bundle.loops:
+            configs: dict[Any, tuple[Any, ...]] = {}
             db.executemany(
                 q.insert_loop(),
-                [_loop_params(db, bundle, loop, first_times.get(loop.loop_id, created)) for loop in bundle.loops],
+                [
+                    _loop_params(db, bundle, loop, first_times.get(loop.loop_id, created), configs)
+                    for loop in bundle.loops
+                ],
             )
         if rows:
             db.executemany(q.insert_message_at(), rows)
@@ -99,37 +120,107 @@ def write_bundle(
     return WRITTEN
 
 
+def check_ids(bundle: SessionBundle, limits: Limits) -> None:
+    """Hold the session's and its loops' ids and names to the store's limits.
+
+    Raises:
+        LimitExceeded: an id or name is too long (the session cannot be written).
+        InvalidMessage: the session id or a loop id is empty.
+    """
+    limits.check_id("session_id", bundle.session_id)
+    for loop in bundle.loops:
+        limits.check_id("loop_id", loop.loop_id)
+        if loop.spawn_loop_id is not None:
+            limits.check_id("spawn_loop_id", loop.spawn_loop_id)
+        for name in ("model", "provider"):
+            limits.check_name(name, (loop.config or {}).get(name))
+    limits.check_name("agent_id", bundle.agent_id)
+
+
+def screen_messages(bundle: SessionBundle, limits: Limits) -> None:
+    """Move every message the store cannot hold out of the bundle and into ``bundle.errors``.
+
+    A message can parse and still be unstorable: over the size limit, a lone
+    surrogate in a key, nesting deeper than the reader takes back, a turn index
+    or timestamp no column holds. Found here, before the session is written,
+    such a record is reported with its place like any malformed one (and
+    skipped with ``skip_invalid``). Loops' fork and keep points that named a
+    removed message move to the nearest kept one (before it for a fork, after
+    it for a kept-from point).
+    """
+    kept: list[MessageRow] = []
+    old_indexes: list[int] = []
+    for index, row in enumerate(bundle.messages):
+        try:
+            row.params = _row_params(row, limits)
+        except InvalidMessage as error:
+            bundle.errors.append(RecordError(row.place or bundle.origin, str(error)))
+            continue
+        kept.append(row)
+        old_indexes.append(index)
+    if len(kept) == len(bundle.messages):
+        return
+    bundle.messages = kept
+    for loop in bundle.loops:
+        if loop.fork_after is not None:
+            before = bisect_right(old_indexes, loop.fork_after) - 1
+            loop.fork_after = before if before >= 0 else None
+        if loop.keep_from is not None:
+            after = bisect_left(old_indexes, loop.keep_from)
+            loop.keep_from = after if after < len(kept) else None
+
+
+def _row_params(row: MessageRow, limits: Limits) -> dict[str, Any]:
+    message = row.message
+    role = message.role
+    if type(role) is not str:
+        # The validated role is a callable str subclass, which pydantic-core serializes through
+        # its slow fallback path (about a fifth of the dump). An imported model never leaves the
+        # import, so it takes the plain string: the JSON is the same.
+        message.__dict__["role"] = str(role)
+    text = dump_message(message)
+    limits.check_message(text)
+    params = row_params(
+        message,
+        text,
+        row.loop_id,
+        row.turn_index,
+        row.usage,
+        row.source,
+        row.priced_as,
+        row.timestamp,
+        row.usage_known,
+    )
+    limits.check_row(params)
+    return params
+
+
 def _message_params(bundle: SessionBundle, limits: Limits) -> list[dict[str, Any]]:
+    """Every message row's column values, numbered per loop; the screened values are used up (not copied)."""
+    session_id = bundle.session_id
     seqs: dict[str, int] = {}
     rows = []
+    append = rows.append
     for row in bundle.messages:
-        text = dump_message(row.message)
-        limits.check_message(text)
-        params = row_params(
-            row.message,
-            text,
-            row.loop_id,
-            row.turn_index,
-            row.usage,
-            row.source,
-            row.priced_as,
-            row.timestamp,
-            row.usage_known,
-        )
-        params["session_id"] = bundle.session_id
-        params["seq"] = seqs[row.loop_id] = seqs.get(row.loop_id, -1) + 1
-        rows.append(params)
+        params = row.params
+        if params is None:
+            try:
+                params = _row_params(row, limits)
+            except InvalidMessage as error:
+                raise InvalidRecord(row.place or bundle.origin, str(error)) from None
+        else:
+            row.params = None
+        loop_id = params["loop_id"]
+        params["session_id"] = session_id
+        params["seq"] = seqs[loop_id] = seqs.get(loop_id, -1) + 1
+        append(params)
     return rows
 
 
-def _loop_params(db: Database, bundle: SessionBundle, loop: LoopRow, first_time: datetime) -> dict[str, Any]:
-    config = loop.config
-    config_id = None
-    if config:
-        try:
-            config_id = LoopConfig(**config).effective_config_id()
-        except (TypeError, ValueError):
-            config_id = config.get("config_id") if isinstance(config.get("config_id"), str) else None
+def _loop_params(
+    db: Database, bundle: SessionBundle, loop: LoopRow, first_time: datetime, configs: dict[Any, tuple[Any, ...]]
+) -> dict[str, Any]:
+    config, config_id, model, provider = _config_columns(loop.config, configs)
     started = loop.started_at or first_time
     return {
         "loop_id": loop.loop_id,
@@ -138,10 +229,10 @@ def _loop_params(db: Database, bundle: SessionBundle, loop: LoopRow, first_time:
         "continuation_kind": loop.continuation_kind,
         "fork_after": None,
         "keep_from": None,
-        "config": dumps(config),
+        "config": config,
         "config_id": config_id,
-        "model": _text(config, "model"),
-        "provider": _text(config, "provider"),
+        "model": model,
+        "provider": provider,
         "status": loop.status,
         "started_at": db.bind_time(started),
         "ended_at": db.bind_time(loop.ended_at) if loop.ended_at else None,
@@ -170,25 +261,49 @@ def _resolve_forks(db: Database, bundle: SessionBundle) -> None:
         )
 
 
-def _session_times(bundle: SessionBundle) -> tuple[datetime, datetime]:
-    stamps = [t for t in _timestamps(bundle.messages) if t]
-    created = bundle.created_at or (_from_ms(min(stamps)) if stamps else None) or utcnow()
-    updated = bundle.updated_at or (_from_ms(max(stamps)) if stamps else None) or created
-    return created, updated
+def _config_columns(config: dict[str, Any] | None, seen: dict[Any, tuple[Any, ...]]) -> tuple[Any, ...]:
+    """A loop config's columns: ``(config JSON, config id, model, provider)``.
+
+    A session's loops share a handful of configs; ``seen`` keeps the columns of
+    each one met whose values are all text (keyed by its items, in order), so
+    each is worked out once.
+    """
+    if not config:
+        return dumps(config), None, None, None
+    key: Any = tuple(config.items())
+    if all(type(name) is str and (value is None or type(value) is str) for name, value in key):
+        found = seen.get(key)
+    else:  # other values (numbers, nested objects) are worked out every time
+        key = found = None
+    if found is None:
+        try:
+            config_id = LoopConfig(**config).effective_config_id()
+        except (TypeError, ValueError):
+            config_id = config.get("config_id") if isinstance(config.get("config_id"), str) else None
+        found = (dumps(config), config_id, _text(config, "model"), _text(config, "provider"))
+        if key is not None:
+            seen[key] = found
+    return found
 
 
-def _first_times(bundle: SessionBundle) -> dict[str, datetime]:
-    first: dict[str, datetime] = {}
+def _times(bundle: SessionBundle) -> tuple[dict[str, datetime], datetime, datetime]:
+    """Each loop's first message time, and the session's created and updated times."""
+    first: dict[str, Any] = {}
+    low = high = None
     for row in bundle.messages:
         stamp = getattr(row.message, "timestamp", 0)
-        if stamp and row.loop_id not in first:
-            first[row.loop_id] = _from_ms(stamp)
-    return first
-
-
-def _timestamps(rows: Iterable[Any]) -> Iterable[int]:
-    for row in rows:
-        yield getattr(row.message, "timestamp", 0) or 0
+        if stamp:
+            if row.loop_id not in first:
+                first[row.loop_id] = stamp
+            if low is None:
+                low = high = stamp
+            elif stamp < low:
+                low = stamp
+            elif stamp > high:
+                high = stamp
+    created = bundle.created_at or (_from_ms(low) if low is not None else None) or utcnow()
+    updated = bundle.updated_at or (_from_ms(high) if high is not None else None) or created
+    return {loop_id: _from_ms(stamp) for loop_id, stamp in first.items()}, created, updated
 
 
 def _from_ms(stamp: int) -> datetime:

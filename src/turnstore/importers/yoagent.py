@@ -109,18 +109,18 @@ class YoagentImporter:
         records = read_json(path)
         if not isinstance(records, list):
             raise InvalidRecord(f"{path}:1", "expected a JSON array of yoagent messages")
-        parsed: list[tuple[Any, Message | ExtensionMessage]] = []
+        parsed: list[tuple[Any, Message | ExtensionMessage, str]] = []
         errors: list[RecordError] = []
         for number, record in enumerate(records, start=1):
             try:
-                parsed.append((record, parse_message(record, f"{path}: record {number}")))
+                parsed.append((record, parse_message(record, f"{path}: record {number}"), f"{path}: record {number}"))
             except InvalidRecord as error:
                 errors.append(RecordError(error.place, error.reason))
-        session_id = options.session_id or first_turn_session(message for _, message in parsed) or path.stem
+        session_id = options.session_id or first_turn_session(message for _, message, _ in parsed) or path.stem
         bundle = SessionBundle(session_id=session_id, origin=str(path), records=len(records), errors=errors)
         for record in records:
             bundle.add_source(compact(record))
-        rows = [MessageRow(message, "", None, source=compact(record)) for record, message in parsed]
+        rows = [MessageRow(message, "", None, source=compact(record), place=place) for record, message, place in parsed]
         add_derived(bundle, f"{session_id}.yoagent", rows)
         fill_configs(bundle)
         return bundle
