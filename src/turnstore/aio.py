@@ -2,10 +2,8 @@
 
 The async store runs the sync store's own methods — the same repositories,
 the same statements, the same transactions — in a small pool of worker
-threads, each with its own database connection. Measured here, that costs
-one thread hop per call (×1.2–1.8 of the sync append on SQLite, depending on
-load) where aiosqlite, which hops once per statement, measured ×6.4 the raw
-time per appended message. See ``docs/async.md``.
+threads, each with its own database connection: one thread hop per call,
+where aiosqlite hops once per statement. The figures are in ``docs/async.md``.
 
 A transaction that spans several awaits is pinned to one worker thread (and
 so to one connection) for its duration::
@@ -22,6 +20,8 @@ import contextvars
 import functools
 import inspect
 import os
+import threading
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
@@ -44,22 +44,75 @@ _PINNED: contextvars.ContextVar[Executor | None] = contextvars.ContextVar("turns
 
 
 class _Workers:
-    """Runs blocking store calls off the event loop.
+    """Runs blocking store calls off the event loop, on single-thread workers.
 
-    Plain calls go to a thread pool. A transaction or a streamed read borrows
-    a single-thread worker for its duration, so all its statements run on one
-    connection; borrowed workers (and their connections) are kept for reuse.
+    Each worker is one thread with its own database connection. Idle workers
+    are kept on a stack and the most recently used one takes the next call,
+    so calls awaited one after another all run on the same thread and
+    connection: its caches stay warm (on SQLite a connection drops its page
+    cache whenever another connection wrote; on PostgreSQL each connection is
+    a server process). Concurrent calls spread over up to ``limit`` workers
+    and wait in line beyond that. A transaction or a streamed read borrows a
+    worker for its whole duration, so all its statements run on one
+    connection; it is not counted against ``limit``.
     """
 
-    def __init__(self, workers: int) -> None:
-        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="turnstore")
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._busy = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
         self._idle: list[ThreadPoolExecutor] = []
         self._all: list[ThreadPoolExecutor] = []
+        self._lock = threading.Lock()
 
     async def run(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        executor = _PINNED.get() or self.pool
         call = functools.partial(function, *args, **kwargs)
-        return await asyncio.get_running_loop().run_in_executor(executor, call)
+        loop = asyncio.get_running_loop()
+        pinned = _PINNED.get()
+        if pinned is not None:
+            return await loop.run_in_executor(pinned, call)
+        await self._acquire_slot(loop)
+        worker = self._take()
+        try:
+            return await loop.run_in_executor(worker, call)
+        finally:
+            self._give(worker)
+            self._release_slot()
+
+    async def _acquire_slot(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._lock:
+            if self._busy < self._limit and not self._waiters:
+                self._busy += 1
+                return
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._waiters.append(waiter)
+        try:
+            await waiter  # the releasing call hands its slot over
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self._release_slot()  # handed over just as we were cancelled: pass it on
+            raise
+
+    def _release_slot(self) -> None:
+        with self._lock:
+            while self._waiters:
+                waiter = self._waiters.popleft()
+                if not waiter.done():
+                    waiter.get_loop().call_soon_threadsafe(_hand_over, waiter, self)
+                    return
+            self._busy -= 1
+
+    def _take(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+            worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="turnstore")
+            self._all.append(worker)
+            return worker
+
+    def _give(self, worker: ThreadPoolExecutor) -> None:
+        with self._lock:
+            self._idle.append(worker)
 
     @contextmanager
     def pinned(self) -> Iterator[bool]:
@@ -67,22 +120,25 @@ class _Workers:
         if _PINNED.get() is not None:
             yield False
             return
-        if self._idle:
-            worker = self._idle.pop()
-        else:
-            worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="turnstore-pinned")
-            self._all.append(worker)
+        worker = self._take()
         token = _PINNED.set(worker)
         try:
             yield True
         finally:
             _PINNED.reset(token)
-            self._idle.append(worker)
+            self._give(worker)
 
     def shutdown(self) -> None:
-        self.pool.shutdown(wait=True)
         for worker in self._all:
             worker.shutdown(wait=True)
+
+
+def _hand_over(waiter: asyncio.Future[None], workers: _Workers) -> None:
+    """Wake a waiting call with the slot just freed (on the waiter's own event loop)."""
+    if waiter.done():  # cancelled meanwhile: the slot goes to the next in line
+        workers._release_slot()
+    else:
+        waiter.set_result(None)
 
 
 class _AsyncRepository:
