@@ -7,6 +7,8 @@ Four systems, each on a fresh file per repetition, interleaved (``interleave.py`
 * ``async``: ``await AsyncStore.open(path)``, then every append awaited in
   turn (``await store.messages.append(model, loop_id=…, turn_index=…)``), as
   an agent loop awaits its store between model calls — one thread hop per call;
+* ``async1`` (diagnostic): ``AsyncStore(path, workers=1)``, one thread and
+  one connection, to show what rotating over the pool's connections costs;
 * ``aiosqlite`` (reference, appends only): the floor's own statements and rows,
   one ``await`` per statement on an aiosqlite connection with the same pragmas
   — one thread hop per statement. A benchmark-only requirement
@@ -22,7 +24,15 @@ from pathlib import Path
 import workload
 from common import Sizes
 from interleave import Section, SqliteFiles, run_ops
-from systems import AioSqlite, RawSqlite, System, TurnstoreAsync, TurnstoreSync, aiosqlite
+from systems import (
+    AioSqlite,
+    RawSqlite,
+    System,
+    TurnstoreAsync,
+    TurnstoreAsyncOneWorker,
+    TurnstoreSync,
+    aiosqlite,
+)
 
 TARGET = 2.0  # async / sync
 
@@ -49,13 +59,13 @@ async def check_pragmas(out: Path) -> dict[str, object]:
 
 
 async def run(sizes: Sizes, reps: int, out: Path, work: workload.Workload, warm: workload.Workload) -> Section:
-    systems: list[type[System]] = [RawSqlite, TurnstoreSync, TurnstoreAsync]
+    systems: list[type[System]] = [RawSqlite, TurnstoreSync, TurnstoreAsync, TurnstoreAsyncOneWorker]
     section = Section(
         "sqlite_async",
         "SQLite: AsyncStore vs Store (and aiosqlite, for reference)",
         columns=[("raw", "raw sqlite3"), ("sync", "turnstore sync"), ("async", "turnstore async"),
-                 ("aiosqlite", "aiosqlite")],
-        ratios=[("async", "sync"), ("async", "raw"), ("sync", "raw"), ("aiosqlite", "raw")],
+                 ("async1", "async, 1 worker"), ("aiosqlite", "aiosqlite")],
+        ratios=[("async", "sync"), ("async", "raw"), ("async1", "sync"), ("aiosqlite", "raw")],
     )
     if aiosqlite is None:
         section.notes.append(
@@ -74,6 +84,10 @@ async def run(sizes: Sizes, reps: int, out: Path, work: workload.Workload, warm:
         f"blocks ({sizes.write_block} turns, or 10 calls) inside one event loop, each block timed around its await.",
         "async: each call awaited in turn (one thread hop per call, to AsyncStore's worker pool of 4 threads, "
         "each with its own connection, all opened before timing); sync: the same store's calls, blocking.",
+        "async, 1 worker: AsyncStore(path, workers=1), a diagnostic. With the default pool, calls awaited one "
+        "after another rotate over the workers' connections, and a SQLite connection drops its page cache "
+        "whenever another connection has written since its last transaction; with one worker, every call runs "
+        "on the same thread and connection.",
         "aiosqlite: the raw floor's statements and rows with one await per statement "
         "(BEGIN IMMEDIATE, INSERT…, UPDATE sessions, COMMIT), same pragmas (checked); appends only.",
         f"Target async/sync ≤ ×{TARGET:g}: {'met' if worst <= TARGET else 'NOT met'} (worst median ×{worst:.2f}).",

@@ -29,16 +29,33 @@ class Sizes:
     read_messages: int  # messages of the session read by last() and usage
     read_background: int  # sessions of other traffic in the read database
     last_n: int
-    last_calls: int  # calls per repetition
+    last_calls: int  # calls per repetition, for each read operation
     usage_calls: int
+    session_calls: int = 10
+    turn_calls: int = 1_000
+    loop_usage_calls: int = 1_000
+    by_model_calls: int = 300
 
 
 FULL = Sizes(write_sessions=8, write_loops=3, write_turns=40, write_block=2, read_messages=5_000, read_background=3,
              last_n=50, last_calls=300, usage_calls=1_000)
 QUICK = Sizes(write_sessions=2, write_loops=2, write_turns=10, write_block=2, read_messages=5_000, read_background=1,
-              last_n=50, last_calls=30, usage_calls=100)
+              last_n=50, last_calls=30, usage_calls=100, session_calls=4, turn_calls=100, loop_usage_calls=100,
+              by_model_calls=30)
 
 READ_BLOCK = 10  # calls per alternating block in the read operations
+
+OPS = {  # operation key -> its number, the same in every table
+    "append": 1,
+    "append_turn": 2,
+    "import": 3,
+    "last": 4,
+    "session": 5,
+    "turn": 6,
+    "usage": 7,
+    "usage_loop": 8,
+    "usage_by_model": 9,
+}
 
 
 @dataclass
@@ -47,6 +64,11 @@ class Result:
     name: str
     unit: str
     ns: dict[str, list[float]]  # per-op nanoseconds per system, one value per repetition
+
+    @property
+    def num(self) -> int:
+        """The operation's number (``OPS``)."""
+        return OPS[self.key]
 
     def median_us(self, system: str) -> float:
         return statistics.median(self.ns[system]) / 1_000
@@ -116,8 +138,8 @@ def read_workloads(sizes: Sizes) -> tuple[workload.Workload, workload.Workload, 
     Returns the big session's workload, the others', and all turns interleaved in append order.
     """
     big = workload.build(1, 4, sizes.read_messages // 13, seed=workload.SEED + 1, prefix="big-",
-                         min_messages_per_session=sizes.read_messages)
-    other = workload.build(sizes.read_background, 2, 160, seed=workload.SEED + 2, prefix="other-")
+                         min_messages_per_session=sizes.read_messages, images=True)
+    other = workload.build(sizes.read_background, 2, 160, seed=workload.SEED + 2, prefix="other-", images=True)
     turns = [t for pair in itertools.zip_longest(big.turns, other.turns) for t in pair if t is not None]
     return big, other, turns
 
@@ -130,14 +152,19 @@ def fill_read_store(store: Store, turns: list[workload.Turn]) -> None:
                 store.messages.append_turn(turn.loop_id, turn.turn_index, turn.models)
 
 
-def sqlite_message_rows(path: Path | str) -> list[tuple[Any, ...]]:
-    """Every column of every message row of a SQLite file, in id order."""
+def sqlite_rows(path: Path | str, table: str = "messages") -> list[tuple[Any, ...]]:
+    """Every column of every row of a table of a SQLite file, in rowid order."""
     connection = sqlite3.connect(path)
     try:
-        columns = [row[1] for row in connection.execute("PRAGMA table_info(messages)")]
-        return connection.execute(f"SELECT {', '.join(columns)} FROM messages ORDER BY id").fetchall()
+        columns = [row[1] for row in connection.execute(f"PRAGMA table_info({table})")]
+        return connection.execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY rowid").fetchall()
     finally:
         connection.close()
+
+
+def sqlite_message_rows(path: Path | str) -> list[tuple[Any, ...]]:
+    """Every column of every message row of a SQLite file, in id order."""
+    return sqlite_rows(path, "messages")
 
 
 def same_rows(op: str, rows: dict[str, list[tuple[Any, ...]]]) -> int:

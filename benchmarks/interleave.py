@@ -224,8 +224,8 @@ def table(results: list[Result], columns: list[tuple[str, str]], ratios: list[tu
     """A markdown table: the median of each system, then each ratio with its per-repetition range."""
     head = ["#", "Operation", "Unit", *(label for _, label in columns), *(f"{a}/{b}" for a, b in ratios)]
     lines = ["| " + " | ".join(head) + " |", "|---|---|---|" + "---:|" * (len(columns) + len(ratios))]
-    for i, result in enumerate(results, 1):
-        cells = [str(i), result.name, result.unit]
+    for result in results:
+        cells = [str(result.num), result.name, result.unit]
         cells += [f"{result.median_us(name):,.1f} µs" if name in result.ns else "—" for name, _ in columns]
         for a, b in ratios:
             if a in result.ns and b in result.ns:

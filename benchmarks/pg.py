@@ -57,7 +57,8 @@ class Server:
         self.admin = psycopg.connect(self.url, autocommit=True)
 
     def settings(self) -> dict[str, Any]:
-        return {name: self.admin.execute(sql.SQL("SHOW {}").format(sql.Identifier(name))).fetchone()[0]  # type: ignore[index]
+        show = sql.SQL("SHOW {}")
+        return {name: self.admin.execute(show.format(sql.Identifier(name))).fetchone()[0]  # type: ignore[index]
                 for name in SETTINGS}
 
     def database(self, label: str) -> str:

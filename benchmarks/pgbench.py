@@ -20,7 +20,7 @@ import pg
 import workload
 from common import Sizes
 from interleave import Section, run_ops
-from systems import RawPostgres, System, TurnstoreAsync, TurnstoreSync
+from systems import RawPostgres, System, TurnstoreAsync, TurnstoreAsyncOneWorker, TurnstoreSync
 
 
 class PostgresDatabases:
@@ -50,14 +50,15 @@ def new_section() -> Section:
     return Section(
         "postgresql",
         "PostgreSQL: turnstore sync and async vs raw psycopg",
-        columns=[("raw", "raw psycopg"), ("sync", "turnstore sync"), ("async", "turnstore async")],
-        ratios=[("sync", "raw"), ("async", "raw"), ("async", "sync")],
+        columns=[("raw", "raw psycopg"), ("sync", "turnstore sync"), ("async", "turnstore async"),
+                 ("async1", "async, 1 worker")],
+        ratios=[("sync", "raw"), ("async", "raw"), ("async", "sync"), ("async1", "sync")],
     )
 
 
 async def run(url: str, sizes: Sizes, reps: int, work: workload.Workload, warm: workload.Workload) -> Section:
     section = new_section()
-    systems: list[type[System]] = [RawPostgres, TurnstoreSync, TurnstoreAsync]
+    systems: list[type[System]] = [RawPostgres, TurnstoreSync, TurnstoreAsync, TurnstoreAsyncOneWorker]
     server = pg.Server(url)
     try:
         settings = server.settings()
@@ -70,17 +71,20 @@ async def run(url: str, sizes: Sizes, reps: int, work: workload.Workload, warm: 
         await run_ops(section, PostgresDatabases(server), systems, sizes, reps, work, warm)
     finally:
         server.drop()
+    flush = " (every commit waits for its WAL flush)" if settings["synchronous_commit"] != "off" else ""
     section.notes += [
         f"Medians of {reps} repetitions, per-repetition range in parentheses; systems interleaved in blocks "
         f"({sizes.write_block} turns, or 10 calls) inside one event loop. PostgreSQL {settings['server_version']} "
-        f"on the same machine over TCP (localhost), server defaults: synchronous_commit={settings['synchronous_commit']}"
-        f" (every commit waits for its WAL flush), fsync={settings['fsync']}; psycopg {pg.psycopg.__version__}.",
+        f"on the same machine over TCP (localhost), its settings left as found: "
+        f"synchronous_commit={settings['synchronous_commit']}{flush}, fsync={settings['fsync']}; "
+        f"psycopg {pg.psycopg.__version__}.",
         "The floor (raw psycopg) writes the same rows with BEGIN; INSERT … RETURNING id; UPDATE sessions; COMMIT "
         "on an autocommit connection, taking seq from a counter in the app and locking nothing. turnstore also "
         "locks the loop row (SELECT … FOR UPDATE) so that concurrent appends to one loop take seq in turn, and "
         "computes seq and session_id in the INSERT: one more round trip per write transaction.",
         "async: AsyncStore (8 worker threads on PostgreSQL, each with its own connection, all opened before "
-        "timing), each call awaited in turn.",
+        "timing), each call awaited in turn; async, 1 worker: AsyncStore(url, workers=1), a diagnostic (every "
+        "call on the same thread, connection and server backend).",
         "Each system writes into a database of its own, emptied with TRUNCATE … RESTART IDENTITY before each "
         "repetition; the read database is VACUUM ANALYZEd once built.",
     ]

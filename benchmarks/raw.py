@@ -7,12 +7,17 @@ keeps ``sessions list`` in order of activity).
 What the floor leaves out is everything a library adds on top: validation,
 serializing pydantic models, computing seq and session_id in SQL, typed
 results, pricing.
+
+A second floor, ``connect_default``, is the same code on a connection left
+at SQLite's defaults (rollback journal, ``synchronous=FULL``, foreign keys
+off): what an app gets that never sets a pragma.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
+from pathlib import Path
 from collections import defaultdict
 from datetime import datetime, timezone
 from typing import Any
@@ -44,6 +49,36 @@ USAGE = (
     " FROM messages WHERE session_id = ? AND input_tokens IS NOT NULL"
 )
 
+SESSION = (
+    "SELECT id, session_id, loop_id, turn_index, seq, message, source FROM messages"
+    " WHERE session_id = ? ORDER BY id"
+)
+
+TURN = "SELECT message FROM messages WHERE loop_id = ? AND turn_index = ? ORDER BY seq"
+
+LOOP_USAGE = USAGE.replace("session_id = ?", "loop_id = ?")
+
+BY_MODEL = (
+    "SELECT model, provider, SUM(input_tokens), SUM(output_tokens), SUM(reasoning_tokens), SUM(cache_read_tokens),"
+    " SUM(cache_write_tokens), SUM(total_tokens), COUNT(*)"
+    " FROM messages WHERE input_tokens IS NOT NULL GROUP BY model, provider ORDER BY model, provider"
+)
+
+INSERT_SESSION = (
+    "INSERT INTO sessions (session_id, agent_id, title, metadata, created_at, updated_at, source)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+
+INSERT_LOOP = (
+    "INSERT INTO loops (loop_id, session_id, parent_loop_id, continuation_kind, fork_after, keep_from, config,"
+    " config_id, model, provider, status, started_at, ended_at, spawn_loop_id, spawn_tool_call_id,"
+    " input_tokens, output_tokens, reasoning_tokens, cache_read_tokens, cache_write_tokens, total_tokens, cost,"
+    " metadata, source)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+_USAGE_KEYS = ("input", "output", "reasoning", "cache_read", "cache_write", "total_tokens", "cost")
+
 _NO_USAGE = (None,) * 10
 
 
@@ -55,14 +90,40 @@ def connect(path: str) -> sqlite3.Connection:
     return connection
 
 
+def connect_default(path: str) -> sqlite3.Connection:
+    """A connection that sets no pragma: SQLite's defaults (on a file in rollback-journal mode)."""
+    return sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+
+
+def use_rollback_journal(path: Path | str) -> None:
+    """Switch a database file (WAL, as turnstore creates it) back to SQLite's default rollback journal."""
+    connection = sqlite3.connect(path, isolation_level=None)
+    try:
+        mode = connection.execute("PRAGMA journal_mode=DELETE").fetchone()[0]
+    finally:
+        connection.close()
+    if mode != "delete":
+        raise SystemExit(f"{path}: could not leave WAL mode (journal_mode={mode})")
+
+
+def pragmas(connection: sqlite3.Connection) -> dict[str, Any]:
+    """The effective values of the pragmas turnstore sets."""
+    return {name: connection.execute(f"PRAGMA {name}").fetchone()[0] for name in PRAGMAS}
+
+
 def _now() -> str:
     # The text form turnstore's SQLite DateTime columns use.
     return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
 
 
-def _dumps(message: dict[str, Any]) -> str:
+def _dumps(message: Any) -> str:
     # Compact and UTF-8, so the stored text equals turnstore's model_dump_json() byte for byte.
     return json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+
+
+def _time(value: str | None) -> str | None:
+    # An export's "2025-11-13T08:00:59.108996Z" in the text form turnstore's SQLite DateTime columns use.
+    return None if value is None else f"{value[:10]} {value[11:26]}"
 
 
 class RawStore:
@@ -142,3 +203,90 @@ class RawStore:
     def usage(self, session_id: str) -> tuple[Any, ...]:
         """(input, output, reasoning, cache_read, cache_write, total_tokens, requests) of a session."""
         return self.connection.execute(USAGE, (session_id,)).fetchone()
+
+    def session(self, session_id: str) -> list[tuple[Any, ...]]:
+        """Every message row of a session in order: (id, session_id, loop_id, turn_index, seq, dict, source)."""
+        loads = json.loads
+        rows = self.connection.execute(SESSION, (session_id,)).fetchall()
+        return [(r[0], r[1], r[2], r[3], r[4], loads(r[5]), r[6]) for r in rows]
+
+    def turn(self, loop_id: str, turn_index: int) -> list[dict[str, Any]]:
+        """The messages of one turn, in order, as dicts."""
+        return [json.loads(row[0]) for row in self.connection.execute(TURN, (loop_id, turn_index)).fetchall()]
+
+    def usage_loop(self, loop_id: str) -> tuple[Any, ...]:
+        """(input, output, reasoning, cache_read, cache_write, total_tokens, requests) of a loop."""
+        return self.connection.execute(LOOP_USAGE, (loop_id,)).fetchone()
+
+    def by_model(self) -> list[tuple[Any, ...]]:
+        """(model, provider, the sums above...) for every model across the database."""
+        return self.connection.execute(BY_MODEL).fetchall()
+
+    # --- bulk import -----------------------------------------------------------------
+
+    def import_jsonl(self, path: Path | str) -> int:
+        """Load a turnstore JSONL export: each session, its loops and messages in one transaction.
+
+        Parses each line with ``json.loads`` and writes the rows turnstore's
+        importer writes (``executemany`` per table); the message JSON is
+        re-serialized compactly, which gives the stored text back byte for
+        byte. Returns the number of messages.
+        """
+        count = 0
+        session: tuple[Any, ...] | None = None
+        loops: list[tuple[Any, ...]] = []
+        rows: list[tuple[Any, ...]] = []
+        loads, row_of = json.loads, self._row
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                record = loads(line)
+                kind = record["type"]
+                if kind == "message":
+                    rows.append(row_of(record["message"], session[0], record["loop_id"], record["turn_index"]))
+                elif kind == "loop":
+                    loops.append(_loop_row(record, session[0]))
+                elif kind == "session":
+                    if session is not None:
+                        count += self._write_session(session, loops, rows)
+                    session, loops, rows = _session_row(record), [], []
+        if session is not None:
+            count += self._write_session(session, loops, rows)
+        return count
+
+    def _write_session(self, session: tuple[Any, ...], loops: list[tuple[Any, ...]],
+                       rows: list[tuple[Any, ...]]) -> int:
+        connection = self.connection
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            connection.execute(INSERT_SESSION, session)
+            connection.executemany(INSERT_LOOP, loops)
+            connection.executemany(INSERT, rows)
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+        connection.execute("COMMIT")
+        return len(rows)
+
+
+def _session_row(record: dict[str, Any]) -> tuple[Any, ...]:
+    metadata = record.get("metadata")
+    return (record["session_id"], record.get("agent_id"), record.get("title"),
+            None if metadata is None else _dumps(metadata), _time(record["created_at"]),
+            _time(record["updated_at"]), record.get("source"))
+
+
+def _loop_row(record: dict[str, Any], session_id: str) -> tuple[Any, ...]:
+    if record.get("fork_after") is not None or record.get("keep_from") is not None:
+        raise ValueError("the floor's import does not remap fork points (the benchmark workload has none)")
+    config = record.get("config")
+    usage = record.get("reported_usage")
+    metadata = record.get("metadata")
+    return (
+        record["loop_id"], session_id, record.get("parent_loop_id"), record["continuation_kind"], None, None,
+        None if config is None else _dumps(config), record.get("config_id"),
+        (config or {}).get("model"), (config or {}).get("provider"), record["status"],
+        _time(record["started_at"]), _time(record.get("ended_at")), record.get("spawn_loop_id"),
+        record.get("spawn_tool_call_id"),
+        *((usage.get(key) for key in _USAGE_KEYS) if usage else (None,) * len(_USAGE_KEYS)),
+        None if metadata is None else _dumps(metadata), record.get("source"),
+    )

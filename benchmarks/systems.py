@@ -12,6 +12,7 @@ the milliseconds a block takes) and nothing per message.
 * ``sync``: :class:`turnstore.Store`.
 * ``async``: :class:`turnstore.AsyncStore`, every call awaited in turn, as an
   agent loop awaits its store between model calls.
+* ``async1``: the same with ``workers=1`` (a diagnostic: one thread, one connection).
 * ``aiosqlite``: the SQLite floor's statements through aiosqlite, one
   ``await`` per statement (``BEGIN IMMEDIATE``, ``INSERT``…, ``UPDATE``,
   ``COMMIT``), as a hand-written async app would; appends only.
@@ -209,6 +210,24 @@ class TurnstoreAsync(System):
         await self.store.close()
 
 
+class TurnstoreAsyncOneWorker(TurnstoreAsync):
+    """A diagnostic: ``AsyncStore(url, workers=1)``, so every call runs on the same thread and connection.
+
+    With the default pool, calls awaited one after another land on whichever
+    idle worker wakes first, so they rotate over the pool's connections; on
+    SQLite a connection drops its page cache whenever another connection has
+    written since its last transaction. This column shows what that costs.
+    """
+
+    name, label = "async1", "turnstore async, 1 worker"
+
+    @classmethod
+    async def open(cls, url: str) -> TurnstoreAsyncOneWorker:
+        store = await AsyncStore.open(url, workers=1)
+        await store.sessions.exists("warm-up")
+        return cls(store)
+
+
 class AioSqlite(System):
     """The SQLite floor's rows and statements, one ``await`` per statement on an aiosqlite connection."""
 
@@ -240,7 +259,7 @@ class AioSqlite(System):
                 row = row_of(message, turn.session_id, turn.loop_id, turn.turn_index)
                 await db.execute("BEGIN IMMEDIATE")
                 try:
-                    message_id = (await db.execute(raw.INSERT, row)).lastrowid  # noqa: F841 (an app keeps it)
+                    (await db.execute(raw.INSERT, row)).lastrowid  # the new id, as the floor reads it
                     await db.execute(raw.TOUCH, (raw._now(), turn.session_id))
                 except BaseException:
                     await db.execute("ROLLBACK")

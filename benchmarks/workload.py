@@ -13,6 +13,13 @@ for, with the prompt that precedes it): a user message (the prompt, or a
 follow-up / steering message), one assistant message (thinking block with a
 ~200-char base64 signature, text, 0-3 tool calls with JSON arguments, usage),
 then one tool result per tool call. So a turn holds 2-5 messages.
+
+Images (``build(..., images=True)``, as the main suite builds it): one user
+or tool-result message in every ``IMAGE_EVERY`` (counted across the workload
+as it is built) carries a base64 PNG of 50-200 KB (the base64 text) after its
+text, as a screenshot pasted into a prompt or read by a tool. Their bytes come
+from a random stream of their own, so the rest of the workload is the same
+with or without them.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from typing import Any
 
 from turnstore.models import (
     AssistantMessage,
+    ImageContent,
     StopReason,
     TextContent,
     ThinkingContent,
@@ -57,6 +65,10 @@ _WORDS = (
 ).split()
 
 _TOOLS = ("read_file", "grep", "bash", "edit_file", "list_dir")
+
+IMAGE_EVERY = 60  # one user / tool-result message in this many carries an image
+IMAGE_BYTES = (50_000, 200_000)  # size of the base64 text
+_PNG_HEADER = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"
 
 
 def _sentence(rng: random.Random, low: int = 6, high: int = 18) -> str:
@@ -169,6 +181,24 @@ class Workload:
         return sum(len(turn.models) for turn in self.turns if turn.session_id == session_id)
 
 
+class _Images:
+    """Places and draws the workload's images: every IMAGE_EVERY-th user or tool-result message gets one."""
+
+    def __init__(self, seed: int, enabled: bool) -> None:
+        self.rng = random.Random(seed ^ 0x1A6E)
+        self.enabled = enabled
+        self.count = 0
+
+    def content(self, text: str) -> list[Any]:
+        self.count += 1
+        blocks: list[Any] = [TextContent(text=text)]
+        if self.enabled and self.count % IMAGE_EVERY == IMAGE_EVERY // 2:
+            size = self.rng.randint(*IMAGE_BYTES) // 4 * 3  # raw bytes whose base64 text is that long
+            data = base64.b64encode(_PNG_HEADER + self.rng.randbytes(size - len(_PNG_HEADER))).decode()
+            blocks.append(ImageContent(data=data, mime_type="image/png"))
+        return blocks
+
+
 class _Clock:
     def __init__(self) -> None:
         self.now = BASE_TIME_MS
@@ -178,11 +208,13 @@ class _Clock:
         return self.now
 
 
-def _make_turn(rng: random.Random, clock: _Clock, plan: LoopPlan, turn_index: int, first: bool) -> Turn:
+def _make_turn(
+    rng: random.Random, clock: _Clock, images: _Images, plan: LoopPlan, turn_index: int, first: bool,
+) -> Turn:
     turn_id = TurnId(loop_id=plan.loop_id, turn_index=turn_index)
     models: list[Any] = []
     prompt = _prose(rng, rng.randint(120, 500) if first else rng.randint(40, 220))
-    models.append(UserMessage(content=[TextContent(text=prompt)], timestamp=clock.tick(rng, 500, 20_000), turn=turn_id))
+    models.append(UserMessage(content=images.content(prompt), timestamp=clock.tick(rng, 500, 20_000), turn=turn_id))
 
     calls = [
         ToolCallContent(id=_tool_call_id(rng), name=tool, arguments=_arguments(rng, tool))
@@ -211,7 +243,7 @@ def _make_turn(rng: random.Random, clock: _Clock, plan: LoopPlan, turn_index: in
             ToolResultMessage(
                 tool_call_id=call.id,
                 tool_name=call.name,
-                content=[TextContent(text=output)],
+                content=images.content(output),
                 is_error=rng.random() < 0.05,
                 timestamp=clock.tick(rng, 50, 3_000),
                 turn=turn_id,
@@ -229,16 +261,19 @@ def build(
     seed: int = SEED,
     prefix: str = "",
     min_messages_per_session: int = 0,
+    images: bool = False,
 ) -> Workload:
     """A workload of ``sessions`` x ``loops_per_session`` x ``turns_per_loop`` turns.
 
     Turns are ordered as concurrent sessions would append them: round-robin
     over the sessions, each session's loops one after another. With
     ``min_messages_per_session``, a session's last loop keeps getting turns
-    until the session holds at least that many messages.
+    until the session holds at least that many messages. With ``images``,
+    one user or tool-result message in ``IMAGE_EVERY`` carries a base64 image.
     """
     rng = random.Random(seed)
     clock = _Clock()
+    drawer = _Images(seed, enabled=images)
     work = Workload()
     per_session: list[list[Turn]] = []
     for s in range(sessions):
@@ -255,7 +290,7 @@ def build(
             k = 0
             last_loop = n == loops_per_session - 1
             while k < turns_per_loop or (last_loop and count < min_messages_per_session):
-                turn = _make_turn(rng, clock, plan, k, first=k == 0)
+                turn = _make_turn(rng, clock, drawer, plan, k, first=k == 0)
                 turns.append(turn)
                 count += len(turn.models)
                 k += 1

@@ -1,0 +1,399 @@
+"""Import throughput: a 10,000-message pi session into a fresh SQLite file, against a raw sqlite3 floor.
+
+    flock /tmp/bench.lock python benchmarks/import_pi.py
+    flock /tmp/bench.lock python benchmarks/import_pi.py --reps 9 --json benchmarks/results/import_pi.json
+
+The script writes a deterministic pi-mono v3 session file (user prompts;
+assistant replies with thinking blocks and their signatures, text and tool
+calls; tool results; usage with cost; model and thinking-level changes; two
+branches, one with a branch summary; a compaction) and times
+``store.import_("pi", path)``, each repetition into a new SQLite file (the
+store is opened, and its schema created, before the clock starts).
+
+The floor stores the same rows with plain ``sqlite3``: a new file whose
+schema a turnstore ``Store`` created (so every index is there), turnstore's
+pragmas, one ``BEGIN IMMEDIATE`` … ``COMMIT``, and ``executemany`` of the
+rows turnstore wrote, their JSON already dumped: the session, its loops, its
+messages and the import record. The floor's rows are checked equal to
+turnstore's, column by column. ratio = turnstore / floor.
+
+Run one benchmark at a time (``flock``): the timings assume an otherwise idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy
+
+import turnstore
+from turnstore import Store
+from turnstore.engine import SQLITE_PRAGMAS
+
+from results import environment
+
+SEED = 20260315
+SESSION_ID = "3f6b2c1e-8d4a-4b7e-9c5f-1a2d3e4f5a6b"
+
+MODELS = [
+    ("anthropic", "claude-sonnet-4-5", "anthropic-messages", (3.0, 15.0, 0.3, 3.75)),
+    ("anthropic", "claude-opus-4-1", "anthropic-messages", (15.0, 75.0, 1.5, 18.75)),
+]
+"""(provider, model, api, $ per million input, output, cache read, cache write tokens)."""
+
+WORDS = (
+    "the a test fails when cart is empty total reduce initial value checkout component render props state "
+    "hook effect fetch api response error handler retry timeout config file path module import export "
+    "function class method return type interface null undefined array object string number async await "
+    "promise stream buffer parse json schema validate migrate database query index transaction commit "
+    "rollback lock worker queue job schedule deploy build lint format coverage snapshot mock fixture"
+).split()
+
+TOOLS = {
+    "read": lambda r: {"path": f"src/{r.choice(['checkout', 'cart', 'api', 'db', 'ui'])}/{_word(r).title()}.tsx"},
+    "bash": lambda r: {"command": r.choice(["npm test -- checkout", "git status", "ls -la src/", "npm run lint"]),
+                       "timeout": r.choice([60, 120, 300])},
+    "edit": lambda r: {"path": f"src/{_word(r)}/{_word(r)}.ts", "oldText": _sentence(r, 6, 14),
+                       "newText": _sentence(r, 6, 18)},
+    "grep": lambda r: {"pattern": _word(r), "path": "src/", "glob": "*.ts"},
+    "write": lambda r: {"path": f"docs/{_word(r)}.md", "content": _paragraph(r, 2, 4)},
+}
+
+
+# --- the session file --------------------------------------------------------------------------
+
+
+def _word(r: random.Random) -> str:
+    return r.choice(WORDS)
+
+
+def _sentence(r: random.Random, low: int, high: int) -> str:
+    return " ".join(_word(r) for _ in range(r.randint(low, high)))
+
+
+def _paragraph(r: random.Random, low: int, high: int) -> str:
+    return " ".join(_sentence(r, 6, 16).capitalize() + "." for _ in range(r.randint(low, high)))
+
+
+def _signature(r: random.Random) -> str:
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    return "Eq" + "".join(r.choice(alphabet) for _ in range(r.randint(160, 360))) + "=="
+
+
+def _dumps(value: Any) -> str:
+    """JSON.stringify form: compact, UTF-8."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+class _Writer:
+    """Builds the session's lines: a pi v3 entry tree, one entry per line."""
+
+    def __init__(self, seed: int) -> None:
+        self.r = random.Random(seed)
+        self.now = datetime(2026, 3, 2, 9, 15, tzinfo=timezone.utc)
+        self.lines: list[str] = []
+        self.leaf: str | None = None
+        self.model = MODELS[0]
+        self.tool_ids = 0
+
+    def _advance(self, low: float, high: float) -> tuple[str, int]:
+        self.now += timedelta(milliseconds=int(self.r.uniform(low, high) * 1000))
+        ms = int(self.now.timestamp() * 1000)
+        return self.now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{self.now.microsecond // 1000:03d}Z", ms
+
+    def entry(self, kind: str, fields: dict[str, Any], parent: str | None = None, *, low: float = 0.2,
+              high: float = 2.0) -> str:
+        iso, _ = self._advance(low, high)
+        entry_id = f"{self.r.getrandbits(32):08x}"
+        parent_id = self.leaf if parent is None else parent
+        self.lines.append(_dumps({"type": kind, "id": entry_id, "parentId": parent_id, "timestamp": iso, **fields}))
+        self.leaf = entry_id
+        return entry_id
+
+    def message(self, message: dict[str, Any], parent: str | None = None) -> str:
+        _, ms = self._advance(0.5, 9.0)
+        message["timestamp"] = ms
+        return self.entry("message", {"message": message}, parent, low=0.001, high=0.02)
+
+    def user(self, parent: str | None = None) -> str:
+        text = _paragraph(self.r, 1, 3)
+        if self.r.random() < 0.2:  # pi also writes plain-string content for typed prompts
+            return self.message({"role": "user", "content": text}, parent)
+        return self.message({"role": "user", "content": [{"type": "text", "text": text}]}, parent)
+
+    def assistant(self, calls: list[tuple[str, str, dict[str, Any]]]) -> str:
+        provider, model, api, prices = self.model
+        content: list[dict[str, Any]] = [
+            {"type": "thinking", "thinking": _paragraph(self.r, 1, 2), "thinkingSignature": _signature(self.r)},
+            {"type": "text", "text": _sentence(self.r, 8, 40)},
+        ]
+        content += [{"type": "toolCall", "id": call_id, "name": name, "arguments": arguments}
+                    for call_id, name, arguments in calls]
+        counts = [self.r.randint(50, 4000), self.r.randint(40, 900), self.r.randint(0, 60000), self.r.randint(0, 3000)]
+        costs = [round(count * price / 1e6, 8) for count, price in zip(counts, prices)]
+        usage = {
+            "input": counts[0], "output": counts[1], "cacheRead": counts[2], "cacheWrite": counts[3],
+            "totalTokens": sum(counts),
+            "cost": {"input": costs[0], "output": costs[1], "cacheRead": costs[2], "cacheWrite": costs[3],
+                     "total": round(sum(costs), 8)},
+        }
+        return self.message({"role": "assistant", "content": content, "api": api, "provider": provider,
+                             "model": model, "usage": usage, "stopReason": "toolUse" if calls else "stop"})
+
+    def tool_result(self, call_id: str, name: str) -> str:
+        failed = self.r.random() < 0.08
+        message: dict[str, Any] = {"role": "toolResult", "toolCallId": call_id, "toolName": name,
+                                   "content": [{"type": "text", "text": "\n".join(
+                                       _sentence(self.r, 4, 12) for _ in range(self.r.randint(1, 6)))}]}
+        if name == "bash":
+            message["details"] = {"exitCode": 1 if failed else 0, "truncation": None}
+        message["isError"] = failed
+        return self.message(message)
+
+    def loop(self, parent: str | None = None) -> str:
+        """One prompt and the turns answering it; returns the id of the final answer."""
+        self.user(parent)
+        for _ in range(self.r.choice([0, 1, 1, 2, 2, 3])):
+            calls = []
+            for _ in range(self.r.choice([1, 1, 1, 2])):
+                self.tool_ids += 1
+                name = self.r.choice(list(TOOLS))
+                calls.append((f"toolu_{self.tool_ids:06d}{self.r.getrandbits(40):010x}", name, TOOLS[name](self.r)))
+            self.assistant(calls)
+            for call_id, name, _ in calls:
+                self.tool_result(call_id, name)
+        return self.assistant([])
+
+    def model_change(self, index: int) -> None:
+        self.model = MODELS[index]
+        self.entry("model_change", {"provider": self.model[0], "modelId": self.model[1]})
+
+
+def session_lines(messages: int, seed: int = SEED) -> list[str]:
+    """The lines of a pi v3 session file whose entries import as exactly ``messages`` rows."""
+    w = _Writer(seed)
+    header = {"type": "session", "version": 3, "id": SESSION_ID, "timestamp": "2026-03-02T09:15:00.000Z",
+              "cwd": "/home/ana/src/webshop"}
+    w.model_change(0)
+    w.entry("thinking_level_change", {"thinkingLevel": "medium"})
+    finals: list[str] = []
+    loops = 0
+    while len(w.lines) < messages:
+        loops += 1
+        if loops % 150 == 0:
+            w.model_change(1 if w.model is MODELS[0] else 0)
+        if loops == 400:  # a branch: back to an earlier answer, a new prompt from there
+            finals.append(w.loop(parent=finals[-3]))
+        elif loops == 900:  # a branch with pi's summary of the abandoned path
+            abandoned = w.leaf
+            w.entry("branch_summary", {"fromId": abandoned, "summary": _paragraph(w.r, 3, 6),
+                                       "details": {"readFiles": ["src/cart/Cart.tsx"], "modifiedFiles": []}},
+                    parent=finals[-4])
+            finals.append(w.loop())
+        elif loops == 1200:  # a compaction keeping the last few entries
+            kept = json.loads(w.lines[-6])["id"]
+            w.entry("compaction", {"summary": _paragraph(w.r, 6, 10), "firstKeptEntryId": kept,
+                                   "tokensBefore": 183_204,
+                                   "details": {"readFiles": ["src/checkout/Checkout.tsx"],
+                                               "modifiedFiles": ["src/checkout/Checkout.tsx"]}})
+            finals.append(w.loop())
+        else:
+            finals.append(w.loop())
+    return [_dumps(header), *w.lines[:messages]]
+
+
+def write_session(directory: Path, messages: int) -> Path:
+    path = directory / f"2026-03-02T09-15-00-000Z_{SESSION_ID}.jsonl"
+    path.write_text("".join(line + "\n" for line in session_lines(messages)), encoding="utf-8")
+    return path
+
+
+# --- the two systems ------------------------------------------------------------------------------
+
+
+TABLES = ("sessions", "loops", "messages", "imports")
+
+
+def remove_db(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
+def table_rows(path: Path, *, with_ids: bool = True) -> dict[str, tuple[list[str], list[tuple[Any, ...]]]]:
+    """Every table's columns and rows (messages in id order); ``with_ids=False`` leaves out messages.id."""
+    connection = sqlite3.connect(path)
+    try:
+        found = {}
+        for table in TABLES:
+            columns = [row[1] for row in connection.execute(f"PRAGMA table_info({table})")]
+            if table == "messages" and not with_ids:
+                columns.remove("id")
+            order = "id" if table == "messages" else "rowid"
+            rows = connection.execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY {order}").fetchall()
+            found[table] = (columns, rows)
+        return found
+    finally:
+        connection.close()
+
+
+def run_turnstore(source: Path, db: Path, messages: int) -> int:
+    """Import ``source`` into a new SQLite file; nanoseconds of ``store.import_``."""
+    remove_db(db)
+    store = Store(db)
+    try:
+        start = time.perf_counter_ns()
+        report = store.import_("pi", source)
+        elapsed = time.perf_counter_ns() - start
+    finally:
+        store.close()
+    if not report.ok or report.messages != messages or len(report.sessions_written) != 1:
+        raise SystemExit(f"turnstore import failed or incomplete: {report.as_dict()}")
+    return elapsed
+
+
+def raw_connect(db: Path) -> sqlite3.Connection:
+    """sqlite3 on ``db`` with turnstore's pragmas, busy timeout first, autocommit (explicit transactions)."""
+    connection = sqlite3.connect(db, isolation_level=None)
+    pragmas = {"busy_timeout": SQLITE_PRAGMAS["busy_timeout"], **SQLITE_PRAGMAS}
+    for name, value in pragmas.items():
+        connection.execute(f"PRAGMA {name}={value}")
+    return connection
+
+
+def run_raw(rows: dict[str, tuple[list[str], list[tuple[Any, ...]]]], db: Path) -> int:
+    """The floor: the same rows, JSON already dumped, into a new file with turnstore's schema; nanoseconds."""
+    remove_db(db)
+    Store(db).close()  # the schema, every index included
+    connection = raw_connect(db)
+    statements = [
+        (f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})", values)
+        for table, (columns, values) in rows.items()
+    ]
+    try:
+        start = time.perf_counter_ns()
+        connection.execute("BEGIN IMMEDIATE")
+        for sql, values in statements:
+            connection.executemany(sql, values)
+        connection.execute("COMMIT")
+        return time.perf_counter_ns() - start
+    finally:
+        connection.close()
+
+
+def check_pragmas(db: Path) -> None:
+    """The floor's connection has the effective pragma values turnstore's has."""
+    names = ("journal_mode", "synchronous", "foreign_keys", "busy_timeout")
+    store = Store(db)
+    try:
+        theirs = {name: store._db.scalar(sqlalchemy.text(f"PRAGMA {name}")) for name in names}
+    finally:
+        store.close()
+    connection = raw_connect(db)
+    try:
+        ours = {name: connection.execute(f"PRAGMA {name}").fetchone()[0] for name in names}
+    finally:
+        connection.close()
+    if {k: str(v).lower() for k, v in ours.items()} != {k: str(v).lower() for k, v in theirs.items()}:
+        raise SystemExit(f"pragmas differ: turnstore {theirs}, raw {ours}")
+
+
+# --- the run ------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=10_000, help="messages in the session (default 10,000)")
+    parser.add_argument("--reps", type=int, default=5, help="timed repetitions per system (default 5, at least 5)")
+    parser.add_argument("--json", type=Path, help="also write the results to this JSON file")
+    parser.add_argument("--out", type=Path, help="directory for the session file and databases (default: a temporary one)")
+    parser.add_argument("--profile", type=Path, help="write a cProfile of one more turnstore import to this file")
+    args = parser.parse_args(argv)
+    if args.reps < 5:
+        parser.error("--reps must be at least 5")
+
+    with tempfile.TemporaryDirectory(prefix="tsbench-import-", dir=args.out) as tmp:
+        out = Path(tmp)
+        source = write_session(out, args.messages)
+        size = source.stat().st_size
+        env = environment(out)
+        print(f"turnstore {turnstore.__version__} from {env['turnstore']}; Python {env['python']}, "
+              f"SQLite {env['sqlite']}, pydantic {env['pydantic']}; {env['cpus']} CPUs, load {env['load_average']}")
+
+        # A first import (untimed) warms every cache and gives the rows the floor writes.
+        reference = out / "reference.db"
+        run_turnstore(source, reference, args.messages)
+        rows = table_rows(reference, with_ids=False)
+        loops = len(rows["loops"][1])
+        print(f"session: {args.messages:,} messages, {loops:,} loops, {size / 1e6:.1f} MB ({source.name})")
+        check_pragmas(out / "pragmas.db")
+        run_raw(rows, out / "raw-check.db")
+        if table_rows(out / "raw-check.db") != table_rows(reference):
+            raise SystemExit("the floor's rows differ from turnstore's")
+
+        samples: dict[str, list[int]] = {"turnstore": [], "raw": []}
+        for rep in range(args.reps):  # interleaved, so both systems see the same machine
+            samples["turnstore"].append(run_turnstore(source, out / f"turnstore-{rep}.db", args.messages))
+            samples["raw"].append(run_raw(rows, out / f"raw-{rep}.db"))
+            for name in ("turnstore", "raw"):
+                remove_db(out / f"{name}-{rep}.db")
+
+        if args.profile is not None:
+            import cProfile
+
+            db = out / "profile.db"
+            remove_db(db)
+            store = Store(db)
+            profiler = cProfile.Profile()
+            profiler.runcall(store.import_, "pi", source)
+            store.close()
+            profiler.dump_stats(args.profile)
+            print(f"wrote the profile of one import to {args.profile}")
+
+    medians = {name: statistics.median(values) for name, values in samples.items()}
+    rate = {name: args.messages / (medians[name] / 1e9) for name in samples}
+    ratio = medians["turnstore"] / medians["raw"]
+    print()
+    print("| operation | system | median | messages/s | samples |")
+    print("|---|---|---:|---:|---|")
+    for name, label in (("turnstore", "turnstore `store.import_`"), ("raw", "raw sqlite3 floor")):
+        shown = ", ".join(f"{value / 1e6:.0f}" for value in samples[name])
+        print(f"| pi import | {label} | {medians[name] / 1e6:,.1f} ms | {rate[name]:,.0f} | {shown} ms |")
+    print(f"\nMedians of {args.reps} repetitions, each into a new SQLite file; "
+          f"ratio turnstore / floor = ×{ratio:.2f}.")
+
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "table": "import",
+            "rows": [
+                {
+                    "op": "pi import",
+                    "system": name,
+                    "median_us": round(medians[name] / 1e3, 1),
+                    "msgs_per_s": round(rate[name], 1),
+                    "samples_us": [round(value / 1e3, 1) for value in samples[name]],
+                }
+                for name in samples
+            ],
+            "ratio": round(ratio, 3),
+            "session": {"messages": args.messages, "loops": loops, "bytes": size},
+            "reps": args.reps,
+            "environment": env,
+        }
+        args.json.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
