@@ -14,10 +14,11 @@ from typing import Any
 
 import click
 import pytest
+from alembic.script import ScriptDirectory
 from factories import assistant, extension, tool_result, usage, user
 
 import turnstore
-from turnstore import Store
+from turnstore import Store, migrate
 from turnstore.cli import cli, main
 from turnstore.demo import DEMO_SESSIONS
 from turnstore.migrate import head
@@ -272,10 +273,11 @@ def test_db_downgrade_to_a_named_revision(run: Any, db: Path) -> None:
 
 
 def test_db_downgrade_relative_revision(run: Any, db: Path) -> None:
+    script = ScriptDirectory.from_config(migrate.alembic_config()).get_revision(head())
     result = run("--db", db, "db", "downgrade", "-1")
 
     assert result.code == 0
-    assert run("--db", db, "db", "current", "--json").json()["current"] is None
+    assert run("--db", db, "db", "current", "--json").json()["current"] == script.down_revision
 
 
 def test_db_downgrade_unknown_revision_is_one_line_error(run: Any, db: Path) -> None:

@@ -445,17 +445,18 @@ def test_ids_model_and_provider_together_fit_the_usage_index(
     store: Any, backend: str, request: pytest.FixtureRequest
 ) -> None:
     # Each value is as long as the default limits allow, in 4-byte characters: together they
-    # make the widest row of ix_messages_usage_session, which must still fit PostgreSQL's 2,704 bytes.
+    # make the widest rows of ix_messages_usage_session and (with a reported cost) ix_messages_cost,
+    # which must still fit PostgreSQL's 2,704 bytes.
     session_id, loop_id, model, provider = (incompressible(Limits().max_id_length, seed) for seed in range(4))
     store.sessions.create(session_id)
     store.loops.start(session_id, loop_id=loop_id)
     reply = AssistantMessage(
         content=[TextContent(text="x")], stop_reason=StopReason.STOP, model=model, provider=provider,
-        usage=usage(), timestamp=1,
+        usage=usage().model_copy(update={"cost": 0.25}), timestamp=1,
     )
     store.messages.append(reply, loop_id=loop_id, turn_index=0)
     [row] = store.usage.by_model(session_id)
-    assert (row.model, row.provider, row.input) == (model, provider, 100)
+    assert (row.model, row.provider, row.input, row.reported_cost) == (model, provider, 100, 0.25)
     assert_intact(store, {"sessions": 1, "loops": 1, "messages": 1, "imports": 0})
 
 

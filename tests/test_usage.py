@@ -418,6 +418,27 @@ def test_reported_and_priced_records_of_one_model_add_up(store: Store, loop_id: 
     assert totals.reported_cost == pytest.approx(99.0)
 
 
+def test_mixed_and_unmixed_groups_are_priced_per_record_in_every_breakdown(
+    store: Store, session_id: str, loop_id: str
+) -> None:
+    # One loop mixes a reported and an unreported record of one model; another loop has
+    # only unreported records; a third only reported ones. Every breakdown adds up per record.
+    reported = Usage(input=1_000_000, output=0, total_tokens=1_000_000, cost=99.0)
+    store.messages.append_turn(loop_id, 0, [assistant(u=reported)])
+    store.messages.append_turn(loop_id, 1, [assistant(u=usage(1_000_000, 0))])
+    plain = store.loops.start(session_id, config={"model": "claude-sonnet-4-5", "provider": "anthropic"}).loop_id
+    store.messages.append_turn(plain, 0, [assistant(u=usage(2_000_000, 0))])
+    only_reported = store.loops.start(session_id).loop_id
+    store.messages.append_turn(only_reported, 0, [assistant(model="house-model", provider="local", u=reported)])
+
+    by_loop = {row.loop_id: row.cost for row in store.usage.by_loop(session_id)}
+    assert by_loop == pytest.approx({loop_id: 99.0 + 3.0, plain: 6.0, only_reported: 99.0})
+    by_model = {row.model: row.cost for row in store.usage.by_model(session_id)}
+    assert by_model == pytest.approx({"claude-sonnet-4-5": 99.0 + 3.0 + 6.0, "house-model": 99.0})
+    assert store.usage.session(session_id).cost == pytest.approx(99.0 * 2 + 3.0 + 6.0)
+    assert store.usage.turn(loop_id, 1).cost == pytest.approx(3.0)
+
+
 def test_cost_is_none_when_nothing_is_priced(store: Store, loop_id: str) -> None:
     store.messages.append_turn(loop_id, 0, [assistant(model="house-model", provider="local", u=usage(100, 10))])
     totals = store.usage.loop(loop_id)

@@ -20,8 +20,8 @@ class Limits:
     """The largest values a store accepts.
 
     The id and name defaults are set by PostgreSQL: a b-tree index row holds
-    at most 2,704 bytes, and the widest (``ix_messages_usage_session``) holds a
-    session id, a loop id, a model and a provider. At 150 characters each,
+    at most 2,704 bytes, and the widest (``ix_messages_cost``, and
+    ``ix_messages_usage_session``) hold a session id, a loop id, a model and a provider. At 150 characters each,
     even four-byte characters throughout fit (4 × 600 bytes plus the usage
     columns), so a value accepted on SQLite is accepted on PostgreSQL too.
 

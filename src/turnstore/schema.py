@@ -173,15 +173,29 @@ messages = sa.Table(
         "model",
         "provider",
         *USAGE_COLUMNS,
-        "cost",
         "timestamp",
         "loop_id",
         sqlite_where=sa.text("input_tokens IS NOT NULL"),
         postgresql_where=sa.text("input_tokens IS NOT NULL"),
     ),
-    # Usage of a loop or one of its turns, the same way.
+    # Usage of a loop, the same way, in GROUP BY (model, provider) order; turn_index last
+    # so one turn's usage is read from the index too (migration 0002).
     sa.Index(
         "ix_messages_usage_loop",
+        "loop_id",
+        "model",
+        "provider",
+        *USAGE_COLUMNS,
+        "timestamp",
+        "turn_index",
+        sqlite_where=sa.text("input_tokens IS NOT NULL"),
+        postgresql_where=sa.text("input_tokens IS NOT NULL"),
+    ),
+    # The usage records whose source reported a cost, and only those (migration 0002): the
+    # reported part of any usage total is read from here, so the sums above need not test cost.
+    sa.Index(
+        "ix_messages_cost",
+        "session_id",
         "loop_id",
         "turn_index",
         "model",
@@ -189,8 +203,8 @@ messages = sa.Table(
         *USAGE_COLUMNS,
         "cost",
         "timestamp",
-        sqlite_where=sa.text("input_tokens IS NOT NULL"),
-        postgresql_where=sa.text("input_tokens IS NOT NULL"),
+        sqlite_where=sa.text("cost IS NOT NULL"),
+        postgresql_where=sa.text("cost IS NOT NULL"),
     ),
     # Usage by model across all sessions: a covering index, already in GROUP BY order.
     sa.Index(
@@ -198,7 +212,6 @@ messages = sa.Table(
         "model",
         "provider",
         *USAGE_COLUMNS,
-        "cost",
         "timestamp",
         sqlite_where=sa.text("input_tokens IS NOT NULL"),
         postgresql_where=sa.text("input_tokens IS NOT NULL"),

@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from .models import CostConfig, Usage
+from .queries import USAGE_PART_LOOP, USAGE_PART_REPORTED
 
 __all__ = ["DEFAULT_PRICES", "PriceTable", "UsageRow", "UsageTotals"]
 
@@ -182,39 +183,55 @@ class UsageRow(UsageTotals):
 
 
 class Tally:
-    """Adds up priced SQL group rows into one total."""
+    """Adds up the rows of :func:`turnstore.queries.usage_rows` into one priced total.
 
-    __slots__ = ("sums", "cost", "priced", "reported", "requests")
+    Rows come in parts (``USAGE_PART_*``): a (model, provider) group's TOTAL row
+    counts all its records; its REPORTED row, the records among them whose source
+    reported a cost; LOOP rows, loops' own reported usage. :meth:`add` keeps
+    exact integer sums per (model, provider); :meth:`fields` prices the records
+    without a reported cost once per model.
+    """
+
+    __slots__ = ("sums", "reported", "requests", "_groups")
 
     def __init__(self) -> None:
         self.sums = [0, 0, 0, 0, 0, 0]
-        self.cost = 0.0
-        self.priced = False
         self.reported: float | None = None
         self.requests = 0
+        # (model, provider) -> [input, output, cache_read, cache_write, records] not reported
+        self._groups: dict[tuple[str | None, str | None], list[int]] = {}
 
-    def add(self, model: str | None, provider: str | None, values: tuple[Any, ...], prices: PriceTable) -> None:
-        """Add one (model, provider) group: six token sums, the reported cost sum, the row
-        counts, then the input, output, cache-read and cache-write sums of its records
-        that reported no cost (see :func:`turnstore.queries._sums`)."""
+    def add(self, model: str | None, provider: str | None, values: tuple[Any, ...]) -> None:
+        """Add one row: six token sums, a cost, the record count and the part."""
         tokens = [int(v or 0) for v in values[:6]]
-        reported, count, with_cost = values[6], int(values[7] or 0), int(values[8] or 0)
-        for index, value in enumerate(tokens):
-            self.sums[index] += value
-        self.requests += count
-        if reported is not None:
-            self.reported = (self.reported or 0.0) + float(reported)
-            self.cost += float(reported)
-            self.priced = True
-        if with_cost < count:
-            price = prices.for_model(model, provider)
-            if price is not None:
-                unpriced = [int(v or 0) for v in values[9:13]]
-                self.cost += price.price(*unpriced)
-                self.priced = True
+        cost, count, part = values[6], int(values[7] or 0), values[8]
+        unpriced = self._groups.setdefault((model, provider), [0, 0, 0, 0, 0])
+        sign = 1
+        if part == USAGE_PART_REPORTED:
+            sign = -1  # already counted in the TOTAL row: take it out of the priced part only
+        else:
+            for index, value in enumerate(tokens):
+                self.sums[index] += value
+            self.requests += count
+        if cost is not None:
+            self.reported = (self.reported or 0.0) + float(cost)
+            if part == USAGE_PART_LOOP:
+                return
+        for index, value in enumerate((tokens[0], tokens[1], tokens[3], tokens[4], count)):
+            unpriced[index] += sign * value
 
-    def fields(self) -> dict[str, Any]:
-        """The tally as :class:`UsageTotals` keyword arguments."""
+    def cost(self, prices: PriceTable) -> float | None:
+        """Reported costs plus the price-table cost of the other records; None if nothing is priced."""
+        total, priced = self.reported or 0.0, self.reported is not None
+        for (model, provider), (input, output, cache_read, cache_write, records) in self._groups.items():
+            price = prices.for_model(model, provider) if records else None
+            if price is not None:
+                total += price.price(input, output, cache_read, cache_write)
+                priced = True
+        return round(total, 10) if priced else None
+
+    def fields(self, prices: PriceTable) -> dict[str, Any]:
+        """The tally as :class:`UsageTotals` keyword arguments, priced with ``prices``."""
         input, output, reasoning, cache_read, cache_write, total = self.sums
         prompt = input + cache_read + cache_write
         return {
@@ -224,7 +241,7 @@ class Tally:
             "cache_read": cache_read,
             "cache_write": cache_write,
             "total_tokens": total,
-            "cost": round(self.cost, 10) if self.priced else None,
+            "cost": self.cost(prices),
             "reported_cost": None if self.reported is None else round(self.reported, 10),
             "requests": self.requests,
             "cache_hit_rate": cache_read / prompt if prompt else 0.0,

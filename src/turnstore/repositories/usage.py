@@ -30,8 +30,10 @@ class UsageRepository:
         Raises:
             LoopNotFound: no such loop.
         """
-        params = {"session_id": self._session_of(loop_id), "loop_id": loop_id, "turn_index": turn_index}
-        return self._total("turn", params, prices)
+        totals = self._total("turn", {"loop_id": loop_id, "turn_index": turn_index}, prices)
+        if totals.requests == 0:
+            self._require_loop(loop_id)
+        return totals
 
     def loop(self, loop_id: str, *, prices: Prices = None) -> UsageTotals:
         """Usage of one loop (its messages; or what it reported, when none of them carry usage).
@@ -39,7 +41,10 @@ class UsageRepository:
         Raises:
             LoopNotFound: no such loop.
         """
-        return self._total("loop", {"session_id": self._session_of(loop_id), "loop_id": loop_id}, prices)
+        totals = self._total("loop", {"loop_id": loop_id}, prices)
+        if totals.requests == 0:
+            self._require_loop(loop_id)
+        return totals
 
     def session(self, session_id: str, *, prices: Prices = None) -> UsageTotals:
         """Usage of one session.
@@ -66,10 +71,9 @@ class UsageRepository:
         table = self._prices(prices)
         rows: dict[tuple[Any, ...], Tally] = {}
         for row in self._rows(level, "none", params):
-            key = (row[0], row[1])
-            rows.setdefault(key, Tally()).add(row[0], row[1], row[2:], table)
+            rows.setdefault((row[0], row[1]), Tally()).add(row[0], row[1], row[2:])
         return [
-            UsageRow(model=model, provider=provider, **tally.fields())
+            UsageRow(model=model, provider=provider, **tally.fields(table))
             for (model, provider), tally in sorted(rows.items(), key=lambda item: (item[0][0] or "", item[0][1] or ""))
         ]
 
@@ -97,37 +101,34 @@ class UsageRepository:
         return self._settings.prices.merged(prices) if prices is not None else self._settings.prices
 
     def _rows(self, level: str, group: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        rows = self._db.fetchall(q.message_usage(level, group), params)
-        rows += self._db.fetchall(q.loop_reported_usage(level, group), params)
-        return rows
+        return self._db.fetchall(q.usage_rows(level, group), params)
 
     def _total(self, level: str, params: dict[str, Any], prices: Prices) -> UsageTotals:
         table = self._prices(prices)
         tally = Tally()
         for row in self._rows(level, "none", params):
-            tally.add(row[0], row[1], row[2:], table)
-        return UsageTotals(**tally.fields())
+            tally.add(row[0], row[1], row[2:])
+        return UsageTotals(**tally.fields(table))
 
     def _grouped(self, level: str, group: str, params: dict[str, Any], key: str, prices: Prices) -> list[UsageRow]:
         table = self._prices(prices)
         tallies: dict[Any, Tally] = {}
         for row in self._rows(level, group, params):
-            tallies.setdefault(row[0], Tally()).add(row[1], row[2], row[3:], table)
-        return [UsageRow(**{key: name}, **tally.fields()) for name, tally in sorted(tallies.items(), key=_sort_key)]
+            tallies.setdefault(row[0], Tally()).add(row[1], row[2], row[3:])
+        return [UsageRow(**{key: name}, **tally.fields(table)) for name, tally in sorted(tallies.items(), key=_sort_key)]
 
     def _scope(self, session_id: str | None, loop_id: str | None) -> tuple[str, dict[str, Any]]:
         if loop_id is not None:
-            return "loop", {"session_id": self._session_of(loop_id), "loop_id": loop_id}
+            self._require_loop(loop_id)
+            return "loop", {"loop_id": loop_id}
         if session_id is not None:
             self._require_session(session_id)
             return "session", {"session_id": session_id}
         return "all", {}
 
-    def _session_of(self, loop_id: str) -> str:
-        session_id = self._db.scalar(q.loop_session(), {"loop_id": loop_id})
-        if session_id is None:
+    def _require_loop(self, loop_id: str) -> None:
+        if self._db.scalar(q.loop_session(), {"loop_id": loop_id}) is None:
             raise LoopNotFound(f"loop {loop_id!r} not found")
-        return session_id
 
     def _require_session(self, session_id: str) -> None:
         if self._db.fetchone(q.session_exists(), {"session_id": session_id}) is None:
