@@ -133,11 +133,13 @@ def _normal_rows(name: str, data: dict[str, Any]) -> list[dict[str, Any]]:
     # Ratios the file gives beside the rows, not in them.
     if name == "scale" and isinstance(data.get("ratios"), dict):
         sizes = list(dict.fromkeys(r["system"] for r in rows))
+        ratios = scale_ratios(data)
         for row in rows:
+            key = (row["op"], str(row.get("cache") or ""))
             if len(sizes) > 1 and row["system"] == sizes[0]:
                 row["ratio"] = 1.0
-            elif row.get("ratio") is None and row["op"] in data["ratios"]:
-                row["ratio"] = data["ratios"][row["op"]]
+            elif row.get("ratio") is None:
+                row["ratio"] = ratios.get(key, ratios.get((row["op"], "")))
     if isinstance(data.get("ratio"), (int, float)):
         for row in rows:
             if row.get("ratio") is None and row["system"] == "turnstore":
@@ -305,14 +307,46 @@ def _scale(tables: dict[str, Table]) -> Target:
     goal = f"≤ ×{limit:g}" + (f" ({', '.join(targets)})" if targets else "")
     if table is None:
         return Target(name, goal, "—", None)
-    ratios = table.data.get("ratios") if isinstance(table.data.get("ratios"), dict) else {
-        r["op"]: r["ratio"] for r in table.rows if r.get("ratio") not in (None, 1.0)}
-    chosen = {op: v for op, v in ratios.items() if not targets or op in targets}
+    ratios = scale_ratios(table.data) or {
+        (r["op"], ""): r["ratio"] for r in table.rows if r.get("ratio") not in (None, 1.0)}
+    chosen = {key: v for key, v in ratios.items() if not targets or key[0] in targets}
     if not chosen:
         return Target(name, goal, "—", None)
-    worst = max(chosen, key=lambda op: chosen[op])
-    text = ", ".join(f"{op} ×{v:.2f}" for op, v in chosen.items())
-    return Target(name, goal, f"{text} (worst {worst})", all(v <= targets.get(op, limit) for op, v in chosen.items()))
+    worst = max(chosen, key=lambda key: chosen[key])
+    text = ", ".join(f"{op}{f' ({cache})' if cache else ''} ×{v:.2f}" for (op, cache), v in chosen.items())
+    met = all(v <= targets.get(op, limit) for (op, _), v in chosen.items())
+    return Target(name, goal, f"{text} (worst {' '.join(filter(None, worst))})", met)
+
+
+def scale_facts(data: dict[str, Any]) -> list[str]:
+    """File size per message, peak RSS and build rate of a scale run, as Markdown lines."""
+    lines: list[str] = []
+    sizes = data.get("file_bytes_per_message")
+    if isinstance(sizes, dict) and sizes:
+        lines.append("File size per message (database + WAL after a checkpoint): "
+                     + ", ".join(f"{size} store {value:,} B" for size, value in sizes.items()) + ".")
+    rss = data.get("rss_mb")
+    if isinstance(rss, dict) and all(isinstance(rss.get(k), (int, float)) for k in ("open", "read", "messages")):
+        lines.append(f"Peak RSS of a fresh process on the large store: opening it {rss['open']:.1f} MB; opening it and "
+                     f"reading the session list, usage by model and every session's usage {rss['read']:.1f} MB "
+                     f"(no messages loaded); control, holding one session's messages {rss['messages']:.1f} MB.")
+    if isinstance(data.get("build_msgs_per_s"), (int, float)):
+        lines.append(f"The large store was built by turnstore's bulk import at {data['build_msgs_per_s']:,.0f} messages/s.")
+    return [item for line in lines for item in ("", line)]
+
+
+def scale_ratios(data: dict[str, Any]) -> dict[tuple[str, str], float]:
+    """scale.json's ratios as {(op, cache): ratio}: flat ``{op: r}`` or per cache ``{"warm": {op: r}, ...}``."""
+    ratios = data.get("ratios")
+    if not isinstance(ratios, dict):
+        return {}
+    flat: dict[tuple[str, str], float] = {}
+    for key, value in ratios.items():
+        if isinstance(value, dict):
+            flat.update({(op, key): v for op, v in value.items() if isinstance(v, (int, float))})
+        elif isinstance(value, (int, float)):
+            flat[(key, "")] = value
+    return flat
 
 
 def pi_rate(table: Table) -> float | None:
@@ -470,6 +504,8 @@ def document(tables: dict[str, Table], notes: list[str], png: Path | None, md: P
             rate = pi_rate(table)
             if rate is not None:
                 out += ["", f"turnstore imports {rate:,.0f} messages/s."]
+        if name == "scale":
+            out += scale_facts(table.data)
         if name == "sqlite":
             row = table.row("import", "turnstore")
             if row is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import timezone
+from pathlib import Path
 
 import pytest
 from factories import assistant, user
@@ -189,6 +190,24 @@ def test_list_counts_loops_and_messages(store: Store) -> None:
     assert (summaries["busy"].loops, summaries["busy"].messages) == (2, 5)
     assert (summaries["empty"].loops, summaries["empty"].messages) == (0, 0)
     assert summaries["busy"].title == "busy"
+
+
+def test_list_counts_every_stored_row_of_branches_compactions_and_imports(store: Store) -> None:
+    # The count comes from each loop's last seq; it must equal the rows actually stored
+    # for a session with a branch, a compaction, an empty loop and an imported tree.
+    store.sessions.create("tree")
+    main = store.loops.start("tree").loop_id
+    ids = store.messages.append_turn(main, 0, [user("q"), assistant("a")])
+    store.messages.append_turn(main, 1, [user("q2"), assistant("a2")])
+    branch = store.loops.start("tree", parent_loop_id=main, continuation="branch", fork_after=ids[1]).loop_id
+    store.messages.append_turn(branch, 0, [user("other"), assistant("b")])
+    store.loops.compact(main, "a summary")
+    store.loops.start("tree")  # no messages yet
+    store.import_("pi", Path(__file__).parent / "fixtures" / "pi" / "2026-03-02T09-15-00-000Z_0b8f5c1e-6a2d-4e9b-9f3a-2c7d1e5b8a40.jsonl")
+
+    for summary in store.sessions.list():
+        rows = sum(1 for _ in store.messages.records(summary.session_id))
+        assert summary.messages == rows > 0
 
 
 def test_list_summary_carries_session_fields(store: Store) -> None:
