@@ -147,8 +147,9 @@ def read_again(fmt: str, path: Path, skip: bool) -> dict[str, list[tuple[set[str
 
 
 def place_pattern(path: Path) -> re.Pattern[str]:
-    """The file, then optionally a line, a record / loop / row / session."""
-    return re.compile(rf"^{re.escape(str(path))}(:\d+|: .+|#.+)?$", re.DOTALL)
+    """The file, then optionally a line (and a part of it, e.g. ``:6 retainedTail[1]``), a record / loop /
+    row / session."""
+    return re.compile(rf"^{re.escape(str(path))}(:\d+( .+)?|: .+|#.+)?$", re.DOTALL)
 
 
 def check_import(store: Any, fmt: str, path: Path, skip: bool, name: str) -> None:

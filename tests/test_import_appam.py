@@ -12,6 +12,7 @@ import hashlib
 import importlib.util
 import json
 import sqlite3
+from contextlib import closing
 from datetime import datetime, timezone
 from pathlib import Path
 from types import ModuleType
@@ -19,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from turnstore import Store
+from turnstore import ImportFailed, Store
 from turnstore.cli import main
 from turnstore.importers.appam import infer_provider
 
@@ -524,3 +525,50 @@ def test_web_server_sessions_table(store: Store, tmp_path: Path) -> None:
 )
 def test_provider_is_inferred_from_the_model_name(model: str, provider: str) -> None:
     assert infer_provider(model) == provider
+
+
+def test_text_that_is_not_utf8_is_reported_naming_the_file_and_table(store: Store, source: Path) -> None:
+    # A damaged TEXT value (invalid UTF-8) is reported as an error of the table (the driver cannot read
+    # past it), not raised as a UnicodeDecodeError; the sessions read before it are written whole.
+    with sqlite3.connect(source) as connection:
+        (rowid,) = connection.execute("SELECT rowid FROM session_history WHERE id = ?", (RICH,)).fetchone()
+        before = [row[0] for row in connection.execute("SELECT id FROM session_history WHERE rowid < ?", (rowid,))]
+        connection.execute("UPDATE session_history SET messages = CAST(x'5b80ff5d' AS TEXT) WHERE id = ?", (RICH,))
+    connection.close()
+
+    report = store.import_("appam", source)
+
+    [error] = report.errors
+    assert error.place == f"{source}: session_history"
+    assert "not valid UTF-8" in error.reason
+    assert sorted(report.sessions_written) == sorted(before)
+    assert sorted(s.session_id for s in store.sessions.list()) == sorted(before)
+
+
+def _schema_damaged_past_utf8(source: Path) -> Path:
+    """A copy of ``source`` with one byte of its schema page set to 0x80, chosen so that SQLite's error
+    message quotes it and Python's driver fails with UnicodeDecodeError instead of a sqlite3 error."""
+    data = source.read_bytes()
+    for offset in range(100, min(len(data), 4096)):
+        damaged = source.with_name(f"damaged-{offset}.db")
+        damaged.write_bytes(data[:offset] + b"\x80" + data[offset + 1:])
+        try:
+            with closing(sqlite3.connect(damaged)) as connection:
+                connection.execute("SELECT name FROM sqlite_master").fetchall()
+        except UnicodeDecodeError:
+            return damaged
+        except sqlite3.Error:
+            pass
+        damaged.unlink()
+    pytest.skip("no single byte of this fixture's schema page makes the driver fail on UTF-8")
+
+
+def test_a_damaged_schema_is_a_typed_error_not_a_unicode_error(store: Store, source: Path) -> None:
+    damaged = _schema_damaged_past_utf8(source)
+    try:
+        report = store.import_("appam", damaged)
+    except ImportFailed as error:
+        assert str(damaged) in str(error)
+    else:
+        assert report.errors and all(str(damaged) in error.place for error in report.errors)
+    assert store.sessions.list() == []

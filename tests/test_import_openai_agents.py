@@ -371,6 +371,29 @@ def test_bad_turn_usage_row_is_reported_with_its_id(store: Store, tmp_path: Path
     assert report.sessions_failed == [TRIP]
 
 
+@pytest.mark.parametrize(
+    ("column", "value", "reason"),
+    [
+        ("output_tokens_details", '{"reasoning_tokens": 18446744073709551616}', "reasoning_tokens must be a non-negative 64-bit integer"),
+        ("output_tokens", 2**63, "output_tokens must be a non-negative 64-bit integer"),
+    ],
+)
+def test_turn_usage_beyond_64_bits_is_reported_with_its_id(
+    store: Store, tmp_path: Path, column: str, value: object, reason: str
+) -> None:
+    source = copy_db(tmp_path, ADVANCED)
+    with sqlite3.connect(source) as connection:
+        connection.execute(f"UPDATE turn_usage SET {column} = ? WHERE id = 2", (str(value) if isinstance(value, int) else value,))
+    connection.close()
+
+    report = store.import_("openai-agents", source)
+
+    [error] = report.errors
+    assert error.place == f"{source}: turn_usage id=2"
+    assert error.reason.startswith(reason)
+    assert report.sessions_failed == [TRIP]
+
+
 def test_turn_usage_for_a_turn_that_does_not_exist_is_reported(store: Store, tmp_path: Path) -> None:
     source = copy_db(tmp_path, ADVANCED)
     with sqlite3.connect(source) as connection:
@@ -435,3 +458,19 @@ def test_cli_imports_the_fixture_directory(tmp_path: Path, capsys: pytest.Captur
     assert code == 0
     assert report["sessions"]["written"] == ["edited", TRIP, WEATHER, POLICY]
     assert report["by_kind"] == {"web_search_call": 1}
+
+
+def test_a_blob_timestamp_is_kept_as_text_not_a_crash(store: Store, tmp_path: Path) -> None:
+    # SQLite's columns take any type: a BLOB where the SDK writes a timestamp string is read as
+    # text (undecodable bytes replaced) for the source record, and the message still imports.
+    source = copy_db(tmp_path, PLAIN)
+    with sqlite3.connect(source) as connection:
+        (row_id,) = connection.execute("SELECT min(id) FROM agent_messages").fetchone()
+        connection.execute("UPDATE agent_messages SET created_at = ? WHERE id = ?", (b"\xff\xfe", row_id))
+    connection.close()
+
+    report = store.import_("openai-agents", source)
+
+    assert report.errors == [] and report.sessions_written
+    again = store.import_("openai-agents", source)
+    assert again.sessions_unchanged == report.sessions_written  # the digest reads the same text each time

@@ -656,6 +656,21 @@ def test_sqlite_bad_row_is_reported_by_seq(store: Store, tmp_path: Path) -> None
     assert report.sessions_written == [FORK]
 
 
+def test_sqlite_payload_that_is_not_utf8_is_reported_by_seq(store: Store, tmp_path: Path) -> None:
+    # A damaged TEXT value (invalid UTF-8) is that row's error, not a crash of the whole import.
+    database = build_sessions_db(tmp_path / "sessions.db", [TAU_FILE, FORK_FILE])
+    with sqlite3.connect(database) as connection:
+        (seq,) = connection.execute("SELECT seq FROM entries WHERE session_id = ? AND id = 'b2c3d4e5'", (TAU,)).fetchone()
+        connection.execute("UPDATE entries SET payload = CAST(x'7b80ff7d' AS TEXT) WHERE seq = ?", (seq,))
+    connection.close()
+
+    report = store.import_("tau", database)
+
+    assert (report.errors[0].place, report.errors[0].reason) == (f"{database}: entries seq={seq}", "payload is not UTF-8")
+    assert report.sessions_failed == [TAU]
+    assert report.sessions_written == [FORK]
+
+
 def test_skip_invalid_keeps_the_children_of_a_broken_line(store: Store, tmp_path: Path) -> None:
     # The line is cut inside the message, but its id and parent_id (written first) are readable.
     broken = tmp_path / TAU_FILE.name

@@ -802,3 +802,30 @@ def test_round_trip_through_context(store: Store, loop_id: str) -> None:
     assert len(context) == 3
     expected = [parse_message(raw).with_turn_id(TurnId(loop_id=loop_id, turn_index=0)) for raw in raws[:3]]
     assert [m.model_dump_json() for m in context] == [m.model_dump_json() for m in expected]
+
+
+@pytest.mark.parametrize("depth", [202, 5_000])
+def test_a_dict_nested_too_deeply_is_refused_before_validation(store: Any, loop_id: str, depth: int) -> None:
+    # Refused with InvalidMessage naming where, nothing written, and no noise through
+    # sys.unraisablehook (pytest fails a test on any) from validating input this deep.
+    nested: list[Any] = []
+    inner = nested
+    for _ in range(depth):
+        inner.append([])
+        inner = inner[0]
+    record = {"role": "user", "content": [{"type": "text", "text": "hi"}], "timestamp": 1, "extra": nested}
+    with pytest.raises(InvalidMessage, match=r"^extra\[0\]\[0\]\[0\]…: nested more than 200 levels deep"):
+        store.messages.append(record, loop_id=loop_id, turn_index=0)
+    assert store.messages.loop(loop_id) == []
+
+
+def test_a_dict_nested_200_levels_is_stored(store: Any, loop_id: str) -> None:
+    nested: list[Any] = []
+    inner = nested
+    for _ in range(197):  # the message object, "extra" and 198 lists: 199 levels
+        inner.append([])
+        inner = inner[0]
+    record = {"role": "user", "content": [{"type": "text", "text": "hi"}], "timestamp": 1, "extra": nested}
+    store.messages.append(record, loop_id=loop_id, turn_index=0)
+    [stored] = store.messages.loop(loop_id)
+    assert stored.model_dump(mode="json", by_alias=True)["extra"] == nested

@@ -36,6 +36,7 @@ from ..errors import InvalidRecord
 from ..models import Usage
 from .appam_messages import wire_message
 from .base import (
+    SQLITE_ERRORS,
     ImportOptions,
     LoopRow,
     MessageRow,
@@ -158,7 +159,7 @@ def _table_bundles(connection: sqlite3.Connection, path: Path, table: _Table) ->
                 nameless.append(row["rowid"])
                 continue
             yield _session(path, table, record)
-    except sqlite3.Error as error:
+    except SQLITE_ERRORS as error:
         raise InvalidRecord(f"{path}: {table.name}", f"cannot read the table: {error}") from None
     if nameless:
         raise InvalidRecord(

@@ -38,6 +38,7 @@ from ..ids import session_of_loop_id
 from ..models import AGENT_MESSAGE, ExtensionMessage, Message, Usage
 
 __all__ = [
+    "SQLITE_ERRORS",
     "ImportOptions",
     "ImportReport",
     "Importer",
@@ -440,6 +441,11 @@ def collector_paused() -> Iterator[None]:
 # --- SQLite sources (appam, OpenAI Agents SDK, Tau) ------------------------------------------------
 
 
+SQLITE_ERRORS = (sqlite3.Error, UnicodeDecodeError)
+"""What reading a damaged SQLite source can raise: the driver's errors, and ``UnicodeDecodeError``
+when an error message of SQLite's quotes bytes of the file that are not UTF-8 (a damaged schema)."""
+
+
 def is_sqlite(path: Path) -> bool:
     """Whether the file starts with SQLite's header (False when it cannot be read)."""
     try:
@@ -452,10 +458,15 @@ def is_sqlite(path: Path) -> bool:
 def connect_read_only(path: Path) -> sqlite3.Connection:
     """Open a SQLite database read-only (an ``?mode=ro`` URI), never creating or changing it.
 
+    TEXT values that are not valid UTF-8 raise ``sqlite3.DataError`` when read,
+    like any other damage the readers report, not ``UnicodeDecodeError``.
+
     Raises:
         sqlite3.Error: it cannot be opened.
     """
-    return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    connection.text_factory = _decode_text
+    return connection
 
 
 def table_names(connection: sqlite3.Connection) -> set[str]:
@@ -473,7 +484,7 @@ def sqlite_accepts(path: Path, test: Callable[[sqlite3.Connection], bool]) -> bo
         return False
     try:
         return test(connection)
-    except sqlite3.Error:
+    except SQLITE_ERRORS:
         return False
     finally:
         connection.close()
@@ -494,7 +505,7 @@ def open_sqlite(
     try:
         try:
             found = schema(connection)
-        except sqlite3.Error as error:
+        except SQLITE_ERRORS as error:
             raise InvalidRecord(str(path), f"not a readable SQLite database: {error}") from None
         yield connection, found
     finally:
@@ -504,7 +515,16 @@ def open_sqlite(
 def _open_sqlite(path: Path) -> sqlite3.Connection:
     try:
         connection = connect_read_only(path)
-    except sqlite3.Error as error:
+    except SQLITE_ERRORS as error:
         raise InvalidRecord(str(path), f"cannot open as SQLite: {error}") from None
     connection.row_factory = sqlite3.Row
     return connection
+
+
+def _decode_text(data: bytes) -> str:
+    """A TEXT value as str; invalid UTF-8 (a damaged file) raises a ``sqlite3.Error``, which
+    the readers already turn into an error naming the file and table."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise sqlite3.DataError(f"text is not valid UTF-8 ({error.reason} at byte {error.start})") from None

@@ -44,8 +44,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidRecord
-from ..models import AssistantMessage, ExtensionMessage, Usage
+from ..models import MAX_INT, AssistantMessage, ExtensionMessage, Usage
 from .base import (
+    SQLITE_ERRORS,
     ImportOptions,
     LoopRow,
     MessageRow,
@@ -95,7 +96,7 @@ class OpenAIAgentsImporter:
             try:
                 for session_id in source.session_ids():
                     yield source.bundle(session_id)
-            except sqlite3.Error as error:
+            except SQLITE_ERRORS as error:
                 raise InvalidRecord(str(path), f"cannot read the session tables: {error}") from None
 
 
@@ -161,7 +162,7 @@ class _Source:
         for row_id, data, created in self.connection.execute(query, (bundle.session_id,)):
             place = f"{self.path}: {MESSAGES} id={row_id}"
             bundle.records += 1
-            text = _plain(data)
+            text, created = _plain(data), _plain(created)
             bundle.add_source(compact([row_id, text, created]))
             try:
                 rows.append(Row(row_id, text, parse_item(text, place), place, ms_timestamp(created)))
@@ -416,6 +417,8 @@ def _turn_usage(record: dict[str, Any], place: str) -> Usage:
         raise InvalidRecord(
             place, f"cached ({cached}) and cache-write ({written}) tokens exceed input_tokens ({input_tokens})"
         )
+    if not total and input_tokens + output_tokens > MAX_INT:
+        raise InvalidRecord(place, "input_tokens + output_tokens do not fit a 64-bit integer")
     return Usage(
         input=input_tokens - cached - written,
         output=output_tokens,
@@ -445,8 +448,8 @@ def _tokens(data: dict[str, Any], key: str, place: str) -> int:
     value = data.get(key)
     if value is None:
         return 0
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidRecord(place, f"{key} must be a non-negative integer, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INT:
+        raise InvalidRecord(place, f"{key} must be a non-negative 64-bit integer, got {value!r:.40}")
     return value
 
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass
@@ -44,7 +43,16 @@ from pydantic import ValidationError
 
 from ..errors import InvalidMessage, InvalidRecord
 from ..models import ExtensionMessage
-from .base import ImportOptions, RecordError, SessionBundle, connect_read_only, is_sqlite, parse_time, read_text
+from .base import (
+    SQLITE_ERRORS,
+    ImportOptions,
+    RecordError,
+    SessionBundle,
+    connect_read_only,
+    is_sqlite,
+    parse_time,
+    read_text,
+)
 from .tau_messages import BadRecord, convert_message, convert_usage, ms, tool_call_names
 from .tree import BRANCH_SUMMARY, COMPACTION, Node, build_loops, resolve_skipped, skip_unparsed
 
@@ -142,11 +150,12 @@ def _database_bundles(path: Path) -> Iterator[SessionBundle]:
             query = "SELECT session_id FROM entries GROUP BY session_id ORDER BY MIN(seq)"
             for (session_id,) in connection.execute(query).fetchall():
                 rows = connection.execute(
-                    "SELECT seq, payload FROM entries WHERE session_id = ? ORDER BY seq", (session_id,)
+                    # As bytes, so a payload that is not UTF-8 is reported for its own row.
+                    "SELECT seq, CAST(payload AS BLOB) FROM entries WHERE session_id = ? ORDER BY seq", (session_id,)
                 ).fetchall()
                 records = [_row_record(f"{path}: entries seq={seq}", payload) for seq, payload in rows]
                 yield _database_bundle(str(session_id), f"{path}#{session_id}", records)
-    except sqlite3.Error as error:
+    except SQLITE_ERRORS as error:
         raise InvalidRecord(str(path), f"not a Tau sessions database ({error})") from None
 
 
@@ -181,7 +190,7 @@ def _has_entries_table(path: Path) -> bool:
         with closing(connect_read_only(path)) as connection:
             query = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'entries'"
             return connection.execute(query).fetchone() is not None
-    except sqlite3.Error:
+    except SQLITE_ERRORS:
         return False
 
 

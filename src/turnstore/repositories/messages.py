@@ -54,6 +54,14 @@ def parse_message(value: MessageInput) -> Message | ExtensionMessage:
     if isinstance(value, (Message, ExtensionMessage)):
         return value
     if isinstance(value, Mapping):
+        if _deeper_than(value, READ_DEPTH):
+            # Refused before pydantic sees it: pydantic-core reports input this deep through
+            # sys.unraisablehook (its repr recurses) besides raising, which apps would see as noise.
+            where = _shorten(_find(value, lambda item, depth: depth > READ_DEPTH and isinstance(item, (list, dict))))
+            raise InvalidMessage(
+                f"{where}: nested more than {READ_DEPTH} levels deep, more than the store can read back",
+                [(where, "nested too deeply")],
+            )
         try:
             return AGENT_MESSAGE.validate_python(value)
         except ValidationError as error:
@@ -413,6 +421,18 @@ def _has_surrogate(text: str) -> bool:
         text.encode("utf-8")
     except UnicodeEncodeError:
         return True
+    return False
+
+
+def _deeper_than(data: Any, limit: int) -> bool:
+    """Whether lists and dicts inside ``data`` nest more than ``limit`` levels deep (walked without recursion)."""
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = value.values() if isinstance(value, Mapping) else value
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (list, dict)))
     return False
 
 
