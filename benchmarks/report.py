@@ -320,7 +320,9 @@ def _scale(tables: dict[str, Table]) -> Target:
 
 def scale_facts(data: dict[str, Any]) -> list[str]:
     """File size per message, peak RSS and build rate of a scale run, as Markdown lines."""
-    lines: list[str] = []
+    lines = ["The targets are the operations on one session (last, turn, usage.session). usage.by_model sums "
+             "the whole store, so it grows with it (100× the usage rows); sessions.list(limit=50) returns 50 "
+             "sessions of the large store against the small store's one."]
     sizes = data.get("file_bytes_per_message")
     if isinstance(sizes, dict) and sizes:
         lines.append("File size per message (database + WAL after a checkpoint): "
