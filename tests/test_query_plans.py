@@ -16,6 +16,7 @@ import pytest
 
 from turnstore import Store
 from turnstore import queries as q
+from turnstore import usage_queries as uq
 
 SESSION = {"session_id": "s"}
 LOOP = {"loop_id": "s.loop.1"}
@@ -30,19 +31,19 @@ HOT = [
     ("context: loop tree", q.loop_tree(), SESSION),
     ("context: messages from an id", q.context_messages(), {**SESSION, "min_id": 10}),
     ("context: first message of a loop", q.first_message_of_loop(), LOOP),
-    ("usage of a session", q.message_usage("session", "none"), SESSION),
-    ("usage of a loop", q.message_usage("loop", "none"), LOOP),
-    ("usage of a turn", q.message_usage("turn", "none"), {**LOOP, "turn_index": 2}),
-    ("usage by loop in a session", q.message_usage("session", "loop"), SESSION),
-    ("usage by model, all sessions", q.message_usage("all", "none"), {}),
-    ("reported loop usage of a session", q.loop_reported_usage("session", "none"), SESSION),
-    ("usage rows of a session (one statement)", q.usage_rows("session", "none"), SESSION),
-    ("usage rows of a loop (one statement)", q.usage_rows("loop", "none"), LOOP),
-    ("usage rows of a turn", q.usage_rows("turn", "none"), {**LOOP, "turn_index": 2}),
-    ("reported cost of a session", q.message_reported_cost("session", "none"), SESSION),
-    ("reported cost of a loop", q.message_reported_cost("loop", "none"), LOOP),
-    ("reported cost of a turn", q.message_reported_cost("turn", "none"), {**LOOP, "turn_index": 2}),
-    ("reported cost by model", q.message_reported_cost("all", "none"), {}),
+    ("usage of a session", uq.message_usage("session", "none"), SESSION),
+    ("usage of a loop", uq.message_usage("loop", "none"), LOOP),
+    ("usage of a turn", uq.message_usage("turn", "none"), {**LOOP, "turn_index": 2}),
+    ("usage by loop in a session", uq.message_usage("session", "loop"), SESSION),
+    ("usage by model, all sessions", uq.message_usage("all", "none"), {}),
+    ("reported loop usage of a session", uq.loop_reported_usage("session", "none"), SESSION),
+    ("usage rows of a session (one statement)", uq.usage_rows("session", "none"), SESSION),
+    ("usage rows of a loop (one statement)", uq.usage_rows("loop", "none"), LOOP),
+    ("usage rows of a turn", uq.usage_rows("turn", "none"), {**LOOP, "turn_index": 2}),
+    ("reported cost of a session", uq.message_reported_cost("session", "none"), SESSION),
+    ("reported cost of a loop", uq.message_reported_cost("loop", "none"), LOOP),
+    ("reported cost of a turn", uq.message_reported_cost("turn", "none"), {**LOOP, "turn_index": 2}),
+    ("reported cost by model", uq.message_reported_cost("all", "none"), {}),
     ("sessions list", q.list_sessions(False), {"limit": 100, "offset": 0}),
     ("records of a session", q.stored_messages(False), SESSION),
     ("message by id", q.get_message(), {"id": 5}),
@@ -118,7 +119,7 @@ def test_turn_lookup_searches_by_turn_on_sqlite(tmp_path: Any) -> None:
 def test_session_usage_needs_no_sort_on_sqlite(tmp_path: Any) -> None:
     # The covering index delivers rows in GROUP BY (model, provider) order.
     with Store(tmp_path / "p.db") as store:
-        lines = _sqlite_plan(store, q.message_usage("session", "none"), SESSION)
+        lines = _sqlite_plan(store, uq.message_usage("session", "none"), SESSION)
     assert not any("TEMP B-TREE" in line for line in lines), lines
     assert any("COVERING INDEX ix_messages_usage_session" in line for line in lines), lines
 
@@ -126,7 +127,7 @@ def test_session_usage_needs_no_sort_on_sqlite(tmp_path: Any) -> None:
 def test_loop_usage_needs_no_sort_on_sqlite(tmp_path: Any) -> None:
     # Migration 0002: the loop usage index is in GROUP BY (model, provider) order too.
     with Store(tmp_path / "p.db") as store:
-        lines = _sqlite_plan(store, q.message_usage("loop", "none"), LOOP)
+        lines = _sqlite_plan(store, uq.message_usage("loop", "none"), LOOP)
     assert not any("TEMP B-TREE" in line for line in lines), lines
     assert any("COVERING INDEX ix_messages_usage_loop (loop_id=?)" in line for line in lines), lines
 
@@ -134,7 +135,7 @@ def test_loop_usage_needs_no_sort_on_sqlite(tmp_path: Any) -> None:
 def test_turn_usage_searches_by_turn_on_sqlite(tmp_path: Any) -> None:
     # One turn's usage is a few rows found by turn, not a walk of the loop's usage rows.
     with Store(tmp_path / "p.db") as store:
-        lines = _sqlite_plan(store, q.usage_rows("turn", "none"), {**LOOP, "turn_index": 2})
+        lines = _sqlite_plan(store, uq.usage_rows("turn", "none"), {**LOOP, "turn_index": 2})
     assert any("ix_messages_loop_id_turn_index_seq (loop_id=? AND turn_index=?" in line for line in lines), lines
 
 
@@ -143,5 +144,5 @@ def test_reported_cost_reads_the_partial_cost_index_on_sqlite(tmp_path: Any, lev
     # Only the records with a reported cost are visited, found by session (and loop, turn).
     params = {"session": SESSION, "loop": LOOP, "turn": {**LOOP, "turn_index": 2}}[level]
     with Store(tmp_path / "p.db") as store:
-        lines = _sqlite_plan(store, q.message_reported_cost(level, "none"), params)
+        lines = _sqlite_plan(store, uq.message_reported_cost(level, "none"), params)
     assert any("COVERING INDEX ix_messages_cost (session_id=?" in line for line in lines), lines

@@ -1,6 +1,6 @@
 """Token and dollar totals: price tables and the typed results of usage queries.
 
-Totals are summed in SQL (see :mod:`turnstore.queries`), grouped by model and
+Totals are summed in SQL (see :mod:`turnstore.usage_queries`), grouped by model and
 provider so each group can be priced; this module prices the groups and adds
 them up. Cost is additive, record by record, so the total of a store is the
 sum of its sessions' totals and a session's total the sum of its loops':
@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from .models import CostConfig, Usage
-from .queries import USAGE_PART_LOOP, USAGE_PART_REPORTED
+from .usage_queries import USAGE_PART_LOOP, USAGE_PART_REPORTED
 
 __all__ = ["DEFAULT_PRICES", "PriceTable", "UsageRow", "UsageTotals"]
 
@@ -183,7 +183,7 @@ class UsageRow(UsageTotals):
 
 
 class Tally:
-    """Adds up the rows of :func:`turnstore.queries.usage_rows` into one priced total.
+    """Adds up the rows of :func:`turnstore.usage_queries.usage_rows` into one priced total.
 
     Rows come in parts (``USAGE_PART_*``): a (model, provider) group's TOTAL row
     counts all its records; its REPORTED row, the records among them whose source
@@ -205,11 +205,9 @@ class Tally:
         """Add one row: six token sums, a cost, the record count and the part."""
         tokens = [int(v or 0) for v in values[:6]]
         cost, count, part = values[6], int(values[7] or 0), values[8]
-        unpriced = self._groups.setdefault((model, provider), [0, 0, 0, 0, 0])
-        sign = 1
-        if part == USAGE_PART_REPORTED:
-            sign = -1  # already counted in the TOTAL row: take it out of the priced part only
-        else:
+        # A REPORTED row is already counted in its TOTAL row: it only moves records out of the priced part.
+        sign = -1 if part == USAGE_PART_REPORTED else 1
+        if sign == 1:
             for index, value in enumerate(tokens):
                 self.sums[index] += value
             self.requests += count
@@ -217,6 +215,7 @@ class Tally:
             self.reported = (self.reported or 0.0) + float(cost)
             if part == USAGE_PART_LOOP:
                 return
+        unpriced = self._groups.setdefault((model, provider), [0, 0, 0, 0, 0])
         for index, value in enumerate((tokens[0], tokens[1], tokens[3], tokens[4], count)):
             unpriced[index] += sign * value
 

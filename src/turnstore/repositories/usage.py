@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import queries as q
+from .. import usage_queries as uq
 from ..database import Database
 from ..errors import LoopNotFound, SessionNotFound
 from ..usage import PriceTable, Tally, UsageRow, UsageTotals
@@ -101,7 +102,7 @@ class UsageRepository:
         return self._settings.prices.merged(prices) if prices is not None else self._settings.prices
 
     def _rows(self, level: str, group: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        return self._db.fetchall(q.usage_rows(level, group), params)
+        return self._db.fetchall(uq.usage_rows(level, group), params)
 
     def _total(self, level: str, params: dict[str, Any], prices: Prices) -> UsageTotals:
         table = self._prices(prices)
