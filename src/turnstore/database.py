@@ -25,6 +25,7 @@ import time
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from operator import itemgetter
 from datetime import datetime, timezone
 from typing import Any
 
@@ -55,27 +56,40 @@ class _ThreadState:
 class _Compiled:
     """A statement compiled for one dialect: its SQL and how to lay out its parameters."""
 
-    __slots__ = ("sql", "order", "constants")
+    __slots__ = ("sql", "order", "constants", "_pick")
 
     def __init__(self, compiled: Any) -> None:
         self.sql: str = compiled.string
-        self.order: tuple[str, ...] | None = (
-            tuple(compiled.positiontup) if compiled.positional and compiled.positiontup else None
-        )
+        self.order: tuple[str, ...] | None = tuple(compiled.positiontup or ()) if compiled.positional else None
         # Values of literals in the statement (e.g. the 1 in max(seq) + 1) that SQLAlchemy bound.
         self.constants = {
             name: bind.effective_value for bind, name in compiled.bind_names.items() if not bind.required
         }
+        self._pick = _picker(self.order) if self.order is not None else None
 
     def params(self, params: Mapping[str, Any] | None) -> Any:
-        """Parameters in the driver's form: a dict (named styles) or a tuple (positional)."""
+        """Parameters in the driver's form: a tuple (positional styles, SQLite's) or a dict (named)."""
         if self.constants:
             params = {**self.constants, **(params or {})}
         elif params is None:
             params = {}
-        if self.order is not None:
-            return tuple(params[name] for name in self.order)
+        if self._pick is not None:
+            return self._pick(params)
         return params
+
+
+def _picker(order: tuple[str, ...]) -> Any:
+    """A function from a parameter dict to the tuple of its values in ``order``, at C speed.
+
+    Positional parameters bind faster than named ones: the sqlite3 driver looks
+    each named one up by a name it builds again for every row.
+    """
+    if not order:
+        return lambda params: ()
+    if len(order) == 1:
+        name = order[0]
+        return lambda params: (params[name],)
+    return itemgetter(*order)
 
 
 class Database:

@@ -94,7 +94,6 @@ def _sqlite_engine(url: str, pragmas: Mapping[str, Any], echo: bool) -> Engine:
     engine = sa.create_engine(
         url,
         echo=echo,
-        paramstyle="named",
         connect_args={"check_same_thread": False},
     )
 

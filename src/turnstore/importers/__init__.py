@@ -77,6 +77,9 @@ def import_paths(
             with collector_paused():
                 for bundle in importer.bundles(path, options):
                     _import_bundle(store, fmt, bundle, options, report)
+                    # Freed now, by reference counting: not kept alive while the next session is
+                    # read, and not walked by the collector's first pass once it is back on.
+                    del bundle
         except InvalidRecord as error:
             report.errors.append(RecordError(error.place, error.reason))
             report.sessions_failed.append(str(path))
