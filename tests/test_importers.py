@@ -15,6 +15,9 @@ import pytest
 from factories import assistant, extension, tool_result, usage, user
 
 from turnstore import ImportFailed, Store
+from turnstore.importers.base import loads_json, parse_agent_message
+from turnstore.importers.turnstore import _fast_message_line
+from turnstore.repositories.messages import dump_message
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ARRAY = FIXTURES / "phi_core" / "messages" / "save_messages.json"
@@ -643,6 +646,59 @@ def test_turnstore_bad_line_is_reported_with_file_and_line(store: Store, tmp_pat
 
     assert skipping.ok and [error.place for error in skipping.skipped] == [f"{path}:4", f"{path}:6"]
     assert [str(m.message.role) for m in store.messages.records("small-session")] == ["assistant", "assistant"]
+
+
+def test_turnstore_one_pass_message_lines_equal_the_general_parse(round_trip: Any, tmp_path: Path) -> None:
+    # Export message lines are read in one pass of pydantic's JSON reader; what that gives must be
+    # exactly what parsing the line and validating its message gives.
+    lines = (tmp_path / "rich.jsonl").read_text(encoding="utf-8").splitlines()
+    message_lines = [line for line in lines if line.startswith('{"type":"message",')]
+    assert len(message_lines) >= 10
+    for line in message_lines:
+        fast = _fast_message_line(line)
+        general = loads_json(line)
+        assert fast is not None
+        assert {key: value for key, value in fast.items() if key != "message"} == {
+            key: value for key, value in general.items() if key in fast and key != "message"
+        }
+        expected = parse_agent_message(general["message"], "here")
+        assert type(fast["message"]) is type(expected)
+        assert dump_message(fast["message"]) == dump_message(expected)
+        assert fast["message"].model_extra == expected.model_extra
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        pytest.param('{"type":"loop","loop_id":"l"}', id="not-a-message-line"),
+        pytest.param('{"type":"message","loop_id":"l","message":{"role":"robot"}}', id="invalid-message"),
+        pytest.param('{"type":"message","loop_id":"l"}', id="no-message"),
+        pytest.param('{"type":"message","loop_id":"l","message":null}', id="null-message"),
+        pytest.param('{"type":"message","loop_id":"l","message":{"role":"user","content":[],"timestamp":1},'
+                     '"type":"loop"}', id="repeated-type-key"),
+        pytest.param('{"type":"message","loop_id":"l","message":{"role":"user","content":[{"type":"text",'
+                     '"text":"\\ud800"}],"timestamp":1}}', id="lone-surrogate"),
+        pytest.param('{"type":"message","loop_id":"l","message":{"role":"user","content":[],"timestamp":1}', id="cut-off"),
+    ],
+)
+def test_turnstore_lines_the_one_pass_refuses_go_the_general_way(line: str) -> None:
+    assert _fast_message_line(line) is None
+
+
+def test_turnstore_compact_message_line_with_an_invalid_message_names_its_line(store: Store, tmp_path: Path) -> None:
+    lines = SMALL_TURNSTORE.read_text(encoding="utf-8").splitlines()
+    bad = json.loads(lines[4])
+    bad["message"]["stopReason"] = "sleepy"
+    lines[4] = json.dumps(bad, separators=(",", ":"))  # as an export writes it: one-pass candidate
+    assert lines[4].startswith('{"type":"message",')
+    path = tmp_path / "small.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    report = store.import_("turnstore", path)
+
+    assert [error.place for error in report.errors] == [f"{path}:5"]
+    assert "stopReason" in report.errors[0].reason
+    assert not store.sessions.exists("small-session")
 
 
 def test_turnstore_file_not_starting_with_a_session_line(store: Store, tmp_path: Path) -> None:

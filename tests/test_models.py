@@ -552,6 +552,47 @@ def test_non_finite_json_literals_refused_when_stored(text: str) -> None:
         dump_message(message)
 
 
+LONG_TEXT = "NaN, Infinity, [{ " * 400
+"""Over 4,300 characters: dump_message checks such a text with one parse instead of scans."""
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        pytest.param({"nodeId": float("nan")}, id="NaN"),
+        pytest.param({"nodeId": {"x": [float("-inf")]}}, id="-Infinity"),
+    ],
+)
+def test_non_finite_refused_in_a_long_message(record: dict[str, Any]) -> None:
+    message = AGENT_MESSAGE.validate_python(minimal_user(content=[{"type": "text", "text": LONG_TEXT}], **record))
+    with pytest.raises(InvalidMessage, match="NaN or Infinity"):
+        dump_message(message)
+
+
+def test_long_message_with_the_words_nan_and_brackets_is_stored() -> None:
+    message = user(LONG_TEXT)
+    assert len(LONG_TEXT) > 4_300
+    assert json.loads(dump_message(message))["content"][0]["text"] == LONG_TEXT
+
+
+def test_long_message_nested_too_deeply_is_refused_naming_where() -> None:
+    def nested(depth: int) -> list[Any]:
+        value: list[Any] = []
+        for _ in range(depth):
+            value = [value]
+        return value
+
+    # The message object and 199 lists: 200 levels, the most the reader takes; one more is refused,
+    # as it is for a short message.
+    fits = AGENT_MESSAGE.validate_python(minimal_user(content=[{"type": "text", "text": LONG_TEXT}], extra=nested(198)))
+    assert json.loads(dump_message(fits))["extra"] == nested(198)
+    too_deep = AGENT_MESSAGE.validate_python(
+        minimal_user(content=[{"type": "text", "text": LONG_TEXT}], extra=nested(199))
+    )
+    with pytest.raises(InvalidMessage, match=r"^extra\[0\]\[0\]\[0\]…: nested more than 200 levels deep"):
+        dump_message(too_deep)
+
+
 def test_non_finite_unknown_key_refused_when_stored() -> None:
     message = AGENT_MESSAGE.validate_python(minimal_user(nodeId=float("nan")))
     with pytest.raises(InvalidMessage, match="NaN or Infinity"):

@@ -90,6 +90,7 @@ def import_paths(
 
 def _import_bundle(store: Store, fmt: str, bundle: SessionBundle, options: ImportOptions, report: ImportReport) -> None:
     report.records += bundle.records
+    bundle.start_digest(fmt)
     screen_messages(bundle, store.settings.limits)
     if bundle.errors:
         if not options.skip_invalid:
@@ -97,12 +98,13 @@ def _import_bundle(store: Store, fmt: str, bundle: SessionBundle, options: Impor
             report.sessions_failed.append(bundle.session_id)
             return
         report.skipped.extend(bundle.errors)
+    counts = report.counts(bundle)
     try:
         check_ids(bundle, store.settings.limits)
         if options.dry_run:
             status = check_bundle(store._db, bundle, fmt, replace=options.replace)
         else:
-            summary = {"records": bundle.records, "messages": len(bundle.messages), "loops": len(bundle.loops),
+            summary = {"records": bundle.records, "messages": counts.messages, "loops": counts.loops,
                        "skipped": [str(error) for error in bundle.errors]}
             status = write_bundle(store._db, bundle, fmt, replace=options.replace,
                                   limits=store.settings.limits, report=summary)
@@ -121,6 +123,6 @@ def _import_bundle(store: Store, fmt: str, bundle: SessionBundle, options: Impor
         return
     if status == WRITTEN:
         report.sessions_written.append(bundle.session_id)
-        report.count(bundle)
+        report.add(counts)
     else:
         report.sessions_unchanged.append(bundle.session_id)

@@ -12,8 +12,11 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+from typing_extensions import TypedDict
+
 from ..errors import InvalidRecord
-from ..models import Usage
+from ..models import AgentMessage, ExtensionMessage, Message, Usage, WireAdapter
 from ..records import ContinuationKind, LoopStatus
 from .base import (
     ImportOptions,
@@ -30,6 +33,46 @@ from .base import (
 __all__ = ["TurnstoreImporter"]
 
 
+class _MessageLine(TypedDict, total=False):
+    """A ``message`` line as this module reads it: the message typed, the rest as parsed JSON."""
+
+    type: Any
+    id: Any
+    loop_id: Any
+    turn_index: Any
+    message: AgentMessage
+    usage: Any
+    priced_as: Any
+    timestamp: Any
+    usage_known: Any
+    source: Any
+
+
+_MESSAGE_LINE = WireAdapter(_MessageLine)
+
+_MESSAGE_START = '{"type":"message",'
+"""How every message line of an export starts."""
+
+
+def _fast_message_line(line: str) -> dict[str, Any] | None:
+    """A message line parsed and its message validated in one pass of pydantic's JSON reader.
+
+    Nearly every line of an export is one; parsing it to Python objects first and
+    validating those (as :func:`~turnstore.importers.base.read_jsonl` does) builds
+    every string and container twice. Returns None for any other line and for a
+    line the one pass refuses, which then goes the general way and gets its
+    precise error.
+    """
+    if not line.startswith(_MESSAGE_START):
+        return None
+    try:
+        value: dict[str, Any] = _MESSAGE_LINE.validate_json(line)
+    except (ValidationError, ValueError, RecursionError):
+        return None
+    # A repeated "type" key names the record by its last value: that line goes the general way.
+    return value if value.get("type") == "message" and "message" in value else None
+
+
 class TurnstoreImporter:
     """Reads turnstore JSONL exports."""
 
@@ -42,7 +85,7 @@ class TurnstoreImporter:
         bundle: SessionBundle | None = None
         index_of: dict[int, int] = {}
         forks: list[tuple[LoopRow, Any, Any]] = []
-        for number, line, value in read_jsonl(path):
+        for number, line, value in read_jsonl(path, _fast_message_line):
             place = f"{path}:{number}"
             if isinstance(value, InvalidRecord):
                 if bundle is None:
@@ -158,7 +201,9 @@ def _message(value: dict[str, Any], place: str) -> MessageRow:
     turn_index = value.get("turn_index")
     if turn_index is not None and (not isinstance(turn_index, int) or isinstance(turn_index, bool) or turn_index < 0):
         raise InvalidRecord(place, "turn_index must be a non-negative integer")
-    message = parse_agent_message(value.get("message"), place)
+    message = value.get("message")
+    if not isinstance(message, (Message, ExtensionMessage)):  # validated already by _fast_message_line
+        message = parse_agent_message(message, place)
     usage = None
     if isinstance(value.get("usage"), dict):
         try:
