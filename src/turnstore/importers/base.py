@@ -170,6 +170,17 @@ class SessionBundle:
         return cached[1]
 
 
+    def release(self) -> list[Any]:
+        """Take the messages and the source records out of a written bundle, for the writer to free.
+
+        The digests worked out so far stay: :meth:`digest` goes on answering them.
+        """
+        taken: list[Any] = [self.messages, self.digest_parts]
+        self.messages, self.digest_parts = [], []
+        self._digests = {fmt: (0, value) for fmt, (_, value) in self._digests.items()}
+        return taken
+
+
 BACKGROUND_DIGEST_CHARS = 1_000_000
 """Records of at least this many characters in all are hashed on a helper thread (a thread costs
 about 0.1 ms to start; hashing a million characters, about 0.6 ms)."""
@@ -369,7 +380,7 @@ def loads_json(text: str) -> Any:
     which gives the error messages (and the acceptance) the importers rely on.
     """
     try:
-        return from_json(text, allow_inf_nan=False, cache_strings="keys")
+        return from_json(text, allow_inf_nan=False, cache_strings=False)
     except ValueError:
         return json.loads(text)
 

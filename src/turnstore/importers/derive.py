@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Container, Sequence
 from typing import Any
 
-from ..models import AssistantMessage
+from ..models import AssistantMessage, ToolCallContent
 from .base import LoopRow, MessageRow, SessionBundle
 
 __all__ = ["TurnDeriver", "add_derived", "asked_tools", "derive_positions", "fill_configs", "next_loop"]
@@ -80,7 +80,8 @@ def derive_positions(roles: Sequence[tuple[str, bool]]) -> list[tuple[int, int |
 
 def asked_tools(message: Any) -> bool:
     """Whether a canonical assistant message asked for tools."""
-    return any(getattr(block, "type", None) == "toolCall" for block in getattr(message, "content", ()) or ())
+    content = getattr(message, "content", None)
+    return bool(content) and ToolCallContent in map(type, content)
 
 
 def next_loop(loop_id: str, previous: Sequence[LoopRow]) -> LoopRow:

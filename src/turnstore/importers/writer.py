@@ -126,20 +126,18 @@ def _write(
     return WRITTEN
 
 
-BACKGROUND_FREE_MESSAGES = 1_000
-"""Sessions of at least this many messages have their models freed on a helper thread during the commit."""
+BACKGROUND_FREE_MESSAGES = 200
+"""Sessions of at least this many messages are freed on a helper thread during their commit."""
 
 
 def _free_meanwhile(bundle: SessionBundle, rows: list[dict[str, Any]]) -> Background[None] | None:
-    """Let go of the written messages (their models and row values), on a helper thread when there are many.
+    """Let go of a written session's messages (models, row values, source records), on a helper thread when many.
 
-    Freeing a session's models is Python work that takes about a third as long
-    as its commit, and the commit holds no GIL: done on a helper thread, it is
-    over by the time the commit is. The bundle keeps its messages' count, not the messages.
+    Freeing them is Python work that takes about a third as long as the
+    session's commit, and the commit holds no GIL: done on a helper thread, it
+    is over by the time the commit is. The bundle keeps its loops and digest.
     """
-    messages, bundle.messages = bundle.messages, []
-    garbage = [messages, rows]
-    del messages
+    garbage = [*bundle.release(), rows]
     if len(garbage[0]) < BACKGROUND_FREE_MESSAGES:
         return None
     return Background(garbage.clear)

@@ -345,10 +345,13 @@ class LoopRepository:
 _USAGE_FIELDS = ("input", "output", "reasoning", "cache_read", "cache_write", "total_tokens")
 
 
+_NO_USAGE: dict[str, Any] = {name: None for name in (*USAGE_COLUMNS, "cost")}
+
+
 def usage_params(usage: Usage | None) -> dict[str, Any]:
     """The typed usage columns for ``usage`` (all NULL when there is none)."""
     if usage is None:
-        return {name: None for name in (*USAGE_COLUMNS, "cost")}
+        return _NO_USAGE.copy()
     return {
         "input_tokens": usage.input,
         "output_tokens": usage.output,
