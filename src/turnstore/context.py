@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .models import AGENT_MESSAGE, ExtensionMessage, TextContent, UserMessage
+from .models import AGENT_MESSAGE, ExtensionMessage, TextContent, ToolCallContent, UserMessage
 
 __all__ = [
     "SUMMARY_KINDS",
@@ -163,7 +163,7 @@ def pair_tool_calls(messages: Sequence[Any]) -> list[Any]:
     for index, message in enumerate(messages):
         role = message.role
         if role == "assistant":
-            calls = [block.id for block in message.content if getattr(block, "type", None) == "toolCall"]
+            calls = [block.id for block in message.content if isinstance(block, ToolCallContent)]
             unanswered[index] = len(calls)
             for call in calls:
                 open_calls[call] = index

@@ -454,18 +454,21 @@ AgentMessage = Annotated[
 class WireAdapter:
     """A pydantic TypeAdapter that reads wire records: keys matched by wire name only."""
 
-    __slots__ = ("adapter",)
+    __slots__ = ("adapter", "_validator")
 
     def __init__(self, kind: Any) -> None:
         self.adapter: TypeAdapter[Any] = TypeAdapter(kind)
+        # pydantic-core's validator, called directly: TypeAdapter's own methods add a few µs of
+        # argument handling per call (4% of reading the last 50 messages).
+        self._validator = self.adapter.validator
 
     def validate_python(self, value: Any) -> Any:
         """Validate a dict (or list of dicts)."""
-        return self.adapter.validate_python(value, by_alias=True, by_name=False)
+        return self._validator.validate_python(value, by_alias=True, by_name=False)
 
     def validate_json(self, text: str | bytes | bytearray) -> Any:
         """Validate JSON text."""
-        return self.adapter.validate_json(text, by_alias=True, by_name=False)
+        return self._validator.validate_json(text, by_alias=True, by_name=False)
 
 
 AGENT_MESSAGE = WireAdapter(AgentMessage)

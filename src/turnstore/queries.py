@@ -326,7 +326,7 @@ def loop_messages() -> sa.Select:
 @cache
 def last_messages() -> sa.Select:
     return (
-        sa.select(messages.c.id, messages.c.role, messages.c.message)
+        sa.select(messages.c.message)
         .where(messages.c.session_id == bp("session_id"))
         .order_by(messages.c.id.desc())
         .limit(bp("limit"))

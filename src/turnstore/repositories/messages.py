@@ -281,7 +281,7 @@ class MessageRepository:
             self._require_session(session_id)
             return []
         rows.reverse()
-        return ctx.pair_tool_calls(parse_rows(row[2] for row in rows))
+        return ctx.pair_tool_calls(parse_rows(row[0] for row in rows))
 
     def context(self, loop_id: str) -> list[Message]:
         """What the next model call of ``loop_id`` should see.
