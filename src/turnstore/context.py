@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .collector import collector_paused
 from .models import AGENT_MESSAGE, ExtensionMessage, TextContent, ToolCallContent, UserMessage
 
 __all__ = [
@@ -123,11 +124,12 @@ def assemble(segments: Sequence[Segment], rows: Iterable[tuple[Any, ...]]) -> li
         kept = [row for row in chosen if segment.keep_from is not None and row[0] >= segment.keep_from]
         chosen = summaries + kept + rest
     messages = []
-    for row in chosen:
-        if row[2] != "extension":
-            messages.append(AGENT_MESSAGE.validate_json(row[4]))
-        elif row[3] in SUMMARY_KINDS:
-            messages.append(render_summary(AGENT_MESSAGE.validate_json(row[4])))
+    with collector_paused():
+        for row in chosen:
+            if row[2] != "extension":
+                messages.append(AGENT_MESSAGE.validate_json(row[4]))
+            elif row[3] in SUMMARY_KINDS:
+                messages.append(render_summary(AGENT_MESSAGE.validate_json(row[4])))
     return pair_tool_calls(messages)
 
 

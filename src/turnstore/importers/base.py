@@ -17,7 +17,6 @@ histories) and :mod:`turnstore.importers.tree` (entry trees).
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import mimetypes
@@ -33,6 +32,7 @@ from typing import Any, Protocol, TypeVar
 from pydantic import ValidationError
 from pydantic_core import from_json
 
+from ..collector import collector_paused
 from ..errors import ImportFailed, InvalidMessage, InvalidRecord
 from ..ids import session_of_loop_id
 from ..models import AGENT_MESSAGE, ExtensionMessage, Message, Usage
@@ -473,32 +473,6 @@ def first_turn_session(messages: Iterable[Message | ExtensionMessage]) -> str | 
         if turn is not None:
             return session_of_loop_id(turn.loop_id)
     return None
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while a file is read and imported.
-
-    Reading allocates hundreds of thousands of long-lived objects (models,
-    nodes) and makes no reference cycles; left on, the collector walks them
-    again and again (about a third of the read time, measured). It is back on
-    (if it was on) as soon as the block ends, so anything it would have
-    collected still is; reference counting frees memory meanwhile.
-
-    Nothing else is done on leaving: moving the block's survivors to the
-    oldest generation (``gc.freeze()``/``gc.unfreeze()``) saved nothing
-    measurable on a 10,000-message pi import (550 vs 558 ms), and the check
-    that the program keeps no frozen objects of its own (``gc.get_freeze_count()``)
-    walks them all: 40 ms per import in a process that froze 1M objects, as
-    pre-forking servers do.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 # --- SQLite sources (appam, OpenAI Agents SDK, Tau) ------------------------------------------------

@@ -11,6 +11,7 @@ from pydantic_core import PydanticSerializationError, from_json
 
 from .. import context as ctx
 from .. import queries as q
+from ..collector import collector_paused
 from ..database import Database
 from ..errors import (
     InvalidMessage,
@@ -499,8 +500,12 @@ def _turn_json(loop_id: str, turn_index: int) -> str:
 
 
 def _stream(cursor: Any) -> Iterator[StoredMessage]:
-    while batch := cursor.fetchmany(500):
-        yield from (stored_message(row) for row in batch)
+    while True:
+        with collector_paused():  # per batch: never across the caller's code at a yield
+            models = [stored_message(row) for row in cursor.fetchmany(2000)]
+        if not models:
+            return
+        yield from models
 
 
 def _refuse_constant(name: str) -> float:
@@ -579,8 +584,10 @@ def row_params(
 
 
 def parse_rows(texts: Iterable[str]) -> list[Any]:
-    """Validate stored message JSON texts in one pass."""
-    return AGENT_MESSAGES.validate_json("[" + ",".join(texts) + "]")
+    """Validate stored message JSON texts in one pass (the garbage collector paused meanwhile)."""
+    text = "[" + ",".join(texts) + "]"
+    with collector_paused():
+        return AGENT_MESSAGES.validate_json(text)
 
 
 def stored_message(row: Sequence[Any]) -> StoredMessage:
