@@ -592,12 +592,18 @@ def parse_rows(texts: Iterable[str]) -> list[Any]:
 
 def stored_message(row: Sequence[Any]) -> StoredMessage:
     """A :class:`StoredMessage` from a row of ``queries.STORED_COLUMNS`` plus ``source``."""
-    return StoredMessage(
-        id=row[0],
-        session_id=row[1],
-        loop_id=row[2],
-        turn_index=row[3],
-        seq=row[4],
-        message=AGENT_MESSAGE.validate_json(row[5]),
-        source=row[6] if len(row) > 6 else None,
+    return _STORED_MESSAGE(
+        {
+            "id": row[0],
+            "session_id": row[1],
+            "loop_id": row[2],
+            "turn_index": row[3],
+            "seq": row[4],
+            "message": AGENT_MESSAGE.validate_json(row[5]),
+            "source": row[6] if len(row) > 6 else None,
+        }
     )
+
+
+_STORED_MESSAGE = StoredMessage.__pydantic_validator__.validate_python
+"""StoredMessage's validator, called directly: a whole-session read builds thousands (a third faster than ``__init__``)."""
