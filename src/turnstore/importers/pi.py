@@ -39,8 +39,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..errors import InvalidMessage, InvalidRecord
-from ..models import AssistantMessage, ExtensionMessage, ToolResultMessage, Usage, UserMessage
+from ..models import AssistantMessage, ExtensionMessage, Message, ToolResultMessage, Usage, UserMessage
 from .base import ImportOptions, RecordError, SessionBundle, collector_paused, parse_time, read_jsonl, time_ms
+from .pi_messages import canonical_usage, fast_message_line
 from .tree import Node, build_loops, resolve_skipped, skip_unparsed
 
 __all__ = ["PiImporter"]
@@ -127,7 +128,7 @@ class _SessionFile:
             return self._read()
 
     def _read(self) -> SessionBundle:
-        lines = read_jsonl(self.path)
+        lines = read_jsonl(self.path, fast_message_line)
         first = next(lines, None)
         if first is None:
             raise InvalidRecord(f"{self.path}:1", "empty file: a pi session starts with a session header")
@@ -272,9 +273,12 @@ class _SessionFile:
 
     def _message(self, entry: dict[str, Any], place: str, before: Config | None) -> tuple[Node, Config | None]:
         message = entry.get("message")
-        if not isinstance(message, dict):
+        if isinstance(message, Message):  # read by fast_message_line, already validated
+            node = Node(id="", parent_id=None, message=message, source="", place=place)
+        elif isinstance(message, dict):
+            node = _message_node(message, place, entry, before)
+        else:
             raise InvalidRecord(place, "message entry without a message object")
-        node = _message_node(message, place, entry, before)
         if node.message.role == "assistant":
             model = node.message
             return node, _config(before, model.model, model.provider)  # type: ignore[union-attr]
@@ -358,7 +362,7 @@ def _message_node(message: dict[str, Any], place: str, entry: dict[str, Any], be
                 if isinstance(block, dict) and "thinkingSignature" in block and block.get("type") == "thinking":
                     block["signature"] = block.pop("thinkingSignature")
         if isinstance(message.get("usage"), dict):
-            _canonical_usage(message["usage"])
+            canonical_usage(message["usage"])
     else:
         if isinstance(content, str):  # pi allows a plain string; canonical content is a list of blocks
             message["content"] = [{"type": "text", "text": content}]
@@ -390,27 +394,11 @@ def _ms(stamp: Any, entry: dict[str, Any]) -> int:
     return _entry_ms(entry)
 
 
-def _canonical_usage(data: dict[str, Any]) -> dict[str, Any]:
-    """pi's Usage (camelCase, ``cost`` an object) as canonical Usage input, in place.
-
-    ``cost.total`` is the provider-reported cost; a missing ``totalTokens`` is
-    the sum of the four counts, as pi computes it.
-    """
-    cost = data.get("cost")
-    if isinstance(cost, dict):
-        data["cost"] = cost.get("total")
-    if "totalTokens" not in data and "total_tokens" not in data:
-        counts = [data.get(key, 0) for key in ("input", "output", "cacheRead", "cacheWrite")]
-        if all(isinstance(count, int) for count in counts):
-            data["totalTokens"] = sum(counts)
-    return data
-
-
 def _usage(raw: Any, place: str) -> Usage:
     if not isinstance(raw, dict):
         raise InvalidRecord(place, f"usage must be an object, got {type(raw).__name__}")
     try:
-        return Usage.model_validate(_canonical_usage(dict(raw)))
+        return Usage.model_validate(canonical_usage(dict(raw)))
     except ValidationError as error:
         raise InvalidRecord(place, str(InvalidMessage.from_pydantic(error, "usage"))) from None
 
