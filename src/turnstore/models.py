@@ -91,11 +91,16 @@ class RoleName(str):
         return str(self)
 
 
-UserRole = Annotated[Literal["user"], AfterValidator(RoleName)]
-AssistantRole = Annotated[Literal["assistant"], AfterValidator(RoleName)]
-ToolResultRole = Annotated[Literal["toolResult"], AfterValidator(RoleName)]
-ExtensionRole = Annotated[Literal["extension"], AfterValidator(RoleName)]
-SystemRole = Annotated[Literal["system"], AfterValidator(RoleName)]
+_ROLE_NAMES = {name: RoleName(name) for name in ("user", "assistant", "toolResult", "extension", "system")}
+"""One shared RoleName per role: validating a message makes no new object for its role (strings are immutable)."""
+
+_shared_role = _ROLE_NAMES.__getitem__
+
+UserRole = Annotated[Literal["user"], AfterValidator(_shared_role)]
+AssistantRole = Annotated[Literal["assistant"], AfterValidator(_shared_role)]
+ToolResultRole = Annotated[Literal["toolResult"], AfterValidator(_shared_role)]
+ExtensionRole = Annotated[Literal["extension"], AfterValidator(_shared_role)]
+SystemRole = Annotated[Literal["system"], AfterValidator(_shared_role)]
 
 
 class WireModel(BaseModel):
@@ -345,7 +350,7 @@ class SystemMessage(Message):
 
     ROLE: ClassVar[str] = "system"
 
-    role: SystemRole = RoleName("system")
+    role: SystemRole = _ROLE_NAMES["system"]
     content: list[Content]
     timestamp: U64 = 0
     turn: TurnId | None = Field(None, alias="turnId", exclude_if=_omit_none)
@@ -356,7 +361,7 @@ class UserMessage(Message):
 
     ROLE: ClassVar[str] = "user"
 
-    role: UserRole = RoleName("user")
+    role: UserRole = _ROLE_NAMES["user"]
     content: list[Content]
     timestamp: U64
     turn: TurnId | None = Field(None, alias="turnId", exclude_if=_omit_none)
@@ -367,7 +372,7 @@ class AssistantMessage(Message):
 
     ROLE: ClassVar[str] = "assistant"
 
-    role: AssistantRole = RoleName("assistant")
+    role: AssistantRole = _ROLE_NAMES["assistant"]
     content: list[Content]
     stop_reason: StopReason = Field(alias="stopReason")
     model: str
@@ -396,7 +401,7 @@ class ToolResultMessage(Message):
 
     ROLE: ClassVar[str] = "toolResult"
 
-    role: ToolResultRole = RoleName("toolResult")
+    role: ToolResultRole = _ROLE_NAMES["toolResult"]
     tool_call_id: str = Field(alias="toolCallId")
     tool_name: str = Field(alias="toolName")
     content: list[Content]
@@ -414,7 +419,7 @@ class ExtensionMessage(WireModel):
 
     ROLE: ClassVar[str] = "extension"
 
-    role: ExtensionRole = RoleName("extension")
+    role: ExtensionRole = _ROLE_NAMES["extension"]
     kind: str
     data: JsonValue = None
 
