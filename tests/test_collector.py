@@ -103,7 +103,7 @@ def test_context_validates_with_the_collector_paused(
 def test_records_pause_per_batch_never_across_the_callers_code(
     sqlite_store: Store, collector_on: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    session_id, _ = _session(sqlite_store, turns=400)  # 1,200 messages: three batches
+    session_id, _ = _session(sqlite_store, turns=700)  # 2,100 messages: two batches
     built: list[bool] = []
     original = messages_module.stored_message
 
@@ -117,7 +117,8 @@ def test_records_pause_per_batch_never_across_the_callers_code(
         assert gc.isenabled(), "the caller's code runs with the collector on"
         consumed += 1
         assert stored.seq >= 0
-    assert consumed == len(built) == 1_200
+    assert consumed == len(built) == 2_100
+    assert messages_module.STREAM_BATCH < 2_100
     assert not any(built)
     assert gc.isenabled()
 

@@ -119,7 +119,7 @@ class WireModel(BaseModel):
         validate_by_alias=True,
         allow_inf_nan=False,
         # NaN and Infinity cannot be JSON; dumped as bare constants, they make the
-        # store refuse the message (see repositories.messages.dump_message).
+        # store refuse the message (see repositories.message_json.dump_message).
         ser_json_inf_nan="constants",
     )
 

@@ -34,6 +34,7 @@ from ..models import (
     Usage,
     UserMessage,
     WireAdapter,
+    _omit_none,
 )
 
 __all__ = ["PiAssistantMessage", "PiThinkingContent", "PiUsage", "canonical_usage", "fast_message_line"]
@@ -59,7 +60,7 @@ class PiThinkingContent(ThinkingContent):
     """A thinking block as pi writes it: the signature is ``thinkingSignature``; dumped canonically."""
 
     signature: str | None = Field(
-        None, validation_alias="thinkingSignature", serialization_alias="signature", exclude_if=lambda v: v is None
+        None, validation_alias="thinkingSignature", serialization_alias="signature", exclude_if=_omit_none
     )
 
 

@@ -19,7 +19,8 @@ from ..limits import Limits
 from ..records import LoopConfig
 from ..repositories._shared import dumps, utcnow
 from ..repositories.loops import usage_params
-from ..repositories.messages import dump_message, row_params
+from ..repositories.message_json import dump_message
+from ..repositories.messages import row_params
 from .background import Background
 from .base import LoopRow, MessageRow, RecordError, SessionBundle
 

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
-from pydantic_core import PydanticSerializationError, from_json
 
 from .. import context as ctx
 from .. import queries as q
@@ -35,8 +33,9 @@ from ..models import (
 from ..records import StoredMessage, Turn
 from ._shared import Settings, utcnow
 from .loops import usage_params
+from .message_json import READ_DEPTH, deeper_than, dump_message, find, shorten
 
-__all__ = ["MessageRepository", "parse_message"]
+__all__ = ["READ_DEPTH", "MessageRepository", "dump_message", "parse_message"]
 
 MessageInput = Message | ExtensionMessage | Mapping[str, Any]
 """A message as a model, or as its JSON object (validated on append)."""
@@ -55,10 +54,10 @@ def parse_message(value: MessageInput) -> Message | ExtensionMessage:
     if isinstance(value, (Message, ExtensionMessage)):
         return value
     if isinstance(value, Mapping):
-        if _deeper_than(value, READ_DEPTH):
+        if deeper_than(value, READ_DEPTH):
             # Refused before pydantic sees it: pydantic-core reports input this deep through
             # sys.unraisablehook (its repr recurses) besides raising, which apps would see as noise.
-            where = _shorten(_find(value, lambda item, depth: depth > READ_DEPTH and isinstance(item, (list, dict))))
+            where = shorten(find(value, lambda item, depth: depth > READ_DEPTH and isinstance(item, (list, dict))))
             raise InvalidMessage(
                 f"{where}: nested more than {READ_DEPTH} levels deep, more than the store can read back",
                 [(where, "nested too deeply")],
@@ -344,147 +343,6 @@ class MessageRepository:
             raise SessionNotFound(f"session {session_id!r} not found")
 
 
-def dump_message(model: Message | ExtensionMessage) -> str:
-    """A message's canonical JSON text, as stored.
-
-    Raises:
-        InvalidMessage: the model holds a value JSON cannot carry (a lone
-            surrogate, NaN or Infinity, an object that is not JSON), or one the
-            store could not read back (see :func:`_check_readable`).
-    """
-    try:
-        # model_dump_json() with every option at its default, without its per-call argument handling.
-        text = model.__pydantic_serializer__.to_json(model).decode()
-    except (PydanticSerializationError, ValueError, TypeError) as error:
-        raise _unserializable(model, error) from None
-    if len(text) > _DIGITS and _reads_back(text):
-        return text
-    if ("NaN" in text or "Infinity" in text) and _has_non_finite(text):
-        raise InvalidMessage(
-            "message holds NaN or Infinity, which JSON cannot carry", [("message", "non-finite number")]
-        )
-    _check_readable(model, text)
-    return text
-
-
-READ_DEPTH = 200
-"""Deepest nesting of arrays and objects a stored message may have: pydantic-core's JSON reader
-takes 201 levels, and :func:`parse_rows` reads messages inside one more array."""
-
-_DIGITS = 4_300
-"""Longest integer (in digits) the JSON readers convert (Python's and pydantic-core's limit)."""
-
-
-def _reads_back(text: str) -> bool:
-    """Whether the store's reader takes ``text`` back as it reads stored messages, finite numbers only.
-
-    One pass of pydantic-core's parser answers what :func:`dump_message` asks
-    of a long text (no bare NaN/Infinity, nesting the reader takes, no integer
-    too long to convert) faster than scanning it for each: on a 150 KB image
-    message, 4× faster. False sends the text to those checks, which name what
-    is wrong.
-    """
-    try:
-        from_json(f"[{text}]", allow_inf_nan=False, cache_strings=False)
-    except ValueError:
-        return False
-    return True
-
-
-def _check_readable(model: Message | ExtensionMessage, text: str) -> None:
-    """Refuse JSON the store's own reader would not take back, so a loop is never left unreadable.
-
-    The models accept (and dump) nesting a little deeper than the reader takes,
-    and integers of any length; both are checked here, with the reader itself,
-    only for texts that could hold them (long, or with many brackets).
-    """
-    deep = text.count("[") + text.count("{") >= READ_DEPTH
-    if not deep and len(text) <= _DIGITS:
-        return
-    try:
-        from_json(f"[{text}]" if deep else text, cache_strings=False)
-    except ValueError as error:
-        data = model.model_dump(by_alias=True)
-        if "recursion" in str(error):
-            path = _find(data, lambda value, depth: depth > READ_DEPTH - 2 and isinstance(value, (list, dict)))
-            where = _shorten(path)
-            raise InvalidMessage(
-                f"{where}: nested more than {READ_DEPTH} levels deep, more than the store can read back",
-                [(where, "nested too deeply")],
-            ) from None
-        path = _find(data, lambda value, _: isinstance(value, int) and abs(value).bit_length() > _DIGITS * 3.32)
-        where = _shorten(path)
-        raise InvalidMessage(
-            f"{where}: an integer of more than {_DIGITS} digits, more than the store can read back",
-            [(where, "number too large")],
-        ) from None
-
-
-def _unserializable(model: Message | ExtensionMessage, error: Exception) -> InvalidMessage:
-    """The error for a model pydantic cannot dump as JSON, naming the field when it is a lone surrogate."""
-    if "surrogates not allowed" in str(error):
-        try:
-            data = model.model_dump(by_alias=True)
-        except ValueError:  # a surrogate in a key of an extra field: pydantic cannot walk it either
-            data = None
-        path = _find(data, lambda value, _: isinstance(value, str) and _has_surrogate(value))
-        where = _shorten(path)
-        return InvalidMessage(
-            f"{where}: holds a lone surrogate, which UTF-8 (and so the database) cannot store", [(where, "lone surrogate")]
-        )
-    return InvalidMessage(f"message cannot be stored as JSON: {error}", [("message", str(error))])
-
-
-def _has_surrogate(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
-
-
-def _deeper_than(data: Any, limit: int) -> bool:
-    """Whether lists and dicts inside ``data`` nest more than ``limit`` levels deep (walked without recursion)."""
-    stack = [(data, 1)]
-    while stack:
-        value, depth = stack.pop()
-        if depth > limit:
-            return True
-        children = value.values() if isinstance(value, Mapping) else value
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (list, dict)))
-    return False
-
-
-def _find(data: Any, test: Any) -> list[Any]:
-    """The path to the first value (or dict key) inside ``data`` for which ``test(value, depth)`` holds."""
-    stack: list[tuple[Any, list[Any], int]] = [(data, [], 1)]
-    while stack:
-        value, path, depth = stack.pop()
-        if test(value, depth):
-            return path
-        if isinstance(value, dict):
-            for key in value:
-                if test(key, depth):
-                    return [*path, key]
-            stack.extend((child, [*path, key], depth + 1) for key, child in reversed(value.items()))
-        elif isinstance(value, list):
-            stack.extend((child, [*path, index], depth + 1) for index, child in reversed(list(enumerate(value))))
-    return []
-
-
-def _shorten(path: list[Any], keep: int = 4) -> str:
-    """``content[0].arguments.a…`` (at most ``keep`` parts; surrogates shown escaped), or ``message``."""
-    parts: list[str] = []
-    for part in path[:keep]:
-        if isinstance(part, int):
-            parts.append(f"[{part}]")
-        else:
-            name = str(part).encode("utf-8", "backslashreplace").decode("utf-8")
-            parts.append(f".{name}" if parts else name)
-    text = "".join(parts) or "message"
-    return text + "…" if len(path) > keep else text
-
-
 _TURN_JSON: dict[tuple[str, int], str] = {}
 
 
@@ -499,26 +357,17 @@ def _turn_json(loop_id: str, turn_index: int) -> str:
     return text
 
 
+STREAM_BATCH = 2_000
+"""Rows :meth:`MessageRepository.records` reads and validates at a time, with the collector paused."""
+
+
 def _stream(cursor: Any) -> Iterator[StoredMessage]:
     while True:
         with collector_paused():  # per batch: never across the caller's code at a yield
-            models = [stored_message(row) for row in cursor.fetchmany(2000)]
+            models = [stored_message(row) for row in cursor.fetchmany(STREAM_BATCH)]
         if not models:
             return
         yield from models
-
-
-def _refuse_constant(name: str) -> float:
-    raise ValueError(name)
-
-
-def _has_non_finite(text: str) -> bool:
-    """Whether dumped JSON holds a bare NaN/Infinity (not merely those words inside a string)."""
-    try:
-        json.loads(text, parse_constant=_refuse_constant)
-    except ValueError:
-        return True
-    return False
 
 
 def row_params(
