@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import uuid
-from datetime import timezone
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 from factories import assistant, user
@@ -347,3 +349,45 @@ def test_delete_unknown_session_raises_session_not_found(store: Store, session_i
     with pytest.raises(SessionNotFound):
         store.sessions.delete("missing")
     assert store.sessions.exists(session_id)
+
+
+# --- times ----------------------------------------------------------------------
+
+
+EARLY = "0005-01-02T03:04:05.000006Z"
+"""A year under 1000, which ``strftime`` writes without leading zeros ("5-01-02")."""
+
+
+def test_times_with_an_early_year_are_stored_read_and_exported(store: Any, tmp_path: Path) -> None:
+    source = tmp_path / "early.jsonl"
+    header = {"type": "session", "version": 3, "id": "early", "timestamp": EARLY, "cwd": "/x"}
+    entry = {"type": "message", "id": "a", "parentId": None, "timestamp": EARLY,
+             "message": {"role": "user", "content": [{"type": "text", "text": "hi"}], "timestamp": 1}}
+    source.write_text(json.dumps(header) + "\n" + json.dumps(entry) + "\n", encoding="utf-8")
+    store.sessions.create("late", title="2026")
+    assert store.import_("pi", source).ok
+
+    early = datetime(5, 1, 2, 3, 4, 5, 6, tzinfo=timezone.utc)
+    assert store.sessions.get("early").created_at == early
+    assert [summary.session_id for summary in store.sessions.list()][-1] == "early"  # oldest last
+    exported = json.loads(store.export("early").splitlines()[0])
+    assert exported["created_at"] == "0005-01-02T03:04:05.000006Z"
+
+
+def test_sqlite_times_sort_as_text_and_read_back(sqlite_store: Store) -> None:
+    db = sqlite_store._db
+    times = [datetime(year, 6, 7, 8, 9, 10, 11, tzinfo=timezone.utc) for year in (5, 999, 1000, 2026, 9999)]
+
+    stored = [db.bind_time(value) for value in times]
+
+    assert stored[0] == "0005-06-07 08:09:10.000011"
+    assert sorted(stored) == stored
+    assert [db.load_time(text) for text in stored] == times
+
+
+def test_sqlite_times_stored_before_the_year_was_padded_still_read(sqlite_store: Store) -> None:
+    db = sqlite_store._db
+
+    assert db.load_time("5-01-02 03:04:05.000006") == datetime(5, 1, 2, 3, 4, 5, 6, tzinfo=timezone.utc)
+    with pytest.raises(ValueError, match="not a stored time"):
+        db.load_time("yesterday")

@@ -36,8 +36,6 @@ from .errors import InvalidMessage, LimitExceeded, StoreBusy
 
 __all__ = ["Database"]
 
-_SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"
-
 
 class _ThreadState:
     """The connection a thread uses, and how deep it is in a transaction."""
@@ -376,17 +374,30 @@ class Database:
     # --- value conversion -----------------------------------------------------
 
     def bind_time(self, value: datetime) -> Any:
-        """A UTC datetime as this database stores it (text on SQLite, timestamptz on PostgreSQL)."""
+        """A UTC datetime as this database stores it: on SQLite, text that sorts as the times do
+        (``0005-01-02 03:04:05.000000``, the year always four digits), on PostgreSQL a timestamptz."""
         value = value.astimezone(timezone.utc)
-        return value.strftime(_SQLITE_TIME) if self.is_sqlite else value
+        return value.replace(tzinfo=None).isoformat(" ", "microseconds") if self.is_sqlite else value
 
     def load_time(self, value: Any) -> datetime | None:
         """A stored time back as an aware UTC datetime."""
         if value is None:
             return None
         if isinstance(value, str):
-            return datetime.fromisoformat(value).replace(tzinfo=timezone.utc)
+            try:
+                return datetime.fromisoformat(value).replace(tzinfo=timezone.utc)
+            except ValueError:
+                return _unpadded_year(value)
         return value.astimezone(timezone.utc)
+
+
+def _unpadded_year(value: str) -> datetime:
+    """A time stored before 2026-11-25 with a year under 1000, which was written without its leading
+    zeros (``5-01-02 03:04:05.000000``)."""
+    year, separator, rest = value.partition("-")
+    if not separator or not year.isdigit() or len(year) >= 4:
+        raise ValueError(f"not a stored time: {value!r}")
+    return datetime.fromisoformat(f"{int(year):04d}-{rest}").replace(tzinfo=timezone.utc)
 
 
 def _is_busy(error: Exception) -> bool:

@@ -242,5 +242,6 @@ def _dumps(value: Any) -> str:
 
 
 def _rfc3339(value: datetime) -> str:
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """``0005-01-02T03:04:05.000000Z``: the year always four digits (``strftime`` drops leading zeros)."""
+    return value.astimezone(timezone.utc).replace(tzinfo=None).isoformat("T", "microseconds") + "Z"
 
