@@ -32,6 +32,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 from sqlalchemy.sql import ClauseElement
 
+from .checkpoint import Checkpointer
 from .errors import InvalidMessage, LimitExceeded, StoreBusy
 
 __all__ = ["Database"]
@@ -125,6 +126,8 @@ class Database:
         self._states_lock = threading.Lock()
         self._compiled: dict[ClauseElement, _Compiled] = {}
         self._closed = False
+        self.checkpoints = Checkpointer(self)
+        """Checkpoints of the SQLite write-ahead log that large writes leave to a helper thread."""
         _forget_after_fork(self)
 
     # --- connections ------------------------------------------------------
@@ -156,7 +159,8 @@ class Database:
         return False
 
     def close(self) -> None:
-        """Close every connection this database opened."""
+        """Wait for a pending WAL checkpoint, then close every connection this database opened."""
+        self.checkpoints.close()
         self._closed = True
         with self._states_lock:
             for state in self._states:
@@ -170,6 +174,7 @@ class Database:
         self._local = threading.local()
         self._states = []
         self._states_lock = threading.Lock()
+        self.checkpoints.reset_after_fork()
         self.engine.dispose(close=False)
 
     # --- compiling ----------------------------------------------------------
@@ -269,6 +274,11 @@ class Database:
         if follow is not None:
             cursor.execute(follow[0].sql, follow[0].params(follow[1]))
         return row_id
+
+    def pragma(self, pragma: str) -> Any:
+        """Run ``PRAGMA <pragma>`` (SQLite) on this thread's connection; the first value it returns, or None."""
+        row = self._state().dbapi.execute(f"PRAGMA {pragma}").fetchone()
+        return None if row is None else row[0]
 
     def fetchall(self, statement: ClauseElement, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
         """All result rows, as tuples."""

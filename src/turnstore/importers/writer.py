@@ -16,6 +16,7 @@ from .. import queries as q
 from ..database import Database
 from ..errors import AlreadyExists, InvalidMessage, InvalidRecord
 from ..limits import Limits
+from ..null_binding import fast_null_binding
 from ..records import LoopConfig
 from ..repositories._shared import dumps, utcnow
 from ..repositories.loops import usage_params
@@ -78,7 +79,8 @@ def _write(
     db: Database, bundle: SessionBundle, fmt: str, replace: bool, rows: list[dict[str, Any]], report: dict[str, Any]
 ) -> str:
     freeing = None
-    with db.write():
+    large = len(rows) >= BACKGROUND_CHECKPOINT_MESSAGES
+    with db.checkpoints.deferred(large), fast_null_binding(db.is_sqlite), db.write():
         if check_bundle(db, bundle, fmt, replace=replace) == UNCHANGED:
             return UNCHANGED
         for statement in q.delete_session():
@@ -126,6 +128,10 @@ def _write(
         freeing.result()
     return WRITTEN
 
+
+BACKGROUND_CHECKPOINT_MESSAGES = 1_000
+"""Sessions of at least this many messages leave their SQLite WAL checkpoint to a helper thread
+(:mod:`turnstore.checkpoint`); smaller ones keep SQLite's automatic checkpoint, like any write."""
 
 BACKGROUND_FREE_MESSAGES = 200
 """Sessions of at least this many messages are freed on a helper thread during their commit."""

@@ -1,0 +1,226 @@
+"""WAL checkpoints that large writes leave to a helper thread (turnstore/checkpoint.py).
+
+What is checked: a deferred commit leaves its pages in the log (the main file
+stays small) and asks the helper, which then copies them; everything else
+(small writes, nested transactions, other journal modes, an application that
+turned automatic checkpoints off, PostgreSQL) keeps SQLite's own behaviour;
+requests merge, failures are logged, ``close()`` waits, and data written while
+a checkpoint runs is all there.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from factories import user
+from test_import_background import write_export
+
+from turnstore import Store
+from turnstore.checkpoint import Checkpointer
+from turnstore.database import Database
+from turnstore.importers import writer
+
+BIG = "x" * 200_000
+"""One message of ≈200 KB: 30 of them fill ≈1,500 log pages, over SQLite's automatic checkpoint (1,000)."""
+
+
+def write_log_pages(store: Store) -> tuple[str, str]:
+    """About 6 MB in one transaction; returns the session and loop written to."""
+    session_id = store.sessions.create().session_id
+    loop_id = store.loops.start(session_id).loop_id
+    with store.transaction():
+        for index in range(30):
+            store.messages.append(user(f"{index} {BIG}"), loop_id=loop_id)
+    return session_id, loop_id
+
+
+def main_file_size(store: Store) -> int:
+    return Path(store.engine.url.database).stat().st_size
+
+
+@pytest.fixture
+def requests(monkeypatch: pytest.MonkeyPatch) -> list[Checkpointer]:
+    """Requests for a helper checkpoint, recorded instead of run."""
+    made: list[Checkpointer] = []
+    monkeypatch.setattr(Checkpointer, "request", lambda self: made.append(self))
+    return made
+
+
+def test_a_plain_commit_checkpoints_itself(sqlite_store: Store) -> None:
+    write_log_pages(sqlite_store)
+
+    assert main_file_size(sqlite_store) > 5_000_000  # SQLite's automatic checkpoint copied the log
+
+
+def test_a_deferred_commit_leaves_the_pages_in_the_log_and_asks_the_helper(
+    sqlite_store: Store, requests: list[Checkpointer]
+) -> None:
+    checkpoints = sqlite_store._db.checkpoints
+    with checkpoints.deferred():
+        assert sqlite_store._db.pragma("wal_autocheckpoint") == 0
+        session_id, _ = write_log_pages(sqlite_store)
+
+    assert requests == [checkpoints]
+    assert main_file_size(sqlite_store) < 1_000_000
+    assert sqlite_store._db.pragma("wal_autocheckpoint") == 1000  # restored
+    assert len(sqlite_store.messages.last(session_id, 50)) == 30  # committed and readable from the log
+
+
+def test_the_helper_copies_the_log_into_the_main_file(sqlite_store: Store) -> None:
+    checkpoints = sqlite_store._db.checkpoints
+    with checkpoints.deferred():
+        session_id, _ = write_log_pages(sqlite_store)
+    checkpoints.wait()
+
+    assert main_file_size(sqlite_store) > 5_000_000
+    assert [message.text() for message in sqlite_store.messages.last(session_id, 2)] == [f"28 {BIG}", f"29 {BIG}"]
+    helpers = [thread.name for thread in threading.enumerate() if thread.name.startswith("turnstore-checkpoint")]
+    assert helpers  # one helper thread, kept for the next checkpoint
+
+
+def test_a_failed_write_restores_the_setting_and_asks_nothing(
+    sqlite_store: Store, requests: list[Checkpointer]
+) -> None:
+    session_id = sqlite_store.sessions.create().session_id
+    with pytest.raises(RuntimeError, match="stop"):
+        with sqlite_store._db.checkpoints.deferred(), sqlite_store.transaction():
+            sqlite_store.loops.start(session_id)
+            raise RuntimeError("stop")
+
+    assert requests == []
+    assert sqlite_store._db.pragma("wal_autocheckpoint") == 1000
+    assert sqlite_store.loops.list(session_id) == []
+
+
+@pytest.mark.parametrize(
+    "pragmas",
+    [{"wal_autocheckpoint": 0}, {"journal_mode": "delete"}],
+    ids=["application turned automatic checkpoints off", "not in WAL mode"],
+)
+def test_deferral_leaves_other_settings_alone(
+    tmp_path: Path, requests: list[Checkpointer], pragmas: dict[str, Any]
+) -> None:
+    with Store(tmp_path / "a.db", pragmas=pragmas) as store:
+        before = store._db.pragma("wal_autocheckpoint")
+        with store._db.checkpoints.deferred():
+            assert store._db.pragma("wal_autocheckpoint") == before
+            write_log_pages(store)
+
+        assert requests == []
+        assert store._db.pragma("wal_autocheckpoint") == before
+
+
+def test_deferral_is_off_when_asked_or_inside_an_enclosing_transaction(
+    sqlite_store: Store, requests: list[Checkpointer]
+) -> None:
+    checkpoints = sqlite_store._db.checkpoints
+    with checkpoints.deferred(False):
+        assert sqlite_store._db.pragma("wal_autocheckpoint") == 1000
+    with sqlite_store.transaction():
+        with checkpoints.deferred():
+            assert sqlite_store._db.pragma("wal_autocheckpoint") == 1000  # the outer commit checkpoints
+
+    assert requests == []
+
+
+@pytest.mark.parametrize("messages", [writer.BACKGROUND_CHECKPOINT_MESSAGES - 1, writer.BACKGROUND_CHECKPOINT_MESSAGES])
+def test_only_large_imports_leave_the_checkpoint_to_the_helper(
+    store: Any, backend: str, tmp_path: Path, requests: list[Checkpointer], messages: int
+) -> None:
+    report = store.import_("turnstore", write_export(tmp_path / "big.jsonl", messages))
+
+    assert report.ok and report.messages == messages
+    large = messages >= writer.BACKGROUND_CHECKPOINT_MESSAGES
+    assert len(requests) == (1 if large and backend.startswith("sqlite") else 0)  # PostgreSQL has no WAL file
+
+
+def test_requests_made_while_one_waits_are_merged(sqlite_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    started, release = threading.Event(), threading.Event()
+    runs: list[float] = []
+
+    def slow(self: Checkpointer) -> None:
+        started.set()
+        release.wait(10)
+        runs.append(time.monotonic())
+
+    monkeypatch.setattr(Checkpointer, "_checkpoint", slow)
+    checkpoints = sqlite_store._db.checkpoints
+    checkpoints.request()
+    assert started.wait(10)
+    for _ in range(3):  # the first of these waits behind the running one; the others join it
+        checkpoints.request()
+    release.set()
+    checkpoints.wait()
+
+    assert len(runs) == 2
+
+
+def test_close_waits_for_the_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    done: list[bool] = []
+
+    def slow(self: Checkpointer) -> None:
+        time.sleep(0.2)
+        done.append(True)
+
+    monkeypatch.setattr(Checkpointer, "_checkpoint", slow)
+    store = Store(tmp_path / "a.db")
+    store._db.checkpoints.request()
+    store.close()
+
+    assert done == [True]
+    assert not any(thread.name.startswith("turnstore-checkpoint") for thread in threading.enumerate())
+
+
+def test_a_failed_checkpoint_is_logged(
+    sqlite_store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    real = Database.pragma
+
+    def refuse(self: Database, pragma: str) -> Any:
+        if pragma.startswith("wal_checkpoint"):
+            raise sqlite3.OperationalError("disk I/O error")
+        return real(self, pragma)
+
+    monkeypatch.setattr(Database, "pragma", refuse)
+    with caplog.at_level(logging.WARNING, logger="turnstore.checkpoint"):
+        sqlite_store._db.checkpoints.request()
+        sqlite_store._db.checkpoints.wait()
+
+    assert "background WAL checkpoint failed: disk I/O error" in caplog.text
+
+
+def test_writes_during_a_checkpoint_are_all_kept(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    with Store(path) as store:
+        for round_ in range(3):
+            with store._db.checkpoints.deferred():
+                _, loop_id = write_log_pages(store)
+            for index in range(20):  # while the helper copies the log
+                store.messages.append(user(f"after {round_} {index}"), loop_id=loop_id)
+    with Store(path) as store:
+        sessions = store.sessions.list()
+        assert len(sessions) == 3
+        for session in sessions:
+            assert len(store.messages.last(session.session_id, 100)) == 50
+    connection = sqlite3.connect(path)
+    try:
+        assert connection.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    finally:
+        connection.close()
+
+
+def test_a_forked_child_forgets_the_parents_helper(sqlite_store: Store) -> None:
+    checkpoints = sqlite_store._db.checkpoints
+    checkpoints.request()
+    checkpoints.wait()
+    checkpoints.reset_after_fork()
+
+    assert checkpoints._executor is None and checkpoints._queued is None
+    checkpoints.request()  # a new helper
+    checkpoints.wait()
