@@ -7,17 +7,22 @@ from typing import Any
 
 import pytest
 from factories import assistant, extension, tool_result, user
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from turnstore import InvalidMessage, parse_message
 from turnstore.repositories.messages import dump_message
 from turnstore.models import (
     AGENT_MESSAGE,
     AssistantMessage,
+    AudioContent,
+    Content,
     CostConfig,
     ExtensionMessage,
+    FileContent,
+    ImageContent,
     Message,
     StopReason,
+    SystemMessage,
     TextContent,
     ThinkingContent,
     ToolCallContent,
@@ -692,3 +697,38 @@ def test_parse_message_rejects_non_messages(value: Any) -> None:
     with pytest.raises(InvalidMessage) as raised:
         parse_message(value)
     assert raised.value.errors
+
+
+# --- content blocks: dumped by each block's own serializer ---------------------------------------
+
+ALL_BLOCKS = [
+    TextContent(text="t"),
+    ImageContent(data="AAA", mime_type="image/png"),
+    ThinkingContent(thinking="h", signature="s"),
+    ThinkingContent(thinking="unsigned"),
+    ToolCallContent(id="c", name="n", arguments={"a": [1, {"b": None}], "s": "x"}),
+    AudioContent(data="BB", mime_type="audio/wav"),
+    FileContent(url="http://x", name="f"),
+    TextContent.model_validate({"type": "text", "text": "with extras", "cache_control": {"type": "ephemeral"}}),
+]
+DUMP_OPTIONS = [{}, {"by_alias": False}, {"mode": "json"}, {"mode": "json", "by_alias": False},
+                {"exclude_none": True}, {"exclude_defaults": True}, {"round_trip": True}]
+
+
+@pytest.mark.parametrize("options", DUMP_OPTIONS, ids=str)
+@pytest.mark.parametrize("make", [
+    lambda blocks: UserMessage(content=blocks, timestamp=1),
+    lambda blocks: AssistantMessage(content=blocks, stop_reason=StopReason.STOP, model="m", provider="p",
+                                    usage=Usage(input=1, output=2), timestamp=1),
+    lambda blocks: ToolResultMessage(tool_call_id="c", tool_name="n", content=blocks, is_error=False, timestamp=1),
+    lambda blocks: SystemMessage(content=blocks),
+], ids=["user", "assistant", "toolResult", "system"])
+def test_content_dumps_as_the_content_union_does(make: Any, options: dict[str, Any]) -> None:
+    message = make(ALL_BLOCKS)
+    union = TypeAdapter(list[Content])
+
+    assert message.model_dump(**options)["content"] == union.dump_python(ALL_BLOCKS, **options)
+    dumped = json.loads(message.model_dump_json())["content"]
+    assert dumped == json.loads(union.dump_json(ALL_BLOCKS))
+    assert dumped[1] == {"type": "image", "data": "AAA", "mimeType": "image/png"}
+    assert dumped[-1] == {"type": "text", "text": "with extras", "cache_control": {"type": "ephemeral"}}

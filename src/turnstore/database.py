@@ -23,7 +23,7 @@ import random
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from operator import itemgetter
 from datetime import datetime, timezone
@@ -75,6 +75,12 @@ class _Compiled:
         if self._pick is not None:
             return self._pick(params)
         return params
+
+    def many(self, rows: Sequence[Mapping[str, Any]]) -> Iterable[Any]:
+        """:meth:`params` of every row, made as the driver takes them (by ``map``, at C speed, when it can)."""
+        if self._pick is not None and not self.constants:
+            return map(self._pick, rows)
+        return [self.params(row) for row in rows]
 
 
 def _picker(order: tuple[str, ...]) -> Any:
@@ -211,7 +217,7 @@ class Database:
         compiled = self.compile(statement)
         cursor = self._state().dbapi.cursor()
         try:
-            cursor.executemany(compiled.sql, [compiled.params(row) for row in rows])
+            cursor.executemany(compiled.sql, compiled.many(rows))
         except (UnicodeEncodeError, self.DataError, self.OperationalError) as error:
             raise self.refused(error) from None
 

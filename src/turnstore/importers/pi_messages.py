@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, SerializeAsAny, ValidationError, model_validator
 from typing_extensions import TypedDict
 
 from ..models import (
@@ -82,7 +82,7 @@ PiContent = Annotated[
 class PiAssistantMessage(AssistantMessage):
     """An assistant message in pi's spellings; the same fields, in the same order, as the canonical one."""
 
-    content: list[PiContent]  # type: ignore[assignment]
+    content: SerializeAsAny[list[PiContent]]  # type: ignore[assignment]
     usage: PiUsage
 
 
