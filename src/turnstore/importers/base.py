@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -181,6 +182,8 @@ class SessionBundle:
         return taken
 
 
+_MESSAGE_OF = attrgetter("message")
+
 BACKGROUND_DIGEST_CHARS = 1_000_000
 """Records of at least this many characters in all are hashed on a helper thread (a thread costs
 about 0.1 ms to start; hashing a million characters, about 0.6 ms)."""
@@ -251,9 +254,15 @@ class ImportReport:
     @staticmethod
     def counts(bundle: SessionBundle) -> Counts:
         """A bundle's messages and loops, counted (before writing it: the writer lets its messages go)."""
-        roles = Counter(type(row.message).ROLE for row in bundle.messages)  # a plain str per class
-        kinds = Counter(row.message.kind for row in bundle.messages if type(row.message) is ExtensionMessage)
-        return Counts(len(bundle.messages), len(bundle.loops), roles, kinds)
+        messages = list(map(_MESSAGE_OF, bundle.messages))
+        classes = Counter(map(type, messages))  # counted at C speed; then a plain str per class
+        roles: Counter[str] = Counter()
+        for cls, count in classes.items():
+            roles[cls.ROLE] += count
+        kinds: Counter[str] = Counter()
+        if ExtensionMessage in classes:
+            kinds.update(message.kind for message in messages if type(message) is ExtensionMessage)
+        return Counts(len(messages), len(bundle.loops), roles, kinds)
 
     def add(self, counts: Counts) -> None:
         """Add a written bundle's :meth:`counts` to the report."""
