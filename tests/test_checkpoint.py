@@ -10,7 +10,11 @@ a checkpoint runs is all there.
 
 from __future__ import annotations
 
+import json
 import logging
+import multiprocessing
+import os
+import signal
 import sqlite3
 import threading
 import time
@@ -224,3 +228,57 @@ def test_a_forked_child_forgets_the_parents_helper(sqlite_store: Store) -> None:
     assert checkpoints._executor is None and checkpoints._queued is None
     checkpoints.request()  # a new helper
     checkpoints.wait()
+
+
+def _import_and_wait(path: str, source: str, fd: int) -> None:
+    """A child: import, say so, then wait to be killed (its helper thread checkpointing meanwhile).
+
+    Killed 0 to 50 ms after it returned, it dies before, during or after the copy into the main file
+    (seen: the main file 4 KB, then all 20 MB of it).
+    """
+    store = Store(path)
+    report = store.import_("turnstore", source)
+    os.write(fd, b"R" if report.ok else b"E")
+    time.sleep(60)
+    os._exit(0)
+
+
+def big_export(path: Path, messages: int) -> Path:
+    """A turnstore export of one session of ``messages`` messages of ≈20 KB (a checkpoint of ≈20 MB)."""
+    lines = [{"type": "session", "session_id": "big", "version": 1}, {"type": "loop", "loop_id": "big.1"}]
+    lines += [{"type": "message", "loop_id": "big.1", "turn_index": index,
+               "message": user(f"{index} " + "y" * 20_000, timestamp=index).model_dump(mode="json")}
+              for index in range(messages)]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.01, 0.03, 0.05])
+def test_a_writer_killed_while_its_helper_checkpoints_keeps_the_import_whole(tmp_path: Path, delay: float) -> None:
+    messages = writer.BACKGROUND_CHECKPOINT_MESSAGES
+    source = big_export(tmp_path / "big.jsonl", messages)
+    path = tmp_path / "a.db"
+    read_fd, write_fd = os.pipe()
+    child = multiprocessing.get_context("fork").Process(target=_import_and_wait, args=(str(path), str(source), write_fd))
+    child.start()
+    os.close(write_fd)
+    try:
+        assert os.read(read_fd, 1) == b"R"  # import_ returned: committed; the helper is checkpointing
+        time.sleep(delay)
+        child.kill()
+        child.join(30)
+    finally:
+        os.close(read_fd)
+        if child.is_alive():
+            child.kill()
+    assert child.exitcode == -signal.SIGKILL
+
+    with Store(path) as store:
+        stored = list(store.messages.records("big"))
+        assert len(stored) == messages and stored[-1].message.text().startswith(f"{messages - 1} ")
+        assert store.import_("turnstore", source).sessions_unchanged == ["big"]
+    connection = sqlite3.connect(path)
+    try:
+        assert connection.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    finally:
+        connection.close()
