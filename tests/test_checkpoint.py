@@ -133,14 +133,14 @@ def test_deferral_is_off_when_asked_or_inside_an_enclosing_transaction(
     assert requests == []
 
 
-@pytest.mark.parametrize("messages", [writer.BACKGROUND_CHECKPOINT_MESSAGES - 1, writer.BACKGROUND_CHECKPOINT_MESSAGES])
+@pytest.mark.parametrize("messages", [writer.LARGE_SESSION_MESSAGES - 1, writer.LARGE_SESSION_MESSAGES])
 def test_only_large_imports_leave_the_checkpoint_to_the_helper(
     store: Any, backend: str, tmp_path: Path, requests: list[Checkpointer], messages: int
 ) -> None:
     report = store.import_("turnstore", write_export(tmp_path / "big.jsonl", messages))
 
     assert report.ok and report.messages == messages
-    large = messages >= writer.BACKGROUND_CHECKPOINT_MESSAGES
+    large = messages >= writer.LARGE_SESSION_MESSAGES
     assert len(requests) == (1 if large and backend.startswith("sqlite") else 0)  # PostgreSQL has no WAL file
 
 
@@ -255,7 +255,7 @@ def big_export(path: Path, messages: int) -> Path:
 
 @pytest.mark.parametrize("delay", [0.0, 0.01, 0.03, 0.05])
 def test_a_writer_killed_while_its_helper_checkpoints_keeps_the_import_whole(tmp_path: Path, delay: float) -> None:
-    messages = writer.BACKGROUND_CHECKPOINT_MESSAGES
+    messages = writer.LARGE_SESSION_MESSAGES
     source = big_export(tmp_path / "big.jsonl", messages)
     path = tmp_path / "a.db"
     read_fd, write_fd = os.pipe()

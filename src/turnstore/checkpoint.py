@@ -65,11 +65,8 @@ class Checkpointer:
         if not pages or pages <= 0:
             yield
             return
-        database.pragma("wal_autocheckpoint=0")
-        try:
+        with database.pragmas_during(wal_autocheckpoint=0):
             yield
-        finally:
-            database.pragma(f"wal_autocheckpoint={int(pages)}")
         self.request()
 
     def request(self) -> None:

@@ -286,6 +286,18 @@ class Database:
         row = self._state().dbapi.execute(f"PRAGMA {pragma}").fetchone()
         return None if row is None else row[0]
 
+    @contextmanager
+    def pragmas_during(self, **values: Any) -> Iterator[None]:
+        """SQLite: these pragmas on this thread's connection for the block; then each back to what it was."""
+        before = {name: self.pragma(name) for name in values}
+        for name, value in values.items():
+            self.pragma(f"{name}={value}")
+        try:
+            yield
+        finally:
+            for name, value in before.items():
+                self.pragma(f"{name}={value}")
+
     def fetchall(self, statement: ClauseElement, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
         """All result rows, as tuples."""
         return self.execute(statement, params).fetchall()
