@@ -11,13 +11,16 @@ branches, one with a branch summary; a compaction) and times
 store is opened, and its schema created, before the clock starts). A session
 this large leaves its WAL checkpoint to a helper thread
 (``turnstore/checkpoint.py``): the import has committed when the call returns,
-and a second time is taken when the checkpoint is done too.
+and a second time is taken when the checkpoint is done too. Then the same for
+a folder of ``--files`` such sessions (other seeds and ids) imported in one
+call, where each session's checkpoint runs while the next file is read, timed
+until the last checkpoint is done.
 
 The floor stores the same rows with plain ``sqlite3``: a new file whose
 schema a turnstore ``Store`` created (so every index is there), turnstore's
-pragmas, one ``BEGIN IMMEDIATE`` … ``COMMIT`` (which checkpoints, as SQLite
-does by default), and ``executemany`` of the
-rows turnstore wrote, their JSON already dumped: the session, its loops, its
+pragmas, per session one ``BEGIN IMMEDIATE`` … ``COMMIT`` (which
+checkpoints, as SQLite does by default) and ``executemany`` of the rows
+turnstore wrote, their JSON already dumped: the session, its loops, its
 messages and the import record. The floor's rows are checked equal to
 turnstore's, column by column. ratio = turnstore / floor.
 
@@ -216,10 +219,24 @@ def session_lines(messages: int, seed: int = SEED) -> list[str]:
     return [_dumps(header), *w.lines[:messages]]
 
 
-def write_session(directory: Path, messages: int) -> Path:
-    path = directory / f"2026-03-02T09-15-00-000Z_{SESSION_ID}.jsonl"
-    path.write_text("".join(line + "\n" for line in session_lines(messages)), encoding="utf-8")
+def write_session(directory: Path, messages: int, index: int = 0) -> Path:
+    """The session file; ``index`` > 0 gives another session (its own seed and id) of the same shape."""
+    session_id = SESSION_ID if index == 0 else f"{SESSION_ID[:-4]}{index:04x}"
+    lines = session_lines(messages, SEED + index)
+    header = json.loads(lines[0])
+    lines[0] = _dumps({**header, "id": session_id})
+    path = directory / f"2026-03-02T09-15-00-000Z_{session_id}.jsonl"
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     return path
+
+
+def write_sessions(directory: Path, messages: int, files: int) -> Path:
+    """A folder of ``files`` session files."""
+    folder = directory / "sessions"
+    folder.mkdir()
+    for index in range(files):
+        write_session(folder, messages, index)
+    return folder
 
 
 # --- the two systems ------------------------------------------------------------------------------
@@ -229,7 +246,7 @@ TABLES = ("sessions", "loops", "messages", "imports")
 
 LABELS = {
     "turnstore": "turnstore `store.import_`",
-    "turnstore_checkpointed": "turnstore, until its WAL checkpoint is done",
+    "turnstore_checkpointed": "turnstore, until the WAL is checkpointed",
     "raw": "raw sqlite3 floor",
 }
 
@@ -256,7 +273,7 @@ def table_rows(path: Path, *, with_ids: bool = True) -> dict[str, tuple[list[str
         connection.close()
 
 
-def run_turnstore(source: Path, db: Path, messages: int) -> tuple[int, int]:
+def run_turnstore(source: Path, db: Path, messages: int, sessions: int = 1) -> tuple[int, int]:
     """Import ``source`` into a new SQLite file; nanoseconds until ``store.import_`` returns, and until
     the helper thread has also checkpointed the write-ahead log (``turnstore/checkpoint.py``)."""
     remove_db(db)
@@ -269,7 +286,7 @@ def run_turnstore(source: Path, db: Path, messages: int) -> tuple[int, int]:
         checkpointed = time.perf_counter_ns()
     finally:
         store.close()
-    if not report.ok or report.messages != messages or len(report.sessions_written) != 1:
+    if not report.ok or report.messages != messages or len(report.sessions_written) != sessions:
         raise SystemExit(f"turnstore import failed or incomplete: {report.as_dict()}")
     return returned - start, checkpointed - start
 
@@ -284,20 +301,24 @@ def raw_connect(db: Path) -> sqlite3.Connection:
 
 
 def run_raw(rows: dict[str, tuple[list[str], list[tuple[Any, ...]]]], db: Path) -> int:
-    """The floor: the same rows, JSON already dumped, into a new file with turnstore's schema; nanoseconds."""
+    """The floor: the same rows, JSON already dumped, into a new file with turnstore's schema, a
+    transaction per session (in the order turnstore wrote them); nanoseconds."""
     remove_db(db)
     Store(db).close()  # the schema, every index included
     connection = raw_connect(db)
-    statements = [
-        (f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})", values)
-        for table, (columns, values) in rows.items()
-    ]
+    sessions: dict[str, list[tuple[str, list[tuple[Any, ...]]]]] = {}
+    for table, (columns, values) in rows.items():
+        sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+        at = columns.index("session_id")
+        for session_id in dict.fromkeys(value[at] for value in values):
+            sessions.setdefault(session_id, []).append((sql, [value for value in values if value[at] == session_id]))
     try:
         start = time.perf_counter_ns()
-        connection.execute("BEGIN IMMEDIATE")
-        for sql, values in statements:
-            connection.executemany(sql, values)
-        connection.execute("COMMIT")
+        for statements in sessions.values():
+            connection.execute("BEGIN IMMEDIATE")
+            for sql, values in statements:
+                connection.executemany(sql, values)
+            connection.execute("COMMIT")
         return time.perf_counter_ns() - start
     finally:
         connection.close()
@@ -326,6 +347,8 @@ def check_pragmas(db: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=10_000, help="messages in the session (default 10,000)")
+    parser.add_argument("--files", type=int, default=4,
+                        help="also import a folder of this many such sessions in one call (default 4; 1: not)")
     parser.add_argument("--reps", type=int, default=5, help="timed repetitions per system (default 5, at least 5)")
     parser.add_argument("--json", type=Path, help="also write the results to this JSON file")
     parser.add_argument("--out", type=Path, help="directory for the session file and databases (default: a temporary one)")
@@ -333,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.reps < 5:
         parser.error("--reps must be at least 5")
+    if args.files < 1:
+        parser.error("--files must be at least 1")
 
     with tempfile.TemporaryDirectory(prefix="tsbench-import-", dir=args.out) as tmp:
         out = Path(tmp)
@@ -341,26 +366,17 @@ def main(argv: list[str] | None = None) -> int:
         env = environment(out)
         print(f"turnstore {turnstore.__version__} from {env['turnstore']}; Python {env['python']}, "
               f"SQLite {env['sqlite']}, pydantic {env['pydantic']}; {env['cpus']} CPUs, load {env['load_average']}")
-
-        # A first import (untimed) warms every cache and gives the rows the floor writes.
-        reference = out / "reference.db"
-        run_turnstore(source, reference, args.messages)
-        rows = table_rows(reference, with_ids=False)
-        loops = len(rows["loops"][1])
-        print(f"session: {args.messages:,} messages, {loops:,} loops, {size / 1e6:.1f} MB ({source.name})")
         check_pragmas(out / "pragmas.db")
-        run_raw(rows, out / "raw-check.db")
-        if table_rows(out / "raw-check.db") != table_rows(reference):
-            raise SystemExit("the floor's rows differ from turnstore's")
+        cases = [Case("pi import", source, 1)]
+        if args.files > 1:
+            cases.append(Case(f"pi import, {args.files} files", write_sessions(out, args.messages, args.files), args.files))
+        for case in cases:
+            case.prepare(out, args.messages)
+        print(f"session: {args.messages:,} messages, {cases[0].loops:,} loops, {size / 1e6:.1f} MB ({source.name})")
 
-        samples: dict[str, list[int]] = {"turnstore": [], "turnstore_checkpointed": [], "raw": []}
-        for rep in range(args.reps):  # interleaved, so both systems see the same machine
-            returned, checkpointed = run_turnstore(source, out / f"turnstore-{rep}.db", args.messages)
-            samples["turnstore"].append(returned)
-            samples["turnstore_checkpointed"].append(checkpointed)
-            samples["raw"].append(run_raw(rows, out / f"raw-{rep}.db"))
-            for name in ("turnstore", "raw"):
-                remove_db(out / f"{name}-{rep}.db")
+        for rep in range(args.reps):  # interleaved, so every system sees the same machine
+            for case in cases:
+                case.run(out / f"rep-{rep}.db", args.messages)
 
         if args.profile is not None:
             import cProfile
@@ -374,43 +390,82 @@ def main(argv: list[str] | None = None) -> int:
             profiler.dump_stats(args.profile)
             print(f"wrote the profile of one import to {args.profile}")
 
-    medians = {name: statistics.median(values) for name, values in samples.items()}
-    rate = {name: args.messages / (medians[name] / 1e9) for name in samples}
-    ratio = medians["turnstore"] / medians["raw"]
-    checkpointed_ratio = medians["turnstore_checkpointed"] / medians["raw"]
     print()
     print("| operation | system | median | messages/s | samples |")
     print("|---|---|---:|---:|---|")
-    for name in samples:
-        shown = ", ".join(f"{value / 1e6:.0f}" for value in samples[name])
-        print(f"| pi import | {LABELS[name]} | {medians[name] / 1e6:,.1f} ms | {rate[name]:,.0f} | {shown} ms |")
-    print(f"\nMedians of {args.reps} repetitions, each into a new SQLite file; ratio turnstore / floor = "
-          f"×{ratio:.2f} (×{checkpointed_ratio:.2f} until the log is checkpointed; the floor's COMMIT checkpoints).")
+    rows = [row for case in cases for row in case.rows(args.messages)]
+    for row in rows:
+        shown = ", ".join(f"{value / 1e3:.0f}" for value in row["samples_us"])
+        print(f"| {row['op']} | {LABELS[row['system']]} | {row['median_us'] / 1e3:,.1f} ms | {row['msgs_per_s']:,.0f} "
+              f"| {shown} ms |")
+    print(f"\nMedians of {args.reps} repetitions, each into a new SQLite file; ratio turnstore / floor: "
+          + "; ".join(f"{case.label} ×{case.ratio('turnstore'):.2f} (×{case.ratio('turnstore_checkpointed'):.2f} "
+                      "until the checkpoint is done)" for case in cases)
+          + ". The floor's COMMIT checkpoints, as SQLite does by default.")
 
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         payload = {
             "table": "import",
             "systems": {name: label.replace("`", "") for name, label in LABELS.items()},
-            "rows": [
-                {
-                    "op": "pi import",
-                    "system": name,
-                    "median_us": round(medians[name] / 1e3, 1),
-                    "msgs_per_s": round(rate[name], 1),
-                    "samples_us": [round(value / 1e3, 1) for value in samples[name]],
-                }
-                for name in samples
-            ],
-            "ratio": round(ratio, 3),
-            "ratio_checkpointed": round(checkpointed_ratio, 3),
-            "session": {"messages": args.messages, "loops": loops, "bytes": size},
+            "rows": rows,
+            "ratio": round(cases[0].ratio("turnstore"), 3),
+            "ratio_checkpointed": round(cases[0].ratio("turnstore_checkpointed"), 3),
+            "session": {"messages": args.messages, "loops": cases[0].loops, "bytes": size, "files": args.files},
             "reps": args.reps,
             "environment": env,
         }
         args.json.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
         print(f"wrote {args.json}")
     return 0
+
+
+class Case:
+    """One source (a session file, or a folder of them) imported by turnstore and written by the floor."""
+
+    def __init__(self, label: str, source: Path, sessions: int) -> None:
+        self.label = label
+        self.source = source
+        self.sessions = sessions
+        self.loops = 0
+        self.table: dict[str, tuple[list[str], list[tuple[Any, ...]]]] = {}
+        self.samples: dict[str, list[int]] = {name: [] for name in LABELS}
+
+    def prepare(self, out: Path, messages: int) -> None:
+        """A first import (untimed) warms every cache and gives the rows the floor writes (checked equal)."""
+        reference = out / "reference.db"
+        run_turnstore(self.source, reference, messages * self.sessions, self.sessions)
+        self.table = table_rows(reference, with_ids=False)
+        self.loops = len(self.table["loops"][1]) // self.sessions
+        run_raw(self.table, out / "raw-check.db")
+        if table_rows(out / "raw-check.db") != table_rows(reference):
+            raise SystemExit(f"{self.label}: the floor's rows differ from turnstore's")
+        for db in (reference, out / "raw-check.db"):
+            remove_db(db)
+
+    def run(self, db: Path, messages: int) -> None:
+        returned, checkpointed = run_turnstore(self.source, db, messages * self.sessions, self.sessions)
+        self.samples["turnstore"].append(returned)
+        self.samples["turnstore_checkpointed"].append(checkpointed)
+        self.samples["raw"].append(run_raw(self.table, db))
+        remove_db(db)
+
+    def ratio(self, system: str) -> float:
+        return statistics.median(self.samples[system]) / statistics.median(self.samples["raw"])
+
+    def rows(self, messages: int) -> list[dict[str, Any]]:
+        result = []
+        for name, values in self.samples.items():
+            median = statistics.median(values)
+            result.append({
+                "op": self.label,
+                "system": name,
+                "median_us": round(median / 1e3, 1),
+                "ratio": round(self.ratio(name), 3),
+                "msgs_per_s": round(messages * self.sessions / (median / 1e9), 1),
+                "samples_us": [round(value / 1e3, 1) for value in values],
+            })
+        return result
 
 
 if __name__ == "__main__":

@@ -351,9 +351,9 @@ def scale_ratios(data: dict[str, Any]) -> dict[tuple[str, str], float]:
     return flat
 
 
-def pi_rate(table: Table) -> float | None:
-    """turnstore's pi import rate, messages per second."""
-    row = next((r for r in table.rows if r["system"] == "turnstore"), None)
+def pi_rate(table: Table, system: str = "turnstore", op: str | None = None) -> float | None:
+    """turnstore's pi import rate, messages per second (of the first operation, unless ``op`` is given)."""
+    row = next((r for r in table.rows if r["system"] == system and op in (None, r["op"])), None)
     if row is None:
         return None
     for key in ("msgs_per_s", "msg_per_s", "messages_per_s", "rate"):
@@ -366,12 +366,24 @@ def pi_rate(table: Table) -> float | None:
 
 
 def _pi(tables: dict[str, Table]) -> Target:
+    """Met when ``store.import_`` returns at the rate and a folder of sessions, imported in one call,
+    keeps it up until every WAL checkpoint is done (import_pi.py's rows)."""
     name, goal = "pi import", "≥ 20,000 messages/s"
     table = tables.get("import")
     rate = pi_rate(table) if table else None
-    if rate is None:
+    if table is None or rate is None:
         return Target(name, goal, "—", None)
-    return Target(name, goal, f"{rate:,.0f} messages/s", rate >= 20_000)
+    value = f"{rate:,.0f} messages/s"
+    done = pi_rate(table, "turnstore_checkpointed")
+    if done is not None:
+        value += f" ({done:,.0f}/s until the WAL is checkpointed"
+        folder = next((r["op"] for r in table.rows if r["op"] != table.rows[0]["op"]), None)
+        sustained = pi_rate(table, "turnstore_checkpointed", folder) if folder else None
+        if sustained is not None:
+            value += f"; {folder.removeprefix('pi import, ')} in one call: {sustained:,.0f}/s, checkpoints included"
+            rate = min(rate, sustained)
+        value += ")"
+    return Target(name, goal, value, rate >= 20_000)
 
 
 def targets(tables: dict[str, Table]) -> list[Target]:
@@ -502,10 +514,11 @@ def document(tables: dict[str, Table], notes: list[str], png: Path | None, md: P
             facts.append(f"medians of {reps} repetitions")
         facts.append(f"load average {table.load}")
         out += [", ".join(facts) + ".", "", table_markdown(table)]
-        if name == "import":
-            rate = pi_rate(table)
-            if rate is not None:
-                out += ["", f"turnstore imports {rate:,.0f} messages/s."]
+        if name == "import" and pi_rate(table) is not None:
+            out += ["", f"turnstore imports {_pi(tables).value}. A session of 1,000 messages or more leaves "
+                        "its WAL checkpoint (the copy of the log into the main file) to a helper thread: the "
+                        "session has committed when `store.import_` returns, and the checkpoint overlaps what "
+                        "comes next (in a folder, the next file); the floor's COMMIT does the checkpoint itself."]
         if name == "scale":
             out += scale_facts(table.data)
         if name == "sqlite":
