@@ -84,8 +84,8 @@ def test_the_helper_copies_the_log_into_the_main_file(sqlite_store: Store) -> No
 
     assert main_file_size(sqlite_store) > 5_000_000
     assert [message.text() for message in sqlite_store.messages.last(session_id, 2)] == [f"28 {BIG}", f"29 {BIG}"]
-    helpers = [thread.name for thread in threading.enumerate() if thread.name.startswith("turnstore-checkpoint")]
-    assert helpers  # one helper thread, kept for the next checkpoint
+    executor = checkpoints._executor
+    assert executor is not None and all(thread.is_alive() for thread in executor._threads)  # kept for the next one
 
 
 def test_a_failed_write_restores_the_setting_and_asks_nothing(
@@ -175,10 +175,13 @@ def test_close_waits_for_the_checkpoint(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setattr(Checkpointer, "_checkpoint", slow)
     store = Store(tmp_path / "a.db")
     store._db.checkpoints.request()
+    executor = store._db.checkpoints._executor
+    assert executor is not None
+    helpers = set(executor._threads)
     store.close()
 
     assert done == [True]
-    assert not any(thread.name.startswith("turnstore-checkpoint") for thread in threading.enumerate())
+    assert helpers and not any(thread.is_alive() for thread in helpers)
 
 
 def test_a_failed_checkpoint_is_logged(
