@@ -281,9 +281,12 @@ class AsyncStore:
             await self._workers.run(database.commit)
 
     async def close(self) -> None:
-        """Finish running calls and close every connection."""
+        """Finish running calls, wait for a WAL checkpoint a large import left running, close every connection.
+
+        The waiting happens on a thread: the event loop goes on meanwhile.
+        """
         await asyncio.to_thread(self._workers.shutdown)
-        self._store.close()
+        await asyncio.to_thread(self._store.close)
 
     async def __aenter__(self) -> AsyncStore:
         return self

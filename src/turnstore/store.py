@@ -151,7 +151,11 @@ class Store:
             yield self
 
     def close(self) -> None:
-        """Close every connection; the store cannot be used afterwards."""
+        """Close every connection; the store cannot be used afterwards.
+
+        Waits first for a WAL checkpoint that a large import left to a helper
+        thread (:mod:`turnstore.checkpoint`).
+        """
         self._db.close()
 
     def __enter__(self) -> Store:
