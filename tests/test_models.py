@@ -13,6 +13,7 @@ from turnstore import InvalidMessage, parse_message
 from turnstore.repositories.messages import dump_message
 from turnstore.models import (
     AGENT_MESSAGE,
+    AgentMessage,
     AssistantMessage,
     AudioContent,
     Content,
@@ -732,3 +733,16 @@ def test_content_dumps_as_the_content_union_does(make: Any, options: dict[str, A
     assert dumped == json.loads(union.dump_json(ALL_BLOCKS))
     assert dumped[1] == {"type": "image", "data": "AAA", "mimeType": "image/png"}
     assert dumped[-1] == {"type": "text", "text": "with extras", "cache_control": {"type": "ephemeral"}}
+
+
+def test_json_schemas_of_the_messages_are_made_without_warnings() -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        schema = TypeAdapter(list[AgentMessage]).json_schema()
+
+    roles = {name: spec["properties"]["role"] for name, spec in schema["$defs"].items() if "role" in spec.get("properties", {})}
+    assert roles["UserMessage"] == {"const": "user", "default": "user", "title": "Role", "type": "string"}
+    assert {role["const"] for role in roles.values()} == {"user", "assistant", "toolResult", "system", "extension"}
+    assert UserMessage.model_validate_json('{"role":"user","content":[],"timestamp":1}').role() == "user"

@@ -38,6 +38,7 @@ from pydantic import (
     StrictBool,
     TypeAdapter,
 )
+from pydantic_core import core_schema
 
 __all__ = [
     "AgentMessage",
@@ -90,6 +91,12 @@ class RoleName(str):
 
     def __call__(self) -> str:
         return str(self)
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> core_schema.CoreSchema:
+        # A string to pydantic: the role defaults then appear in JSON schemas (without this, each
+        # model_json_schema() warned that the default was not JSON serializable and left it out).
+        return core_schema.no_info_after_validator_function(cls, core_schema.str_schema())
 
 
 _ROLE_NAMES = {name: RoleName(name) for name in ("user", "assistant", "toolResult", "extension", "system")}
