@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import datetime, timezone
 from typing import Any
 
@@ -155,13 +155,11 @@ def _large_write(db: Database, messages: int) -> Iterator[None]:
     automatic checkpoint and cache, like any write.
     """
     sqlite, large = db.is_sqlite, messages >= LARGE_SESSION_MESSAGES
-    with db.checkpoints.deferred(large), fast_null_binding(sqlite):
-        if large and sqlite:
-            kib = min(LARGE_WRITE_CACHE_KIB, LARGE_WRITE_CACHE_KIB_PER_MESSAGE * messages)
-            with db.pragmas_during(cache_size=-kib):
-                yield
-        else:
-            yield
+    kib = min(LARGE_WRITE_CACHE_KIB, LARGE_WRITE_CACHE_KIB_PER_MESSAGE * messages)
+    cache = db.pragmas_during(cache_size=-kib) if large and sqlite else nullcontext()
+    with db.checkpoints.deferred(large), fast_null_binding(sqlite), cache:
+        yield
+
 
 BACKGROUND_FREE_MESSAGES = 200
 """Sessions of at least this many messages are freed on a helper thread during their commit."""
