@@ -37,7 +37,7 @@ EMPTY_ARRAY = "empty array: no records"
 
 _WHITESPACE = b" \t\r\n"
 _BOM = b"\xef\xbb\xbf"
-_CHUNK = 1 << 16
+_CHUNK = 1 << 12
 
 
 def iter_files(paths: Sequence[str | Path], importer: Importer, problems: list[RecordError]) -> Iterator[Path]:
