@@ -375,3 +375,20 @@ def test_cli_reports_stay_one_line_whatever_the_file_name(tmp_path: Path, capsys
     assert capsys.readouterr().err == f"  error: {tmp_path}/a\\nb\\x1b[2J.jsonl: empty file: no records\n"
     assert main(["--db", db, "import", "clark", str(fifo)]) == 1
     assert capsys.readouterr().err == f"error: {tmp_path}/c\\u2028d.jsonl: not a regular file or a directory (a FIFO)\n"
+
+
+def test_an_unreadable_tau_database_in_a_walked_folder_is_reported(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "tau"
+    folder.mkdir()
+    tau_tree(folder / "session.jsonl", [("r", None, "user")])
+    locked = folder / "sessions.db"
+    locked.write_bytes(b"SQLite format 3\x00")
+    (folder / "notes.db").write_bytes(b"not a database")  # readable, not SQLite: not Tau's, passed over
+    refuse_to_open(monkeypatch, locked)
+
+    report = store.import_("tau", folder)
+
+    assert [(error.place, error.reason) for error in report.errors] == [(str(locked), "cannot read: Permission denied")]
+    assert report.sessions_written == ["cycle"] and report.files == 2
