@@ -30,7 +30,8 @@ def import_(
 
     Each session is written in one transaction. Importing the same source
     again changes nothing. Exit code 1 when a session was left out because of
-    a malformed record (file:line given); 0 with --skip-invalid.
+    a malformed record (file:line given; 0 with --skip-invalid), or a file
+    could not be read, held no records or was not a regular file.
     """
     store = settings.store()
     show_progress = sys.stderr.isatty() and not settings.json

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import AlreadyExists, ImportFailed, InvalidMessage, InvalidRecord
-from .base import ImportOptions, ImportReport, Importer, RecordError, SessionBundle, collector_paused, iter_files
+from .base import ImportOptions, ImportReport, Importer, RecordError, SessionBundle, collector_paused
+from .files import BLANK, is_blank, iter_files
 from .writer import WRITTEN, check_bundle, check_ids, screen_messages, write_bundle
 
 if TYPE_CHECKING:
@@ -63,29 +64,53 @@ def import_paths(
     holding a malformed record is not written (it is listed in
     ``report.errors`` and ``report.sessions_failed``) unless
     ``options.skip_invalid``, which skips just the record (``report.skipped``).
+    A file that cannot be read, or holds no records, and an entry of a walked
+    directory that is not a regular file, are listed in ``report.errors``
+    (file and reason); the other files are imported.
 
     Raises:
-        ImportFailed: unknown format, or a path that does not exist.
+        ImportFailed: unknown format, or a path that does not exist or is
+            neither a regular file nor a directory (nothing is imported then).
     """
     options = options or ImportOptions()
     importer = get_importer(fmt)
     report = ImportReport(format=fmt, dry_run=options.dry_run)
-    files = list(iter_files(paths, importer))
+    files = list(iter_files(paths, importer, report.errors))
     for done, path in enumerate(files, start=1):
         report.files += 1
-        try:
-            with collector_paused():
-                for bundle in importer.bundles(path, options):
-                    _import_bundle(store, fmt, bundle, options, report)
-                    # Freed now, by reference counting: not kept alive while the next session is
-                    # read, and not walked by the collector's first pass once it is back on.
-                    del bundle
-        except InvalidRecord as error:
-            report.errors.append(RecordError(error.place, error.reason))
+        problem = _blank_or_unreadable(path) or _import_file(store, importer, path, options, report)
+        if problem is not None:
+            report.errors.append(problem)
             report.sessions_failed.append(str(path))
         if progress is not None:
             progress(str(path), done, len(files))
     return report
+
+
+def _blank_or_unreadable(path: Path) -> RecordError | None:
+    """What keeps a file from being imported before its importer reads it: no records, or no reading."""
+    try:
+        return RecordError(str(path), BLANK) if is_blank(path) else None
+    except OSError as error:
+        return RecordError(str(path), f"cannot read: {error.strerror or error}")
+
+
+def _import_file(
+    store: Store, importer: Importer, path: Path, options: ImportOptions, report: ImportReport
+) -> RecordError | None:
+    """Import every session of one file; what failed the file as a whole, if anything did."""
+    try:
+        with collector_paused():
+            for bundle in importer.bundles(path, options):
+                _import_bundle(store, importer.format, bundle, options, report)
+                # Freed now, by reference counting: not kept alive while the next session is
+                # read, and not walked by the collector's first pass once it is back on.
+                del bundle
+    except InvalidRecord as error:
+        return RecordError(error.place, error.reason)
+    except ImportFailed as error:  # the file cannot be read (a reading helper's error names it first)
+        return RecordError(str(path), f"cannot read: {str(error).removeprefix(f'{path}: ')}")
+    return None
 
 
 def _import_bundle(store: Store, fmt: str, bundle: SessionBundle, options: ImportOptions, report: ImportReport) -> None:

@@ -20,9 +20,10 @@ from __future__ import annotations
 import hashlib
 import json
 import mimetypes
+import re
 import sqlite3
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -53,7 +54,7 @@ __all__ = [
     "first_turn_session",
     "guess_mime_type",
     "is_sqlite",
-    "iter_files",
+    "one_line",
     "open_sqlite",
     "read_json",
     "read_jsonl",
@@ -62,8 +63,6 @@ __all__ = [
     "table_names",
     "time_ms",
 ]
-
-IGNORED_SUFFIXES = (".lock", ".tmp", ".bak", ".swp", ".partial")
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 """The first bytes of every SQLite database file."""
@@ -204,7 +203,17 @@ class RecordError:
     reason: str
 
     def __str__(self) -> str:
-        return f"{self.place}: {self.reason}"
+        """``place: reason`` on one line (a file name or a quoted value may hold line breaks)."""
+        return one_line(f"{self.place}: {self.reason}")
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def one_line(text: str) -> str:
+    """``text`` with control characters and line separators escaped (``\\n``, ``\\x1b``, ``\\u2028``):
+    a report line names hostile file names and values, and stays one line that cannot move the terminal."""
+    return _CONTROL.sub(lambda found: found.group().encode("unicode_escape").decode("ascii"), text)
 
 
 @dataclass
@@ -309,24 +318,6 @@ class Importer(Protocol):
 
 
 # --- reading sources ------------------------------------------------------------
-
-
-def iter_files(paths: Sequence[str | Path], importer: Importer) -> Iterator[Path]:
-    """Every source file in ``paths``: files as given, directories walked (sorted), non-history files skipped.
-
-    Raises:
-        ImportFailed: a path does not exist.
-    """
-    for raw in paths:
-        path = Path(raw)
-        if not path.exists():
-            raise ImportFailed(f"{path}: no such file or directory")
-        if path.is_dir():
-            for child in sorted(p for p in path.rglob("*") if p.is_file()):
-                if not child.name.endswith(IGNORED_SUFFIXES) and not child.name.startswith(".") and importer.accepts(child):
-                    yield child
-        else:
-            yield path
 
 
 def read_text(path: Path) -> str:

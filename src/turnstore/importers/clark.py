@@ -47,6 +47,7 @@ from .base import (
     read_jsonl,
 )
 from .derive import add_derived
+from .files import EMPTY_ARRAY
 
 __all__ = ["ClarkImporter", "STOP_REASONS", "UNKNOWN", "USAGE_FIELDS", "convert"]
 
@@ -112,6 +113,8 @@ def _records(path: Path) -> Iterator[tuple[str, str, Any]]:
         records = read_json(path)
         if not isinstance(records, list):
             raise InvalidRecord(f"{path}:1", "expected a JSON array of clark AgentMessage objects")
+        if not records:
+            raise InvalidRecord(f"{path}:1", EMPTY_ARRAY)
         for number, record in enumerate(records, start=1):
             yield f"{path}: record {number}", compact(record), record
     else:

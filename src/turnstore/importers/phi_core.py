@@ -33,6 +33,7 @@ from .base import (
     read_json,
 )
 from .derive import asked_tools, derive_positions, fill_configs, next_loop
+from .files import EMPTY_ARRAY
 
 __all__ = ["PhiCoreImporter"]
 
@@ -50,6 +51,8 @@ class PhiCoreImporter:
 
     def bundles(self, path: Path, options: ImportOptions) -> Iterator[SessionBundle]:
         data = read_json(path)
+        if data == []:
+            raise InvalidRecord(f"{path}:1", EMPTY_ARRAY)
         if isinstance(data, list):
             yield self._from_array(path, data, options)
         elif isinstance(data, dict) and isinstance(data.get("loops"), list):

@@ -267,8 +267,6 @@ class _SessionFile:
                 raise InvalidRecord(place, "entry without an id")
             if parent_id is not None and not isinstance(parent_id, str):
                 raise InvalidRecord(place, f"parentId must be a string or null, got {type(parent_id).__name__}")
-            if parent_id == entry_id:
-                raise InvalidRecord(place, "entry is its own parent")
         return entry_id, resolve_skipped(self.moved, parent_id)
 
     def _message(self, entry: dict[str, Any], place: str, before: Config | None) -> tuple[Node, Config | None]:

@@ -77,10 +77,19 @@ class TauImporter:
     format = "tau"
 
     def accepts(self, path: Path) -> bool:
-        """``*.jsonl`` session files, and SQLite files that have an ``entries`` table."""
+        """``*.jsonl`` session files, and SQLite files that have an ``entries`` table.
+
+        A ``.db`` file that cannot be read at all is taken too: it may be a
+        ``sessions.db``, and the import reports why it cannot be read rather
+        than passing it over in silence.
+        """
         if path.suffix == ".jsonl":
             return True
-        return path.suffix in SQLITE_SUFFIXES and is_sqlite(path) and _has_entries_table(path)
+        if path.suffix not in SQLITE_SUFFIXES:
+            return False
+        if is_sqlite(path):
+            return _has_entries_table(path)
+        return not _readable(path)
 
     def bundles(self, path: Path, options: ImportOptions) -> Iterator[SessionBundle]:
         """One bundle for a JSONL file; one per ``session_id`` for a SQLite database."""
@@ -183,6 +192,15 @@ def _row_record(place: str, payload: Any) -> _Record:
     if not isinstance(payload, str):
         return _Record(place, str(payload), InvalidRecord(place, "payload is not text"))
     return _Record(place, payload, _parse(payload, place))
+
+
+def _readable(path: Path) -> bool:
+    """Whether the file can be opened for reading (it is, and stays, unread)."""
+    try:
+        path.open("rb").close()
+    except OSError:
+        return False
+    return True
 
 
 def _has_entries_table(path: Path) -> bool:

@@ -17,7 +17,10 @@ history once and turns the tree into loops:
   falls in.
 
 An entry whose parent is not in the file is malformed; its subtree becomes a
-history of its own (kept when malformed records are skipped).
+history of its own (kept when malformed records are skipped). So does a cycle
+of parent links (an entry that is its own parent, or its own ancestor), which
+no root leads to: it is reported at the entry of the cycle that comes first
+in the file, cut from its parent there, and walked from that entry.
 
 Loops without model settings of their own take the model of their first
 assistant message (:func:`turnstore.importers.derive.fill_configs`).
@@ -102,21 +105,73 @@ def build_loops(bundle: SessionBundle, nodes: Iterable[Node], loop_prefix: str) 
             # Malformed; with --skip-invalid its subtree is still kept, as a history of its own.
             errors.append(RecordError(node.place, f"parent entry {parent_id!r} is not in the file"))
             roots.append(node)
-    _walk(bundle, roots, loop_prefix)
+    row_of: dict[str, int] = {}
+    count = _walk(bundle, roots, loop_prefix, row_of, 0)
+    if len(row_of) < len(by_id):  # some entries sit on (or below) a cycle of parent links
+        unplaced = [node for node in by_id.values() if node.id not in row_of]
+        _walk(bundle, _cut_cycles(unplaced, by_id, errors), loop_prefix, row_of, count)
     fill_configs(bundle, UNKNOWN_MODELS)
 
 
-def _walk(bundle: SessionBundle, roots: list[Node], loop_prefix: str) -> None:
-    """Place every entry, depth first, children in file order.
+CYCLE_IDS_SHOWN = 6
+"""How many entry ids an error about a parent cycle lists (a cycle may be thousands of entries long)."""
+
+
+def _cut_cycles(unplaced: list[Node], by_id: dict[str, Node], errors: list[RecordError]) -> list[Node]:
+    """Cut every cycle of parent links among ``unplaced`` entries (in file order); the entries cut.
+
+    An entry no root leads to has its parent in the file, and that parent is
+    unplaced too: following parents from it ends in a cycle. Each cycle is cut
+    once, at its entry that comes first in the file, which is reported and
+    becomes a root; the rest of the cycle, and whatever hangs from it, follow.
+    """
+    position = {node.id: index for index, node in enumerate(unplaced)}
+    walked: dict[str, int] = {}  # entry id -> the walk that met it first
+    cut: list[Node] = []
+    for walk, start in enumerate(unplaced):
+        node = start
+        path: list[Node] = []
+        while node.id not in walked:
+            walked[node.id] = walk
+            path.append(node)
+            node = by_id[node.parent_id]  # type: ignore[index]  # unplaced: not a root
+        if walked[node.id] != walk:
+            continue  # leads into a cycle found on an earlier walk
+        cycle = path[path.index(node):]
+        first = min(cycle, key=lambda member: position[member.id])
+        by_id[first.parent_id].children.remove(first)  # type: ignore[index]
+        errors.append(RecordError(first.place, _cycle_reason(first, by_id, len(cycle))))
+        cut.append(first)
+    cut.sort(key=lambda node: position[node.id])
+    return cut
+
+
+def _cycle_reason(first: Node, by_id: dict[str, Node], length: int) -> str:
+    """What is wrong with a cycle of ``length`` parent links starting at ``first``, on one line."""
+    if length == 1:
+        return f"entry {first.id!r} is its own parent"
+    chain = [first.id]
+    node = first
+    while len(chain) < min(length, CYCLE_IDS_SHOWN):
+        node = by_id[node.parent_id]  # type: ignore[index]
+        chain.append(node.id)
+    shown = " -> ".join(repr(ident) for ident in chain)
+    more = f" -> ... ({length} entries)" if length > CYCLE_IDS_SHOWN else ""
+    return f"entry {first.id!r} is its own ancestor (parent links {shown}{more} -> {first.id!r})"
+
+
+def _walk(bundle: SessionBundle, roots: list[Node], loop_prefix: str, row_of: dict[str, int], count: int) -> int:
+    """Place every entry under ``roots``, depth first, children in file order.
 
     The first child of an entry continues its line; every later child starts a
     branch that forks after the entry. Iterative (histories are thousands of
     entries deep), and a line of single children is followed without the stack.
+    ``row_of`` maps each placed entry's id to its row in ``bundle.messages``
+    (filled here); loops are numbered on from ``count``, the loops opened
+    before. Returns the loops opened in all.
     """
     loops = bundle.loops
     messages = bundle.messages
-    row_of: dict[str, int] = {}
-    count = 0
 
     def new_loop(kind: str, parent: LoopRow | None, fork_node: Node | None, config: dict[str, object] | None) -> _Line:
         nonlocal count
@@ -176,6 +231,7 @@ def _walk(bundle: SessionBundle, roots: list[Node], loop_prefix: str) -> None:
                 # Later children branch off after this node, once the first child's subtree is placed.
                 stack.append((children[index], line, True, node))
             node, branching, parent = children[0], False, node
+    return count
 
 
 def resolve_skipped(skipped: dict[str, str | None], entry_id: str | None) -> str | None:

@@ -49,6 +49,7 @@ from .base import (
     read_jsonl,
 )
 from .derive import add_derived, fill_configs
+from .files import EMPTY_ARRAY
 from .tree import Node, build_loops, resolve_skipped
 
 __all__ = ["YoagentImporter", "parse_message"]
@@ -109,6 +110,8 @@ class YoagentImporter:
         records = read_json(path)
         if not isinstance(records, list):
             raise InvalidRecord(f"{path}:1", "expected a JSON array of yoagent messages")
+        if not records:
+            raise InvalidRecord(f"{path}:1", EMPTY_ARRAY)
         parsed: list[tuple[Any, Message | ExtensionMessage, str]] = []
         errors: list[RecordError] = []
         for number, record in enumerate(records, start=1):

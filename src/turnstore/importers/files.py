@@ -1,0 +1,137 @@
+"""Finding the source files of an import, and looking at them before an importer reads them.
+
+A PATH given to an import is a regular file or a directory; anything else (a
+FIFO, ``/dev/zero``, a socket) would block or never end, and is refused
+before anything is read. A directory is walked in path order, and nothing in
+it is ever opened that is not a regular file: a FIFO, a socket, a device, a
+broken symbolic link or a folder that cannot be listed is reported with what
+it is, and the walk goes on. Lock, temporary and hidden files are passed over
+in silence, and each importer's ``accepts`` picks its own files among the rest.
+
+A source file that is empty, or holds nothing but whitespace, is reported the
+same way for every format (:func:`is_blank`): there is no session in it, and
+an importer would otherwise make an empty one, or fail on it in its own words.
+The formats whose file is a bare JSON array of messages report an empty array
+alike (:data:`EMPTY_ARRAY`).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from ..errors import ImportFailed
+from .base import Importer, RecordError, one_line
+
+__all__ = ["BLANK", "EMPTY_ARRAY", "IGNORED_SUFFIXES", "is_blank", "iter_files"]
+
+IGNORED_SUFFIXES = (".lock", ".tmp", ".bak", ".swp", ".partial")
+
+BLANK = "empty file: no records"
+"""The report of a source file that holds nothing but whitespace."""
+
+EMPTY_ARRAY = "empty array: no records"
+"""The report of a JSON array source (clark, yoagent, phi-core) that holds no record: no session either."""
+
+_WHITESPACE = b" \t\r\n"
+_BOM = b"\xef\xbb\xbf"
+_CHUNK = 1 << 12
+
+
+def iter_files(paths: Sequence[str | Path], importer: Importer, problems: list[RecordError]) -> Iterator[Path]:
+    """Every source file in ``paths``: files as given, directories walked (sorted), non-history files skipped.
+
+    Entries of a walked directory that cannot be sources (see the module
+    docstring) are appended to ``problems``, each with what it is.
+
+    Raises:
+        ImportFailed: a path does not exist, or is neither a regular file nor a directory.
+    """
+    for raw in paths:
+        path = Path(raw)
+        try:
+            mode = path.stat().st_mode
+        except OSError as error:
+            raise ImportFailed(f"{one_line(str(path))}: {_stat_failure(path, error)}") from None
+        if stat.S_ISDIR(mode):
+            yield from _walk(path, importer, problems)
+        elif stat.S_ISREG(mode):
+            yield path
+        else:
+            raise ImportFailed(f"{one_line(str(path))}: not a regular file or a directory ({_kind(mode)})")
+
+
+def is_blank(path: Path) -> bool:
+    """Whether a regular file holds nothing but whitespace (after a UTF-8 BOM); read until its first other byte.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    with path.open("rb") as file:
+        chunk = file.read(_CHUNK).removeprefix(_BOM)
+        while chunk:
+            if chunk.strip(_WHITESPACE):
+                return False
+            chunk = file.read(_CHUNK)
+    return True
+
+
+def _walk(root: Path, importer: Importer, problems: list[RecordError]) -> Iterator[Path]:
+    """The source files below ``root`` in path order. Symbolic links to folders are followed,
+    each folder and file taken once (a link back up the tree is not a loop)."""
+    files: list[Path] = []
+    found: list[RecordError] = []
+    seen: set[tuple[int, int]] = set()  # (device, inode) of every folder and file taken
+    folders = [root]
+    while folders:
+        folder = folders.pop()
+        try:
+            info = folder.stat()
+            if (info.st_dev, info.st_ino) in seen:
+                continue
+            seen.add((info.st_dev, info.st_ino))
+            with os.scandir(folder) as listing:
+                entries = list(listing)
+        except OSError as error:
+            found.append(RecordError(str(folder), f"cannot list the folder: {error.strerror or error}"))
+            continue
+        for entry in entries:
+            child = Path(entry.path)
+            try:
+                info = entry.stat()  # follows a symbolic link, opens nothing
+            except OSError as error:
+                if not _ignored(entry.name):
+                    found.append(RecordError(str(child), f"skipped: {_stat_failure(child, error)}"))
+                continue
+            if stat.S_ISDIR(info.st_mode):
+                folders.append(child)
+            elif _ignored(entry.name) or (info.st_dev, info.st_ino) in seen:
+                continue
+            elif not stat.S_ISREG(info.st_mode):
+                found.append(RecordError(str(child), f"skipped: not a regular file ({_kind(info.st_mode)})"))
+            elif importer.accepts(child):
+                seen.add((info.st_dev, info.st_ino))
+                files.append(child)
+    problems.extend(sorted(found, key=lambda problem: problem.place))
+    yield from sorted(files)
+
+
+def _ignored(name: str) -> bool:
+    """Lock, temporary, backup and hidden files: never sources."""
+    return name.startswith(".") or name.endswith(IGNORED_SUFFIXES)
+
+
+def _stat_failure(path: Path, error: OSError) -> str:
+    """Why ``path`` cannot be looked at, in words (a dangling symbolic link says so)."""
+    if isinstance(error, FileNotFoundError):
+        return "broken symbolic link (its target does not exist)" if path.is_symlink() else "no such file or directory"
+    return str(error.strerror or error)
+
+
+def _kind(mode: int) -> str:
+    """What a file that is not a regular file or a directory is, from its ``st_mode``."""
+    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISSOCK, "a socket"))
+    return next((kind for test, kind in kinds if test(mode)), "a special file")

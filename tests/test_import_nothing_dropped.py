@@ -1,0 +1,394 @@
+"""Importers never drop anything silently: what cannot be imported is reported with its place.
+
+* Parent-link cycles in every tree format (pi, Tau, yoagent): an entry that
+  is its own parent, or its own ancestor, is reported with its file and line;
+  skipping invalid records keeps the whole cycle as a history of its own.
+* Paths that are not regular files (FIFOs, devices, sockets, broken
+  symlinks, unreadable files) are refused or reported, never read blindly.
+* Empty and whitespace-only source files of every format are reported, and
+  write nothing.
+
+Each is checked through ``Store.import_`` and through ``turnstore import``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from turnstore import ImportFailed, Store
+from turnstore.cli import main
+from turnstore.importers import FORMATS
+
+Link = tuple[str, "str | None", str]
+"""A tree entry: (id, parent id, role: ``user`` or ``assistant``)."""
+
+OUTPUT_TOKENS = 7
+"""Output tokens of every assistant entry the tree files hold."""
+
+
+# --- one writer per tree format: entries as (id, parent, role) ---------------------------------------
+
+
+def _pi_message(role: str) -> dict[str, Any]:
+    if role == "user":
+        return {"role": "user", "content": "hi", "timestamp": 1767225601000}
+    return {"role": "assistant", "content": [{"type": "text", "text": "ok"}], "api": "anthropic-messages",
+            "provider": "anthropic", "model": "claude-sonnet-4-5", "stopReason": "stop", "timestamp": 1767225602000,
+            "usage": {"input": 10, "output": OUTPUT_TOKENS, "cacheRead": 0, "cacheWrite": 0,
+                      "totalTokens": 10 + OUTPUT_TOKENS}}
+
+
+def pi_tree(path: Path, links: list[Link]) -> int:
+    """A pi v3 session file; returns the line number of the first entry."""
+    header = {"type": "session", "version": 3, "id": "cycle", "timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/tmp"}
+    entries = [{"type": "message", "id": ident, "parentId": parent, "timestamp": "2026-01-01T00:00:01.000Z",
+                "message": _pi_message(role)} for ident, parent, role in links]
+    path.write_text("\n".join(json.dumps(record) for record in [header, *entries]) + "\n", encoding="utf-8")
+    return 2
+
+
+def _tau_message(role: str) -> dict[str, Any]:
+    if role == "user":
+        return {"role": "user", "contents": [{"type": "text", "content": "hi"}], "id": "u", "timestamp": 1767225600.5}
+    return {"role": "assistant", "contents": [{"type": "text", "content": "ok"}], "id": "a", "timestamp": 1767225601.0,
+            "usage": {"input_tokens": 10, "output_tokens": OUTPUT_TOKENS}, "stop_reason": "stop", "error": ""}
+
+
+def tau_tree(path: Path, links: list[Link]) -> int:
+    header = {"type": "session", "version": 3, "id": "cycle", "timestamp": 1767225600.0, "cwd": "/tmp"}
+    entries = [{"id": ident, "timestamp": 1767225601.0, **({"parent_id": parent} if parent else {}), "type": "message",
+                "message": _tau_message(role)} for ident, parent, role in links]
+    path.write_text("\n".join(json.dumps(record) for record in [header, *entries]) + "\n", encoding="utf-8")
+    return 2
+
+
+def _yoagent_message(role: str) -> dict[str, Any]:
+    if role == "user":
+        return {"role": "user", "content": [{"type": "text", "text": "hi"}], "timestamp": 1767225601000}
+    return {"role": "assistant", "content": [{"type": "text", "text": "ok"}], "stopReason": "stop",
+            "model": "claude-sonnet-4-5", "provider": "anthropic", "timestamp": 1767225602000,
+            "usage": {"input": 10, "output": OUTPUT_TOKENS, "cacheRead": 0, "cacheWrite": 0,
+                      "totalTokens": 10 + OUTPUT_TOKENS}}
+
+
+def yoagent_tree(path: Path, links: list[Link]) -> int:
+    entries = [{"id": ident, "parent_id": parent, "message": _yoagent_message(role), "timestamp": 1767225601000}
+               for ident, parent, role in links]
+    path.write_text("\n".join(json.dumps(record) for record in entries) + "\n", encoding="utf-8")
+    return 1
+
+
+TREE_FORMATS: dict[str, Callable[[Path, list[Link]], int]] = {"pi": pi_tree, "tau": tau_tree, "yoagent": yoagent_tree}
+
+
+def cycle_links(length: int) -> list[Link]:
+    """A root, an entry hanging from the cycle (written before it), then the cycle ``c1 .. cN``
+    (``c1``'s parent is ``cN``); the cycle's last entry is an assistant with usage."""
+    cycle: list[Link] = [(f"c{n}", f"c{n - 1}" if n > 1 else f"c{length}", "user") for n in range(1, length + 1)]
+    cycle[-1] = (*cycle[-1][:2], "assistant")
+    return [("r", None, "user"), ("d", "c1", "user"), *cycle]
+
+
+# --- 1. cycles of parent links ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("length", [1, 2, 5, 9])
+@pytest.mark.parametrize("fmt", sorted(TREE_FORMATS))
+def test_a_parent_cycle_is_reported_and_skipping_keeps_it_as_a_history_of_its_own(
+    store: Store, tmp_path: Path, fmt: str, length: int
+) -> None:
+    path = tmp_path / "cycle.jsonl"
+    links = cycle_links(length)
+    place = f"{path}:{TREE_FORMATS[fmt](path, links) + 2}"  # c1: the cycle's first entry in the file
+
+    failed = store.import_(fmt, path)
+
+    assert not failed.ok
+    assert [error.place for error in failed.errors] == [place]
+    reason = failed.errors[0].reason
+    assert ("is its own parent" if length == 1 else "is its own ancestor") in reason
+    assert "'c1'" in reason and "\n" not in reason
+    assert failed.sessions_written == [] and store.sessions.list() == []
+
+    report = store.import_(fmt, path, skip_invalid=True)
+
+    assert report.ok
+    assert [error.place for error in report.skipped] == [place]
+    [session] = report.sessions_written
+    assert report.messages == len(links)  # every entry stored, the cycle's assistant among them
+    assert store.usage.session(session).output == OUTPUT_TOKENS
+    roots = [loop for loop in store.loops.list(session) if loop.parent_loop_id is None]
+    assert len(roots) == 2  # the root's history, and the cycle's
+    opening = next(store.messages.records(loop_id=roots[1].loop_id))
+    assert json.loads(opening.source or "")["id"] == "c1"  # the cycle is walked from its first entry in the file
+
+
+def test_a_long_cycle_is_reported_on_one_short_line(store: Store, tmp_path: Path) -> None:
+    path = tmp_path / "cycle.jsonl"
+    yoagent_tree(path, cycle_links(5000))
+
+    report = store.import_("yoagent", path, skip_invalid=True)
+
+    [skipped] = report.skipped
+    assert "(5000 entries)" in skipped.reason and len(skipped.reason) < 200
+    assert report.messages == 5002
+
+
+def test_two_cycles_are_each_reported(store: Store, tmp_path: Path) -> None:
+    path = tmp_path / "cycles.jsonl"
+    links: list[Link] = [("r", None, "user"), ("a1", "a2", "user"), ("b1", "b1", "user"), ("a2", "a1", "assistant")]
+    tau_tree(path, links)
+
+    report = store.import_("tau", path, skip_invalid=True)
+
+    assert [error.place for error in report.skipped] == [f"{path}:3", f"{path}:4"]
+    assert report.messages == 4
+
+
+@pytest.mark.parametrize("fmt", sorted(TREE_FORMATS))
+def test_cli_reports_a_parent_cycle_on_one_line_and_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str
+) -> None:
+    path = tmp_path / "cycle.jsonl"
+    first = TREE_FORMATS[fmt](path, cycle_links(2))
+    db = str(tmp_path / "cli.db")
+
+    assert main(["--db", db, "import", fmt, str(path)]) == 1
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(errors) == 1 and f"{path}:{first + 2}" in errors[0] and "own ancestor" in errors[0]
+
+    assert main(["--db", db, "import", fmt, str(path), "--skip-invalid"]) == 0
+    skipped = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(skipped) == 1 and skipped[0].startswith(f"  skipped {path}:{first + 2}")
+
+
+# --- 2. paths that are not regular files, and files that cannot be read -----------------------------
+
+
+def good_tree(folder: Path, name: str = "good.jsonl") -> Path:
+    """A one-entry yoagent session file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    yoagent_tree(folder / name, [("r", None, "user")])
+    return folder / name
+
+
+def refuse_to_open(monkeypatch: pytest.MonkeyPatch, locked: Path) -> None:
+    """Opening ``locked`` fails as a file of mode 000 does (root reads those, so the test cannot chmod)."""
+    opened = Path.open
+
+    def refuse(self: Path, *args: Any, **kwargs: Any) -> Any:
+        if self == locked:
+            raise PermissionError(13, "Permission denied", str(self))
+        return opened(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", refuse)
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [("fifo", "a FIFO"), ("/dev/zero", "a character device"), ("/dev/null", "a character device")],
+    ids=["fifo", "dev-zero", "dev-null"],
+)
+def test_a_path_that_is_not_a_regular_file_or_directory_is_refused_unread(
+    store: Store, tmp_path: Path, name: str, kind: str
+) -> None:
+    path = Path(name) if name.startswith("/") else tmp_path / name
+    if name == "fifo":
+        os.mkfifo(path)  # opened for reading, it would block until a writer came
+    good = good_tree(tmp_path / "other")
+
+    with pytest.raises(ImportFailed) as raised:
+        store.import_("yoagent", good, path)  # refused before anything is imported
+
+    assert str(raised.value) == f"{path}: not a regular file or a directory ({kind})"
+    assert store.sessions.list() == []
+
+
+def test_a_broken_symbolic_link_given_as_a_path_is_refused(store: Store, tmp_path: Path) -> None:
+    link = tmp_path / "gone.jsonl"
+    link.symlink_to(tmp_path / "missing.jsonl")
+
+    with pytest.raises(ImportFailed, match="gone.jsonl: broken symbolic link"):
+        store.import_("yoagent", link)
+
+
+def test_cli_refuses_a_fifo_on_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+
+    assert main(["--db", str(tmp_path / "cli.db"), "import", "yoagent", str(fifo)]) == 1
+    assert capsys.readouterr().err == f"error: {fifo}: not a regular file or a directory (a FIFO)\n"
+
+
+def test_entries_of_a_walked_folder_that_are_not_regular_files_are_reported_never_opened(
+    store: Store, tmp_path: Path
+) -> None:
+    folder = tmp_path / "sessions"
+    good = good_tree(folder)
+    os.mkfifo(folder / "fifo.jsonl")
+    (folder / "broken.jsonl").symlink_to(folder / "missing.jsonl")
+    (folder / "device.jsonl").symlink_to("/dev/zero")
+    (folder / "loop").symlink_to(folder)  # a link back up the tree: each folder is walked once
+    os.mkfifo(folder / ".hidden-fifo")  # hidden: passed over, like lock and temporary files
+
+    report = store.import_("yoagent", folder)
+
+    assert [(Path(error.place).name, error.reason) for error in report.errors] == [
+        ("broken.jsonl", "skipped: broken symbolic link (its target does not exist)"),
+        ("device.jsonl", "skipped: not a regular file (a character device)"),
+        ("fifo.jsonl", "skipped: not a regular file (a FIFO)"),
+    ]
+    assert not report.ok
+    assert report.sessions_written == [good.stem] and report.files == 1
+
+
+def test_an_unreadable_file_is_reported_and_the_other_files_are_imported(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "sessions"
+    first, locked, last = (good_tree(folder, f"{name}.jsonl") for name in ("a", "b", "c"))
+    refuse_to_open(monkeypatch, locked)
+
+    report = store.import_("yoagent", folder)
+
+    assert [(error.place, error.reason) for error in report.errors] == [(str(locked), "cannot read: Permission denied")]
+    assert report.sessions_failed == [str(locked)]
+    assert report.sessions_written == [first.stem, last.stem]
+
+
+def test_a_folder_that_cannot_be_listed_is_reported(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    good = good_tree(tmp_path / "sessions")
+    locked = tmp_path / "sessions" / "locked"
+    locked.mkdir()
+    listing = os.scandir
+
+    def refuse(path: Any) -> Any:
+        if Path(path) == locked:
+            raise PermissionError(13, "Permission denied", str(path))
+        return listing(path)
+
+    monkeypatch.setattr(os, "scandir", refuse)
+
+    report = store.import_("yoagent", tmp_path / "sessions")
+
+    assert [(error.place, error.reason) for error in report.errors] == [
+        (str(locked), "cannot list the folder: Permission denied")
+    ]
+    assert report.sessions_written == [good.stem]
+
+
+def test_cli_reports_an_unreadable_file_and_goes_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "sessions"
+    locked, good = good_tree(folder, "a.jsonl"), good_tree(folder, "b.jsonl")
+    (folder / "broken.jsonl").symlink_to(folder / "missing.jsonl")
+    refuse_to_open(monkeypatch, locked)
+
+    code = main(["--db", str(tmp_path / "cli.db"), "import", "yoagent", str(folder)])
+
+    out = capsys.readouterr()
+    assert code == 1
+    assert "wrote 1 session(s)" in out.out
+    assert out.err.splitlines() == [
+        f"  error: {folder / 'broken.jsonl'}: skipped: broken symbolic link (its target does not exist)",
+        f"  error: {locked}: cannot read: Permission denied",
+    ]
+    assert good.exists()
+
+
+# --- 3. empty files --------------------------------------------------------------------------------
+
+
+SUFFIXES = {"appam": ".db", "clark": ".jsonl", "openai-agents": ".db", "phi-core": ".json", "pi": ".jsonl",
+            "tau": ".jsonl", "turnstore": ".jsonl", "yoagent": ".jsonl"}
+"""A file name ending each format reads."""
+
+
+@pytest.mark.parametrize("content", ["", "  \n\t\r\n", "\ufeff\n"], ids=["empty", "whitespace", "bom"])
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_an_empty_file_of_any_format_is_reported_and_writes_nothing(
+    store: Store, tmp_path: Path, fmt: str, content: str
+) -> None:
+    path = tmp_path / f"empty{SUFFIXES[fmt]}"
+    path.write_text(content, encoding="utf-8")
+
+    report = store.import_(fmt, path, skip_invalid=True)
+
+    assert [(error.place, error.reason) for error in report.errors] == [(str(path), "empty file: no records")]
+    assert report.sessions_failed == [str(path)] and not report.ok
+    assert store.sessions.list() == []
+
+
+@pytest.mark.parametrize("fmt", ["clark", "phi-core", "yoagent"])
+def test_an_empty_array_is_reported_and_writes_nothing(store: Store, tmp_path: Path, fmt: str) -> None:
+    path = tmp_path / "empty.json"
+    path.write_text("[ ]\n", encoding="utf-8")
+
+    report = store.import_(fmt, path)
+
+    assert [(error.place, error.reason) for error in report.errors] == [(f"{path}:1", "empty array: no records")]
+    assert store.sessions.list() == []
+
+
+def test_an_empty_file_in_a_walked_folder_is_reported_beside_the_others(store: Store, tmp_path: Path) -> None:
+    folder = tmp_path / "clark"
+    folder.mkdir()
+    (folder / "empty.jsonl").write_text("\n", encoding="utf-8")
+    (folder / "chat.jsonl").write_text(json.dumps({"role": "user", "content": "hi", "timestamp": 1}) + "\n",
+                                       encoding="utf-8")
+
+    report = store.import_("clark", folder)
+
+    assert [error.place for error in report.errors] == [str(folder / "empty.jsonl")]
+    assert report.sessions_written == ["chat"]
+
+
+@pytest.mark.parametrize("fmt", ["clark", "pi"])
+def test_cli_reports_an_empty_file_on_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str) -> None:
+    path = tmp_path / "empty.jsonl"
+    path.touch()
+
+    assert main(["--db", str(tmp_path / "cli.db"), "import", fmt, str(path)]) == 1
+    assert capsys.readouterr().err == f"  error: {path}: empty file: no records\n"
+
+
+# --- reports stay one line -------------------------------------------------------------------------
+
+
+def test_cli_reports_stay_one_line_whatever_the_file_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    empty = tmp_path / "a\nb\x1b[2J.jsonl"
+    empty.touch()
+    fifo = tmp_path / "c\u2028d.jsonl"
+    os.mkfifo(fifo)
+    db = str(tmp_path / "cli.db")
+
+    assert main(["--db", db, "import", "clark", str(empty)]) == 1
+    assert capsys.readouterr().err == f"  error: {tmp_path}/a\\nb\\x1b[2J.jsonl: empty file: no records\n"
+    assert main(["--db", db, "import", "clark", str(fifo)]) == 1
+    assert capsys.readouterr().err == f"error: {tmp_path}/c\\u2028d.jsonl: not a regular file or a directory (a FIFO)\n"
+
+
+def test_an_unreadable_tau_database_in_a_walked_folder_is_reported(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "tau"
+    folder.mkdir()
+    tau_tree(folder / "session.jsonl", [("r", None, "user")])
+    locked = folder / "sessions.db"
+    locked.write_bytes(b"SQLite format 3\x00")
+    (folder / "notes.db").write_bytes(b"not a database")  # readable, not SQLite: not Tau's, passed over
+    refuse_to_open(monkeypatch, locked)
+
+    report = store.import_("tau", folder)
+
+    assert [(error.place, error.reason) for error in report.errors] == [(str(locked), "cannot read: Permission denied")]
+    assert report.sessions_written == ["cycle"] and report.files == 2
