@@ -102,7 +102,19 @@ class UsageRepository:
         return self._settings.prices.merged(prices) if prices is not None else self._settings.prices
 
     def _rows(self, level: str, group: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        return self._db.fetchall(uq.usage_rows(level, group), params)
+        """The usage rows, with exact sums whatever the stored values.
+
+        SQLite's ``sum()`` fails past a 64-bit integer; then the same rows are read
+        again as split sums (``uq.usage_rows(..., split=True)``), which cannot
+        overflow, and rejoined. Totals within 64 bits pay nothing for this.
+        """
+        try:
+            return self._db.fetchall(uq.usage_rows(level, group), params)
+        except self._db.OperationalError as error:
+            if not (self._db.is_sqlite and "integer overflow" in str(error)):
+                raise
+        start = 2 if group == "none" else 3  # the sums follow the group key, model and provider
+        return [uq.joined(row, start) for row in self._db.fetchall(uq.usage_rows(level, group, True), params)]
 
     def _total(self, level: str, params: dict[str, Any], prices: Prices) -> UsageTotals:
         table = self._prices(prices)
