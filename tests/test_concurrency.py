@@ -179,7 +179,8 @@ def import_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
             for n in range(1 + i % 3):
                 loop_id = store.loops.start(session_id, config={"model": "gpt-5", "provider": "openai"}).loop_id
                 for turn in range(5 + i):
-                    reply = assistant(f"{session_id} {n} reply {turn}", model="gpt-5", provider="openai", u=usage(10 + turn, 2))
+                    text = f"{session_id} {n} reply {turn}"
+                    reply = assistant(text, model="gpt-5", provider="openai", u=usage(10 + turn, 2))
                     store.messages.append_turn(loop_id, turn, [user(f"{session_id} {n} prompt {turn}"), reply])
             if i % 4 == 0:
                 message_id = next(iter(store.messages.records(loop_id=loop_id))).id
@@ -208,7 +209,7 @@ def _snapshot(url: str) -> dict[str, Any]:
     with Store(url) as store:
         sessions = [session.session_id for session in store.sessions.list(limit=1_000)]
         return {
-            "exports": {session_id: _without_ids(store.export(session_id, "turnstore")) for session_id in sorted(sessions)},
+            "exports": {sid: _without_ids(store.export(sid, "turnstore")) for sid in sorted(sessions)},
             "usage": store.usage.total().model_dump(),
             "by_day": [row.model_dump() for row in store.usage.by_day()],
         }
@@ -279,7 +280,8 @@ def one_session(tmp_path: Path) -> Path:
         scratch.sessions.create("raced")
         loop_id = scratch.loops.start("raced", loop_id="raced-loop").loop_id
         for turn in range(3):
-            scratch.messages.append_turn(loop_id, turn, [user(f"prompt {turn}"), assistant(f"reply {turn}", u=usage(5, 1))])
+            reply = assistant(f"reply {turn}", u=usage(5, 1))
+            scratch.messages.append_turn(loop_id, turn, [user(f"prompt {turn}"), reply])
         path = tmp_path / "raced.jsonl"
         scratch.export("raced", "turnstore", path)
     return path

@@ -65,9 +65,11 @@ def huge(store: Store) -> list[Record]:
             store.messages.append_turn(loop_id, turn, [user(), *replies])
             for reply in replies:
                 day = datetime.fromtimestamp(reply.timestamp / 1000, timezone.utc).date().isoformat()
-                records.append(Record(f"huge-{s}", loop_id, turn, reply.model, reply.provider, day, _tokens(reply.usage)))
+                record = Record(f"huge-{s}", loop_id, turn, reply.model, reply.provider, day, _tokens(reply.usage))
+                records.append(record)
         reported = _huge(7).model_copy(update={"cost": 2.5})
-        store.messages.append_turn(loop_id, 2, [user(), assistant(model="gpt-5", provider="openai", u=reported, timestamp=DAY)])
+        reply = assistant(model="gpt-5", provider="openai", u=reported, timestamp=DAY)
+        store.messages.append_turn(loop_id, 2, [user(), reply])
         records.append(Record(f"huge-{s}", loop_id, 2, "gpt-5", "openai", "2026-01-01", _tokens(reported)))
         own = store.loops.start(f"huge-{s}", loop_id=f"huge-{s}-2", config={"model": "o3", "provider": "openai"})
         store.loops.end(own.loop_id, usage=_huge(9))
@@ -97,7 +99,8 @@ def _check_groups(rows: list[UsageRow], records: list[Record], key: Callable[[An
 
 def test_turn_usage_past_64_bits_is_exact(store: Store, huge: list[Record]) -> None:
     for turn in range(3):
-        _check(store.usage.turn("huge-a-1", turn), [r for r in huge if r.loop_id == "huge-a-1" and r.turn_index == turn])
+        records = [r for r in huge if r.loop_id == "huge-a-1" and r.turn_index == turn]
+        _check(store.usage.turn("huge-a-1", turn), records)
 
 
 def test_loop_usage_past_64_bits_is_exact(store: Store, huge: list[Record]) -> None:
@@ -112,13 +115,14 @@ def test_session_and_store_usage_past_64_bits_is_exact(store: Store, huge: list[
 
 def test_breakdowns_past_64_bits_are_exact(store: Store, huge: list[Record]) -> None:
     _check_groups(store.usage.by_model(), huge, lambda r: (r.model, r.provider))
-    _check_groups(store.usage.by_model("huge-a"), [r for r in huge if r.session_id == "huge-a"], lambda r: (r.model, r.provider))
+    session_records = [r for r in huge if r.session_id == "huge-a"]
+    _check_groups(store.usage.by_model("huge-a"), session_records, lambda r: (r.model, r.provider))
     loop_records = [r for r in huge if r.loop_id == "huge-b-1"]
     _check_groups(store.usage.by_model(loop_id="huge-b-1"), loop_records, lambda r: (r.model, r.provider))
-    _check_groups(store.usage.by_loop("huge-a"), [r for r in huge if r.session_id == "huge-a"], lambda r: r.loop_id)
+    _check_groups(store.usage.by_loop("huge-a"), session_records, lambda r: r.loop_id)
     _check_groups(store.usage.by_session(), huge, lambda r: r.session_id)
     _check_groups(store.usage.by_day(), huge, lambda r: r.day)
-    _check_groups(store.usage.by_day("huge-a"), [r for r in huge if r.session_id == "huge-a"], lambda r: r.day)
+    _check_groups(store.usage.by_day("huge-a"), session_records, lambda r: r.day)
 
 
 def test_a_total_of_exactly_the_largest_count_is_exact(store: Store, loop_id: str) -> None:
@@ -205,7 +209,9 @@ def test_the_python_calendar_agrees_with_the_rule() -> None:
 
 
 @pytest.mark.parametrize("stamp", STAMPS)
-def test_usage_by_day_files_every_timestamp_by_the_same_rule(store: Store, session_id: str, loop_id: str, stamp: int) -> None:
+def test_usage_by_day_files_every_timestamp_by_the_same_rule(
+    store: Store, session_id: str, loop_id: str, stamp: int
+) -> None:
     _append_at(store, loop_id, 0, DAY, Usage(input=1, output=1))
     _append_at(store, loop_id, 1, stamp, Usage(input=10, output=20))
     expected: dict[str | None, int] = defaultdict(int)
@@ -225,3 +231,10 @@ def test_days_out_of_range_do_not_break_a_read(
     assert sorted((row.get("day", "-"), row["input"]) for row in rows) == [("-", 4), ("2026-01-01", 1)]
     table = _cli(capsys, store_url, "usage", "--by", "day")
     assert "2026-01-01" in table and "\n│ -" in table
+
+
+def test_an_extension_message_dated_zero_is_dated_zero(store: Store, loop_id: str) -> None:
+    """0 is a time like any other (1970-01-01), not a missing one: only None means "now"."""
+    store.messages.append(ExtensionMessage(kind="summary", data={}), loop_id=loop_id, usage=Usage(input=3, output=1),
+                          model="claude-sonnet-4-5", provider="anthropic", timestamp=0)
+    assert [(row.day, row.input) for row in store.usage.by_day()] == [("1970-01-01", 3)]
