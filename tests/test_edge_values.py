@@ -84,6 +84,7 @@ def _sum(records: list[Record]) -> tuple[int, ...]:
 
 def _check(totals: UsageTotals, records: list[Record]) -> None:
     assert tuple(getattr(totals, name) for name in FIELDS) == _sum(records)
+    assert _tokens(totals.usage) == _sum(records)
     assert totals.requests == len(records)
     assert totals.cost is not None and totals.cost > 0
 
