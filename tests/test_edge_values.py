@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
@@ -132,6 +133,22 @@ def test_a_total_of_exactly_the_largest_count_is_exact(store: Store, loop_id: st
     assert store.usage.loop(loop_id).input == MAX_INT
     store.messages.append_turn(loop_id, 2, [user(), assistant(u=Usage(input=1, output=0))])
     assert store.usage.loop(loop_id).input == MAX_INT + 1
+
+
+def test_reported_costs_past_the_largest_float_do_not_break_a_read(
+    store: Store, session_id: str, loop_id: str, capsys: pytest.CaptureFixture[str], store_url: str
+) -> None:
+    """Each cost is a finite float; a sum past the largest one reads as infinity, on every backend."""
+    for turn in range(2):
+        store.messages.append_turn(loop_id, turn, [user(), assistant(u=Usage(input=1, output=1, cost=1e308))])
+    own = store.loops.start(session_id, config={"model": "o3", "provider": "openai"}).loop_id
+    store.loops.end(own, usage=Usage(input=1, output=1, cost=1e308))
+    [replies] = [row for row in store.usage.by_day() if row.day == "1970-01-01"]
+    for totals in (store.usage.total(), store.usage.session(session_id), store.usage.loop(loop_id), replies):
+        assert (totals.cost, totals.reported_cost) == (math.inf, math.inf)
+    assert store.usage.turn(loop_id, 0).cost == 1e308
+    assert [row.cost for row in store.usage.by_loop(session_id)] == [math.inf, 1e308]
+    assert "$inf" in _cli(capsys, store_url, "usage")
 
 
 def _cli(capsys: pytest.CaptureFixture[str], url: str, *args: str) -> str:

@@ -90,6 +90,32 @@ def _utc_day_of_time_postgresql(element: utc_day_of_time, compiler: object, **kw
     return f"to_char({value} AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
 
 
+class cost_sum(FunctionElement):
+    """``sum()`` of a cost column that cannot fail, for the second try of a read whose sums overflowed.
+
+    PostgreSQL's ``sum(double precision)`` fails with "value out of range:
+    overflow" past the largest float, which two accepted costs reach; summed as
+    ``numeric`` it cannot, and the total reads as infinity, as SQLite's
+    ``sum()`` gives it.
+    """
+
+    type = sa.Float()
+    name = "cost_sum"
+    inherit_cache = True
+
+
+@compiles(cost_sum)
+def _cost_sum(element: cost_sum, compiler: object, **kw: object) -> str:
+    (column,) = element.clauses
+    return f"sum({compiler.process(column, **kw)})"  # type: ignore[attr-defined]
+
+
+@compiles(cost_sum, "postgresql")
+def _cost_sum_postgresql(element: cost_sum, compiler: object, **kw: object) -> str:
+    (column,) = element.clauses
+    return f"sum(CAST({compiler.process(column, **kw)} AS NUMERIC))"  # type: ignore[attr-defined]
+
+
 USAGE_LEVELS = ("all", "session", "loop", "turn")
 USAGE_GROUPS = ("none", "loop", "session", "day")
 
@@ -111,12 +137,18 @@ SPLIT_BITS = 32
 
 def _sums(table: sa.Table, cost: ColumnElement, part: int, split: bool) -> list[ColumnElement]:
     """Six token sums (each as a high and a low half when ``split``), a cost, the record count and the part."""
+    # Literals, not parameters: PostgreSQL has ``bigint >> integer`` but no ``bigint >> bigint``.
+    shift, mask = sa.literal_column(str(SPLIT_BITS)), sa.literal_column(str(2**SPLIT_BITS - 1))
     sums: list[ColumnElement] = []
     for name in USAGE_COLUMNS:
         column = table.c[name]
-        halves = [column.op(">>")(SPLIT_BITS), column.op("&")(2**SPLIT_BITS - 1)] if split else [column]
+        halves = [column.op(">>")(shift), column.op("&")(mask)] if split else [column]
         sums.extend(sa.func.coalesce(sa.func.sum(half), 0) for half in halves)
     return [*sums, cost, sa.func.count(), sa.literal(part, sa.Integer)]
+
+
+def _cost(table: sa.Table, split: bool) -> ColumnElement:
+    return cost_sum(table.c.cost) if split else sa.func.sum(table.c.cost)
 
 
 def joined(row: Sequence[Any], start: int) -> tuple[Any, ...]:
@@ -180,7 +212,7 @@ def message_reported_cost(level: str, group: str, split: bool = False) -> sa.Sel
     keys = _group_key(messages, group)
     statement = sa.select(
         *keys, messages.c.model, messages.c.provider,
-        *_sums(messages, sa.func.sum(messages.c.cost), USAGE_PART_REPORTED, split),
+        *_sums(messages, _cost(messages, split), USAGE_PART_REPORTED, split),
     ).where(messages.c.cost.is_not(None))  # cost is only ever written with usage (input_tokens)
     if level in ("loop", "turn"):
         loop_session = sa.select(loops.c.session_id).where(loops.c.loop_id == bp("loop_id")).scalar_subquery()
@@ -203,7 +235,7 @@ def loop_reported_usage(level: str, group: str, split: bool = False) -> sa.Selec
         .exists()
     )
     statement = sa.select(
-        *keys, loops.c.model, loops.c.provider, *_sums(loops, sa.func.sum(loops.c.cost), USAGE_PART_LOOP, split)
+        *keys, loops.c.model, loops.c.provider, *_sums(loops, _cost(loops, split), USAGE_PART_LOOP, split)
     ).where(loops.c.input_tokens.is_not(None), ~has_message_usage)
     if level == "session":
         statement = statement.where(loops.c.session_id == bp("session_id"))
@@ -222,10 +254,13 @@ def usage_rows(level: str, group: str, split: bool = False) -> sa.CompoundSelect
     Rows come in no particular order; callers sort what they show. A turn has no
     reported usage of its own, so its statement leaves the loops part out.
 
-    ``split`` sums each token column as two halves (see :func:`joined`): SQLite's
-    ``sum()`` of 64-bit integers fails with "integer overflow" past ``2**63 - 1``,
-    which a few accepted values reach; the halves of fewer than ``2**31`` records
-    cannot. PostgreSQL sums ``bigint`` into ``numeric`` and never needs it.
+    ``split`` makes sums that cannot overflow, for a second try of a read whose
+    sums did: SQLite's ``sum()`` of 64-bit integers fails with "integer overflow"
+    past ``2**63 - 1``, which a few accepted values reach, so each token column is
+    summed as two halves (see :func:`joined`), which cannot for fewer than
+    ``2**31`` records (PostgreSQL sums ``bigint`` into ``numeric`` anyway); and
+    PostgreSQL's ``sum()`` of costs fails past the largest float (see
+    :class:`cost_sum`).
     """
     parts = [message_usage(level, group, split), message_reported_cost(level, group, split)]
     if level != "turn":
