@@ -45,6 +45,12 @@ class utc_day(FunctionElement):
     inherit_cache = True
 
 
+def _argument(element: FunctionElement, compiler: object, kw: dict[str, object]) -> str:
+    """The SQL of a one-argument function's argument."""
+    (column,) = element.clauses
+    return compiler.process(column, **kw)  # type: ignore[attr-defined,no-any-return]
+
+
 def _floor_div(value: str, divisor: int) -> str:
     """SQL for ``value`` divided by ``divisor`` rounded down (integer ``/`` truncates towards zero on both engines)."""
     return f"(CASE WHEN {value} >= 0 THEN {value} / {divisor} ELSE ({value} - {divisor - 1}) / {divisor} END)"
@@ -56,15 +62,13 @@ def _within_days(value: str, day: str) -> str:
 
 @compiles(utc_day, "sqlite")
 def _utc_day_sqlite(element: utc_day, compiler: object, **kw: object) -> str:
-    (column,) = element.clauses
-    value = compiler.process(column, **kw)  # type: ignore[attr-defined]
+    value = _argument(element, compiler, kw)
     return _within_days(value, f"date({_floor_div(value, 1000)}, 'unixepoch')")
 
 
 @compiles(utc_day, "postgresql")
 def _utc_day_postgresql(element: utc_day, compiler: object, **kw: object) -> str:
-    (column,) = element.clauses
-    value = compiler.process(column, **kw)  # type: ignore[attr-defined]
+    value = _argument(element, compiler, kw)
     days = f"CAST({_floor_div(value, DAY_MS)} AS INTEGER)"
     return _within_days(value, f"to_char(DATE '1970-01-01' + {days}, 'YYYY-MM-DD')")
 
@@ -79,15 +83,12 @@ class utc_day_of_time(FunctionElement):
 
 @compiles(utc_day_of_time, "sqlite")
 def _utc_day_of_time_sqlite(element: utc_day_of_time, compiler: object, **kw: object) -> str:
-    (column,) = element.clauses
-    return f"substr({compiler.process(column, **kw)}, 1, 10)"  # type: ignore[attr-defined]
+    return f"substr({_argument(element, compiler, kw)}, 1, 10)"
 
 
 @compiles(utc_day_of_time, "postgresql")
 def _utc_day_of_time_postgresql(element: utc_day_of_time, compiler: object, **kw: object) -> str:
-    (column,) = element.clauses
-    value = compiler.process(column, **kw)  # type: ignore[attr-defined]
-    return f"to_char({value} AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
+    return f"to_char({_argument(element, compiler, kw)} AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
 
 
 class cost_sum(FunctionElement):
@@ -106,14 +107,12 @@ class cost_sum(FunctionElement):
 
 @compiles(cost_sum)
 def _cost_sum(element: cost_sum, compiler: object, **kw: object) -> str:
-    (column,) = element.clauses
-    return f"sum({compiler.process(column, **kw)})"  # type: ignore[attr-defined]
+    return f"sum({_argument(element, compiler, kw)})"
 
 
 @compiles(cost_sum, "postgresql")
 def _cost_sum_postgresql(element: cost_sum, compiler: object, **kw: object) -> str:
-    (column,) = element.clauses
-    return f"sum(CAST({compiler.process(column, **kw)} AS NUMERIC))"  # type: ignore[attr-defined]
+    return f"sum(CAST({_argument(element, compiler, kw)} AS NUMERIC))"
 
 
 USAGE_LEVELS = ("all", "session", "loop", "turn")
@@ -138,7 +137,8 @@ SPLIT_BITS = 32
 def _sums(table: sa.Table, cost: ColumnElement, part: int, split: bool) -> list[ColumnElement]:
     """Six token sums (each as a high and a low half when ``split``), a cost, the record count and the part."""
     # Literals, not parameters: PostgreSQL has ``bigint >> integer`` but no ``bigint >> bigint``.
-    shift, mask = sa.literal_column(str(SPLIT_BITS)), sa.literal_column(str(2**SPLIT_BITS - 1))
+    shift: ColumnElement[int] = sa.literal_column(str(SPLIT_BITS), sa.Integer)
+    mask: ColumnElement[int] = sa.literal_column(str(2**SPLIT_BITS - 1), sa.BigInteger)
     sums: list[ColumnElement] = []
     for name in USAGE_COLUMNS:
         column = table.c[name]
