@@ -12,17 +12,20 @@ runs the full figures quoted in docs/reliability.md (8 writers × 500 appends).
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import time
 import traceback
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
 from factories import assistant, usage, user
 
 from turnstore import Store
+from turnstore.importers import writer
 
 STRESS = os.environ.get("TURNSTORE_STRESS") == "1"
 WRITERS = 8 if STRESS else 4
@@ -156,3 +159,178 @@ def test_concurrent_loop_starts_mint_distinct_ids(engine_url: str) -> None:
         ids = [loop.loop_id for loop in store.loops.list(session_id)]
     assert len(ids) == 40
     assert sorted(int(loop_id.rsplit(".", 1)[1]) for loop_id in ids) == list(range(1, 41))
+
+
+IMPORTERS = 6 if STRESS else 4
+IMPORT_ROUNDS = 5 if STRESS else 2
+IMPORT_SESSIONS = 12
+
+
+@pytest.fixture(scope="module")
+def import_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder of turnstore JSONL sessions (1-3 loops, a branch in some), one file each."""
+    root = tmp_path_factory.mktemp("concurrent-import")
+    folder = root / "sessions"
+    folder.mkdir()
+    with Store(root / "scratch.db") as store:
+        for i in range(IMPORT_SESSIONS):
+            session_id = f"shared-{i:02d}"
+            store.sessions.create(session_id, title=f"session {i}")
+            for n in range(1 + i % 3):
+                loop_id = store.loops.start(session_id, config={"model": "gpt-5", "provider": "openai"}).loop_id
+                for turn in range(5 + i):
+                    text = f"{session_id} {n} reply {turn}"
+                    reply = assistant(text, model="gpt-5", provider="openai", u=usage(10 + turn, 2))
+                    store.messages.append_turn(loop_id, turn, [user(f"{session_id} {n} prompt {turn}"), reply])
+            if i % 4 == 0:
+                message_id = next(iter(store.messages.records(loop_id=loop_id))).id
+                branch = store.loops.start(
+                    session_id, parent_loop_id=loop_id, continuation="branch", fork_after=message_id
+                ).loop_id
+                store.messages.append_turn(branch, 0, [user("instead"), assistant("branched")])
+            store.export(session_id, "turnstore", folder / f"{session_id}.jsonl")
+    return folder
+
+
+def _importer(url: str, folder: str, start: Any, results: Any) -> None:
+    """Import the folder once, as soon as every importer is ready; report what the import said."""
+    try:
+        with Store(url) as store:
+            start.wait()
+            report = store.import_("turnstore", folder)
+        results.put(("report", report.sessions_written, report.sessions_unchanged, [str(e) for e in report.errors]))
+    except BaseException:
+        results.put(("error", traceback.format_exc()))
+
+
+def _snapshot(url: str) -> dict[str, Any]:
+    """Every session's lossless export and the store's usage, without the message ids the
+    database assigned (they follow the order the writers happened to run in)."""
+    with Store(url) as store:
+        sessions = [session.session_id for session in store.sessions.list(limit=1_000)]
+        return {
+            "exports": {sid: _without_ids(store.export(sid, "turnstore")) for sid in sorted(sessions)},
+            "usage": store.usage.total().model_dump(),
+            "by_day": [row.model_dump() for row in store.usage.by_day()],
+        }
+
+
+def test_processes_import_one_folder_at_once(engine_url: str, import_folder: Path, tmp_path: Path) -> None:
+    """Every session is written by exactly one importer and reported unchanged by the others;
+    the store ends as one import alone leaves it."""
+    reference = tmp_path / "reference.db"
+    with Store(reference) as store:
+        assert sorted(store.import_("turnstore", import_folder).sessions_written) == [
+            f"shared-{i:02d}" for i in range(IMPORT_SESSIONS)
+        ]
+    expected = _snapshot(str(reference))
+    context = _context()
+    for round in range(IMPORT_ROUNDS):
+        if round:
+            _empty(engine_url)
+        results = context.Queue()
+        start = context.Barrier(IMPORTERS)
+        processes = [
+            context.Process(target=_importer, args=(engine_url, str(import_folder), start, results))
+            for _ in range(IMPORTERS)
+        ]
+        for process in processes:
+            process.start()
+        reports = [results.get(timeout=300) for _ in processes]
+        for process in processes:
+            process.join(timeout=60)
+        assert [report for report in reports if report[0] != "report"] == []
+        assert [report[3] for report in reports] == [[]] * IMPORTERS, "an importer reported an error"
+        written: Counter[str] = Counter()
+        for _, sessions_written, sessions_unchanged, _ in reports:
+            assert sorted(sessions_written + sessions_unchanged) == sorted(expected["exports"])
+            written.update(sessions_written)
+        assert written == Counter(list(expected["exports"])), "a session was written twice, or by no importer"
+        assert _snapshot(engine_url) == expected
+
+
+def _empty(url: str) -> None:
+    """Delete every session, so the next round imports into an empty store."""
+    with Store(url) as store:
+        for session in store.sessions.list(limit=1_000):
+            store.sessions.delete(session.session_id)
+
+
+def _without_ids(export: str | None) -> list[dict[str, Any]]:
+    """The export's lines, each message's id dropped and each fork point named by (loop, seq)."""
+    lines = [json.loads(line) for line in (export or "").splitlines()]
+    places = {line["id"]: (line["loop_id"], line["seq"]) for line in lines if line["type"] == "message"}
+    for line in lines:
+        if line["type"] == "message":
+            del line["id"]
+        if line["type"] == "loop":
+            line["fork_after"] = places.get(line["fork_after"])
+            line["keep_from"] = places.get(line["keep_from"])
+    return lines
+
+
+
+# --- the import that loses the race, step by step on every backend ------------------------
+
+
+@pytest.fixture
+def one_session(tmp_path: Path) -> Path:
+    """A turnstore JSONL export of one small session, ``raced``."""
+    with Store(tmp_path / "scratch.db") as scratch:
+        scratch.sessions.create("raced")
+        loop_id = scratch.loops.start("raced", loop_id="raced-loop").loop_id
+        for turn in range(3):
+            reply = assistant(f"reply {turn}", u=usage(5, 1))
+            scratch.messages.append_turn(loop_id, turn, [user(f"prompt {turn}"), reply])
+        path = tmp_path / "raced.jsonl"
+        scratch.export("raced", "turnstore", path)
+    return path
+
+
+def _look_stale_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer's next look finds the session absent, as when it looked just before another
+    import of the session committed; every later look is real."""
+    real = writer.check_bundle
+    looks: list[str] = []
+
+    def check(db: Any, bundle: Any, fmt: str, *, replace: bool) -> str:
+        looks.append(bundle.session_id)
+        return writer.WRITTEN if len(looks) == 1 else real(db, bundle, fmt, replace=replace)
+
+    monkeypatch.setattr(writer, "check_bundle", check)
+
+
+def test_an_import_that_loses_the_race_to_the_same_content_is_unchanged(
+    store: Store, one_session: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert store.import_("turnstore", one_session).sessions_written == ["raced"]
+    before = _without_ids(store.export("raced", "turnstore"))
+    _look_stale_once(monkeypatch)
+    report = store.import_("turnstore", one_session)
+    assert (report.sessions_written, report.sessions_unchanged, report.errors) == ([], ["raced"], [])
+    assert _without_ids(store.export("raced", "turnstore")) == before
+
+
+def test_an_import_that_loses_the_race_to_other_content_is_refused_in_one_line(
+    store: Store, one_session: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert store.import_("turnstore", one_session).sessions_written == ["raced"]
+    before = _without_ids(store.export("raced", "turnstore"))
+    changed = tmp_path / "changed.jsonl"
+    changed.write_text(one_session.read_text().replace("prompt 1", "prompt one"))
+    _look_stale_once(monkeypatch)
+    report = store.import_("turnstore", changed)
+    assert (report.sessions_written, report.sessions_unchanged, report.sessions_failed) == ([], [], ["raced"])
+    [error] = report.errors
+    assert "\n" not in str(error) and "'raced' already exists" in str(error)
+    assert _without_ids(store.export("raced", "turnstore")) == before
+
+
+def test_an_import_whose_loop_id_another_session_holds_is_refused_in_one_line(store: Store, one_session: Path) -> None:
+    store.sessions.create("other")
+    store.loops.start("other", loop_id="raced-loop")
+    report = store.import_("turnstore", one_session)
+    assert (report.sessions_written, report.sessions_failed) == ([], ["raced"])
+    [error] = report.errors
+    assert "\n" not in str(error) and "session 'raced' conflicts with stored data" in str(error)
+    assert not store.sessions.exists("raced")

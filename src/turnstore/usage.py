@@ -161,8 +161,12 @@ class UsageTotals(BaseModel):
 
     @property
     def usage(self) -> Usage:
-        """The token counts as a :class:`~turnstore.models.Usage`."""
-        return Usage(
+        """The token counts as a :class:`~turnstore.models.Usage`.
+
+        Built without validation: a sum may pass the 64-bit bound that each stored
+        count is held to, and is still the exact sum.
+        """
+        return Usage.model_construct(
             input=self.input,
             output=self.output,
             reasoning=self.reasoning,

@@ -8,7 +8,9 @@ total is one ``UNION ALL`` of parts (``USAGE_PART_*``) that
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cache
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.compiler import compiles
@@ -20,25 +22,55 @@ from .schema import USAGE_COLUMNS, loops, messages
 bp = sa.bindparam
 
 
+DAY_MS = 86_400_000
+FIRST_DAY_MS = -62_135_596_800_000
+"""Unix milliseconds of 0001-01-01T00:00:00Z, the first instant that has a day."""
+LAST_DAY_MS = 253_402_300_799_999
+"""Unix milliseconds of 9999-12-31T23:59:59.999Z, the last instant that has a day."""
+
+
 class utc_day(FunctionElement):
-    """The UTC calendar day (``YYYY-MM-DD``) of a unix-milliseconds column."""
+    """The UTC calendar day (``YYYY-MM-DD``) of a unix-milliseconds column; NULL outside years 1 to 9999.
+
+    Both engines compute the day the same way, with integer arithmetic: the
+    milliseconds are floored (not truncated) to whole seconds or days, so a
+    negative timestamp falls on a day before 1970-01-01; a timestamp outside
+    ``FIRST_DAY_MS..LAST_DAY_MS`` (no four-digit year) has no day, like a
+    missing one. Without the range test SQLite would give no day where
+    PostgreSQL gives one or fails the whole statement ("timestamp out of range").
+    """
 
     type = sa.String()
     name = "utc_day"
     inherit_cache = True
 
 
+def _argument(element: FunctionElement, compiler: object, kw: dict[str, object]) -> str:
+    """The SQL of a one-argument function's argument."""
+    (column,) = element.clauses
+    return compiler.process(column, **kw)  # type: ignore[attr-defined,no-any-return]
+
+
+def _floor_div(value: str, divisor: int) -> str:
+    """SQL for ``value`` divided by ``divisor`` rounded down (integer ``/`` truncates towards zero on both engines)."""
+    return f"(CASE WHEN {value} >= 0 THEN {value} / {divisor} ELSE ({value} - {divisor - 1}) / {divisor} END)"
+
+
+def _within_days(value: str, day: str) -> str:
+    return f"CASE WHEN {value} BETWEEN {FIRST_DAY_MS} AND {LAST_DAY_MS} THEN {day} END"
+
+
 @compiles(utc_day, "sqlite")
 def _utc_day_sqlite(element: utc_day, compiler: object, **kw: object) -> str:
-    (column,) = element.clauses
-    return f"date({compiler.process(column, **kw)} / 1000, 'unixepoch')"  # type: ignore[attr-defined]
+    value = _argument(element, compiler, kw)
+    return _within_days(value, f"date({_floor_div(value, 1000)}, 'unixepoch')")
 
 
 @compiles(utc_day, "postgresql")
 def _utc_day_postgresql(element: utc_day, compiler: object, **kw: object) -> str:
-    (column,) = element.clauses
-    value = compiler.process(column, **kw)  # type: ignore[attr-defined]
-    return f"to_char(to_timestamp({value} / 1000.0) AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
+    value = _argument(element, compiler, kw)
+    days = f"CAST({_floor_div(value, DAY_MS)} AS INTEGER)"
+    return _within_days(value, f"to_char(DATE '1970-01-01' + {days}, 'YYYY-MM-DD')")
 
 
 class utc_day_of_time(FunctionElement):
@@ -51,15 +83,36 @@ class utc_day_of_time(FunctionElement):
 
 @compiles(utc_day_of_time, "sqlite")
 def _utc_day_of_time_sqlite(element: utc_day_of_time, compiler: object, **kw: object) -> str:
-    (column,) = element.clauses
-    return f"substr({compiler.process(column, **kw)}, 1, 10)"  # type: ignore[attr-defined]
+    return f"substr({_argument(element, compiler, kw)}, 1, 10)"
 
 
 @compiles(utc_day_of_time, "postgresql")
 def _utc_day_of_time_postgresql(element: utc_day_of_time, compiler: object, **kw: object) -> str:
-    (column,) = element.clauses
-    value = compiler.process(column, **kw)  # type: ignore[attr-defined]
-    return f"to_char({value} AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
+    return f"to_char({_argument(element, compiler, kw)} AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
+
+
+class cost_sum(FunctionElement):
+    """``sum()`` of a cost column that cannot fail, for the second try of a read whose sums overflowed.
+
+    PostgreSQL's ``sum(double precision)`` fails with "value out of range:
+    overflow" past the largest float, which two accepted costs reach; summed as
+    ``numeric`` it cannot, and the total reads as infinity, as SQLite's
+    ``sum()`` gives it.
+    """
+
+    type = sa.Float()
+    name = "cost_sum"
+    inherit_cache = True
+
+
+@compiles(cost_sum)
+def _cost_sum(element: cost_sum, compiler: object, **kw: object) -> str:
+    return f"sum({_argument(element, compiler, kw)})"
+
+
+@compiles(cost_sum, "postgresql")
+def _cost_sum_postgresql(element: cost_sum, compiler: object, **kw: object) -> str:
+    return f"sum(CAST({_argument(element, compiler, kw)} AS NUMERIC))"
 
 
 USAGE_LEVELS = ("all", "session", "loop", "turn")
@@ -77,13 +130,33 @@ USAGE_PART_TOTAL, USAGE_PART_REPORTED, USAGE_PART_LOOP = 0, 1, 2
 """
 
 
-def _sums(table: sa.Table, cost: ColumnElement, part: int) -> list[ColumnElement]:
-    """Six token sums, a cost, the record count and the row's part (see USAGE_PART_*)."""
-    return [sa.func.coalesce(sa.func.sum(table.c[name]), 0) for name in USAGE_COLUMNS] + [
-        cost,
-        sa.func.count(),
-        sa.literal(part, sa.Integer),
-    ]
+SPLIT_BITS = 32
+"""The halves of a split sum (see :func:`usage_rows`): ``value >> 32`` and ``value & (2**32 - 1)``."""
+
+
+def _sums(table: sa.Table, cost: ColumnElement, part: int, split: bool) -> list[ColumnElement]:
+    """Six token sums (each as a high and a low half when ``split``), a cost, the record count and the part."""
+    # Literals, not parameters: PostgreSQL has ``bigint >> integer`` but no ``bigint >> bigint``.
+    shift: ColumnElement[int] = sa.literal_column(str(SPLIT_BITS), sa.Integer)
+    mask: ColumnElement[int] = sa.literal_column(str(2**SPLIT_BITS - 1), sa.BigInteger)
+    sums: list[ColumnElement] = []
+    for name in USAGE_COLUMNS:
+        column = table.c[name]
+        halves = [column.op(">>")(shift), column.op("&")(mask)] if split else [column]
+        sums.extend(sa.func.coalesce(sa.func.sum(half), 0) for half in halves)
+    return [*sums, cost, sa.func.count(), sa.literal(part, sa.Integer)]
+
+
+def _cost(table: sa.Table, split: bool) -> ColumnElement:
+    return cost_sum(table.c.cost) if split else sa.func.sum(table.c.cost)
+
+
+def joined(row: Sequence[Any], start: int) -> tuple[Any, ...]:
+    """A row of a split :func:`usage_rows` statement as the plain one returns it: each token sum
+    (two columns from ``start`` on, high half then low half) rejoined into one exact integer."""
+    halves = row[start : start + 2 * len(USAGE_COLUMNS)]
+    sums = tuple((int(high) << SPLIT_BITS) + int(low) for high, low in zip(halves[::2], halves[1::2]))
+    return (*row[:start], *sums, *row[start + 2 * len(USAGE_COLUMNS) :])
 
 
 def _group_key(table: sa.Table, group: str) -> list[ColumnElement]:
@@ -108,7 +181,7 @@ def _by_level(statement: sa.Select, level: str) -> sa.Select:
 
 
 @cache
-def message_usage(level: str, group: str) -> sa.Select:
+def message_usage(level: str, group: str, split: bool = False) -> sa.Select:
     """Usage sums of messages, grouped by (group key, model, provider) (part TOTAL).
 
     Each level but ``turn`` is served by a covering usage index
@@ -116,7 +189,7 @@ def message_usage(level: str, group: str) -> sa.Select:
     """
     keys = _group_key(messages, group)
     statement = sa.select(
-        *keys, messages.c.model, messages.c.provider, *_sums(messages, sa.null(), USAGE_PART_TOTAL)
+        *keys, messages.c.model, messages.c.provider, *_sums(messages, sa.null(), USAGE_PART_TOTAL, split)
     ).where(messages.c.input_tokens.is_not(None))
     statement = _by_level(statement, level)
     if level == "turn":
@@ -128,7 +201,7 @@ def message_usage(level: str, group: str) -> sa.Select:
 
 
 @cache
-def message_reported_cost(level: str, group: str) -> sa.Select:
+def message_reported_cost(level: str, group: str, split: bool = False) -> sa.Select:
     """The usage records with a source-reported cost, grouped like :func:`message_usage` (part REPORTED).
 
     Served by the partial index ``ix_messages_cost`` over those records only, so
@@ -139,7 +212,7 @@ def message_reported_cost(level: str, group: str) -> sa.Select:
     keys = _group_key(messages, group)
     statement = sa.select(
         *keys, messages.c.model, messages.c.provider,
-        *_sums(messages, sa.func.sum(messages.c.cost), USAGE_PART_REPORTED),
+        *_sums(messages, _cost(messages, split), USAGE_PART_REPORTED, split),
     ).where(messages.c.cost.is_not(None))  # cost is only ever written with usage (input_tokens)
     if level in ("loop", "turn"):
         loop_session = sa.select(loops.c.session_id).where(loops.c.loop_id == bp("loop_id")).scalar_subquery()
@@ -149,7 +222,7 @@ def message_reported_cost(level: str, group: str) -> sa.Select:
 
 
 @cache
-def loop_reported_usage(level: str, group: str) -> sa.Select:
+def loop_reported_usage(level: str, group: str, split: bool = False) -> sa.Select:
     """Usage a loop reported for itself, counted only where none of its messages carry usage (part LOOP)."""
     keys = _group_key(loops, group)
     has_message_usage = (
@@ -162,7 +235,7 @@ def loop_reported_usage(level: str, group: str) -> sa.Select:
         .exists()
     )
     statement = sa.select(
-        *keys, loops.c.model, loops.c.provider, *_sums(loops, sa.func.sum(loops.c.cost), USAGE_PART_LOOP)
+        *keys, loops.c.model, loops.c.provider, *_sums(loops, _cost(loops, split), USAGE_PART_LOOP, split)
     ).where(loops.c.input_tokens.is_not(None), ~has_message_usage)
     if level == "session":
         statement = statement.where(loops.c.session_id == bp("session_id"))
@@ -174,14 +247,22 @@ def loop_reported_usage(level: str, group: str) -> sa.Select:
 
 
 @cache
-def usage_rows(level: str, group: str) -> sa.CompoundSelect:
+def usage_rows(level: str, group: str, split: bool = False) -> sa.CompoundSelect:
     """:func:`message_usage`, :func:`message_reported_cost` and :func:`loop_reported_usage`
     in one statement (one round trip); :class:`turnstore.usage.Tally` adds the parts up.
 
     Rows come in no particular order; callers sort what they show. A turn has no
     reported usage of its own, so its statement leaves the loops part out.
+
+    ``split`` makes sums that cannot overflow, for a second try of a read whose
+    sums did: SQLite's ``sum()`` of 64-bit integers fails with "integer overflow"
+    past ``2**63 - 1``, which a few accepted values reach, so each token column is
+    summed as two halves (see :func:`joined`), which cannot for fewer than
+    ``2**31`` records (PostgreSQL sums ``bigint`` into ``numeric`` anyway); and
+    PostgreSQL's ``sum()`` of costs fails past the largest float (see
+    :class:`cost_sum`).
     """
-    parts = [message_usage(level, group), message_reported_cost(level, group)]
+    parts = [message_usage(level, group, split), message_reported_cost(level, group, split)]
     if level != "turn":
-        parts.append(loop_reported_usage(level, group))
+        parts.append(loop_reported_usage(level, group, split))
     return sa.union_all(*parts)

@@ -44,6 +44,10 @@ def check_bundle(db: Database, bundle: SessionBundle, fmt: str, *, replace: bool
     if previous is not None and previous[2] == digest:
         return UNCHANGED
     if not replace and db.fetchone(q.session_exists(), {"session_id": bundle.session_id}) is not None:
+        if previous is None:  # an import of it may have committed between the two reads: read again
+            previous = db.fetchone(q.get_import(), {"session_id": bundle.session_id})
+            if previous is not None and previous[2] == digest:
+                return UNCHANGED
         origin = f"imported from {previous[1]}" if previous is not None else "not imported"
         raise AlreadyExists(
             f"session {bundle.session_id!r} already exists ({origin}) with other content; "
@@ -58,7 +62,8 @@ def write_bundle(
     """Write a session bundle in one transaction; returns ``written`` or ``unchanged``.
 
     Raises:
-        AlreadyExists: the session exists with other content and ``replace`` is off.
+        AlreadyExists: the session exists with other content and ``replace`` is off,
+            or another writer stored other content in its place meanwhile.
         InvalidMessage: the session id is over the store's limits.
         InvalidRecord: a message the store cannot hold (over the limits, a lone
             surrogate, nesting too deep...), naming its record; or a session or
@@ -72,9 +77,33 @@ def write_bundle(
         return _write(db, bundle, fmt, replace, _message_params(bundle, limits), report)
     except (InvalidMessage, InvalidRecord):
         raise
+    except db.IntegrityError as error:
+        return _after_conflict(db, bundle, fmt, replace, error)
     except (ValueError, OverflowError, db.DataError) as error:  # rolled back: nothing of the session is written
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise InvalidRecord(bundle.origin, f"a value of the session cannot be stored: {reason}") from None
+
+
+def _after_conflict(db: Database, bundle: SessionBundle, fmt: str, replace: bool, error: Exception) -> str:
+    """Settle a write that found a row taken (rolled back): ``unchanged`` if the session is now stored as given.
+
+    Several imports of one source at once (app processes importing one folder)
+    can each find the session absent and write it: on PostgreSQL the check
+    before the write takes no lock, so all but the first stop at the session's
+    primary key. (SQLite's ``BEGIN IMMEDIATE`` lets one writer at a time check
+    and write.) The digest, read again, tells whether what the winner wrote is
+    this session; anything else is reported in one line.
+
+    Raises:
+        AlreadyExists: the session is stored with other content, or the row taken is
+            not this session's (a loop id that another session uses).
+    """
+    if db.in_transaction:  # an enclosing transaction, which PostgreSQL has aborted: nothing more can be read
+        raise error
+    if check_bundle(db, bundle, fmt, replace=replace) == UNCHANGED:
+        return UNCHANGED
+    reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+    raise AlreadyExists(f"session {bundle.session_id!r} conflicts with stored data: {reason}") from None
 
 
 def _write(
@@ -84,8 +113,12 @@ def _write(
     with _large_write(db, len(rows)), db.write():
         if check_bundle(db, bundle, fmt, replace=replace) == UNCHANGED:
             return UNCHANGED
-        for statement in q.delete_session():
-            db.execute(statement, {"session_id": bundle.session_id})
+        # Without replace the check found no session here, so a delete could only take the rows of
+        # an import of it that committed since (PostgreSQL reads each statement afresh): let the
+        # insert meet them instead (see _after_conflict).
+        if replace:
+            for statement in q.delete_session():
+                db.execute(statement, {"session_id": bundle.session_id})
         first_times, created, updated = _times(bundle)
         db.execute(
             q.insert_session(),

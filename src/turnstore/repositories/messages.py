@@ -195,7 +195,8 @@ class MessageRepository:
             text = f"{text[:-1]},{_turn_json(loop_id, turn_index)}}}"  # type: ignore[arg-type]
         limits = self._settings.limits
         limits.check_message(text)
-        params = row_params(model, text, loop_id, turn_index, usage, timestamp=timestamp or now_ms())
+        dated = now_ms() if timestamp is None else timestamp  # 0 is a time (1970-01-01), not a missing one
+        params = row_params(model, text, loop_id, turn_index, usage, timestamp=dated)
         limits.check_row(params)
         return params
 

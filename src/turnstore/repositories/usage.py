@@ -7,13 +7,16 @@ from typing import Any
 from .. import queries as q
 from .. import usage_queries as uq
 from ..database import Database
-from ..errors import LoopNotFound, SessionNotFound
+from ..errors import InvalidMessage, LoopNotFound, SessionNotFound
 from ..usage import PriceTable, Tally, UsageRow, UsageTotals
 from ._shared import Settings
 
 __all__ = ["UsageRepository"]
 
 Prices = PriceTable | dict[str, Any] | None
+
+_OVERFLOWED = ("integer overflow", "value out of range: overflow")
+"""How SQLite (a 64-bit integer sum) and PostgreSQL (a float sum) say that a sum overflowed."""
 
 
 class UsageRepository:
@@ -102,7 +105,22 @@ class UsageRepository:
         return self._settings.prices.merged(prices) if prices is not None else self._settings.prices
 
     def _rows(self, level: str, group: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        return self._db.fetchall(uq.usage_rows(level, group), params)
+        """The usage rows, with exact sums whatever the stored values.
+
+        SQLite's ``sum()`` fails past a 64-bit integer, PostgreSQL's past the largest
+        float (a cost); then the same rows are read again with sums that cannot
+        overflow (``uq.usage_rows(..., split=True)``), rejoined here. Reads whose
+        sums fit pay nothing for this.
+        """
+        try:
+            return self._db.fetchall(uq.usage_rows(level, group), params)
+        except (self._db.OperationalError, InvalidMessage) as error:
+            # The database's own words: SQLite's OperationalError; PostgreSQL's DataError,
+            # which Database.execute reports as a value it cannot hold.
+            if not any(words in str(error) for words in _OVERFLOWED):
+                raise
+        start = 2 if group == "none" else 3  # the sums follow the group key, model and provider
+        return [uq.joined(row, start) for row in self._db.fetchall(uq.usage_rows(level, group, True), params)]
 
     def _total(self, level: str, params: dict[str, Any], prices: Prices) -> UsageTotals:
         table = self._prices(prices)
