@@ -10,6 +10,7 @@ from typing import Any
 from .. import queries as q
 from ..database import Database
 from ..errors import AlreadyExists, InvalidMessage, SessionNotFound
+from ..limits import check_json, check_text
 from ..records import Session, SessionSummary
 from ._shared import Settings, dumps, loads, utcnow
 
@@ -44,8 +45,10 @@ class SessionRepository:
             session_id = str(uuid.uuid4())
         self._settings.limits.check_id("session_id", session_id)
         self._settings.limits.check_name("agent_id", agent_id)
+        check_text("title", title)
         if metadata is not None and not isinstance(metadata, Mapping):
             raise InvalidMessage("session metadata must be a JSON object", [("metadata", "not an object")])
+        check_json("metadata", metadata)
         now = created_at or utcnow()
         params = {
             "session_id": session_id,
@@ -115,7 +118,9 @@ class SessionRepository:
 
         Raises:
             SessionNotFound: no such session.
+            InvalidMessage: the title holds a NUL character.
         """
+        check_text("title", title)
         with self._db.write():
             cursor = self._db.execute(
                 q.rename_session(),
