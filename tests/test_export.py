@@ -560,3 +560,58 @@ def test_cli_export_on_a_full_disk_is_one_line_error(
     assert code == 1
     assert err == f"error: cannot write the export to {str(target)!r}: No space left on device\n"
     assert not target.exists()
+
+
+# --- what is exact, and what is equal by value ---------------------------------------------
+
+NUMBERS_SOURCE = (
+    '[{"role":"assistant","content":[{"type":"toolCall","id":"c1","name":"scale",'
+    '"arguments":{"ratio":1.10,"count":1e5,"id":12345678901234567890123,"note":"caf\\u00e9"}}],'
+    '"stopReason":"toolUse","model":"m","provider":"p","usage":{"input":1,"output":1},"timestamp":5}]'
+)
+
+
+def test_phi_core_export_is_equal_by_value_with_numbers_in_shortest_form(store: Store, tmp_path: Path) -> None:
+    path = tmp_path / "numbers.json"
+    path.write_text(NUMBERS_SOURCE, encoding="utf-8")
+    store.import_("phi-core", path)
+
+    text = store.export("numbers", "phi-core")
+
+    exported = json.loads(text)
+    assert exported[0].pop(SESSION_KEY) == "numbers"
+    assert exported[0]["content"] == json.loads(NUMBERS_SOURCE)[0]["content"]  # equal by value...
+    # ...not byte for byte: 1.10 -> 1.1, 1e5 -> 100000.0, escapes decoded; key order and big integers kept.
+    assert '"arguments":{"ratio":1.1,"count":100000.0,"id":12345678901234567890123,"note":"café"}' in text
+
+
+def without_message_ids(text: str) -> str:
+    """An export with its message ids (the exporting store's row ids) blanked."""
+    return re.sub(r'^\{"type":"message","id":\d+,', '{"type":"message","id":_,', text, flags=re.MULTILINE)
+
+
+def test_turnstore_export_carries_what_the_store_holds_verbatim(store: Store, tmp_path: Path) -> None:
+    verbatim = '{"arguments": {"ratio": 1.10, "count": 1e5},  "note": "caf\\u00e9"}'
+    lines = [
+        {"type": "session", "format": "turnstore", "version": 1, "session_id": "proj.v2", "title": "numbers"},
+        {"type": "loop", "loop_id": "proj.v2.p.m.1", "config": {"model": "m", "provider": "p"}},
+        {"type": "message", "id": 1, "loop_id": "proj.v2.p.m.1", "turn_index": 0, "source": verbatim,
+         "message": json.loads(NUMBERS_SOURCE)[0]},
+    ]  # fmt: skip
+    first_file = tmp_path / "first.jsonl"
+    first_file.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    store.import_("turnstore", first_file)
+    first = store.export("proj.v2", "turnstore")
+    second_file = tmp_path / "second.jsonl"
+    second_file.write_text(first, encoding="utf-8")
+    store.sessions.delete("proj.v2")
+
+    report = store.import_("turnstore", second_file)
+    second = store.export("proj.v2", "turnstore")
+
+    assert report.sessions_written == ["proj.v2"]
+    assert without_message_ids(second) == without_message_ids(first)  # byte for byte
+    [message_line] = [json.loads(line) for line in second.splitlines() if line.startswith('{"type":"message"')]
+    assert message_line["source"] == verbatim  # the source record's own text, 1.10 and all
+    assert message_line["message"]["content"][0]["arguments"] == {"ratio": 1.1, "count": 100000.0,
+                                                                   "id": 12345678901234567890123, "note": "café"}
