@@ -357,7 +357,9 @@ def build_conversation(store: Store, session_id: str, text: str) -> None:
     config = {"model": "claude-sonnet-4-5", "provider": "anthropic"}
     first = store.loops.start(session_id, config=config)
     store.messages.append_turn(first.loop_id, 0, [
-        user(f"{text}?", 1_000), assistant("looking", calls=("c1",), timestamp=2_000), tool_result("c1", text, timestamp=3_000),
+        user(f"{text}?", 1_000),
+        assistant("looking", calls=("c1",), timestamp=2_000),
+        tool_result("c1", text, timestamp=3_000),
     ])  # fmt: skip
     store.loops.end(first.loop_id)
     second = store.loops.start(session_id, config=config)

@@ -22,6 +22,7 @@ from factories import assistant, extension, usage, user
 from turnstore import (
     AssistantMessage,
     InvalidMessage,
+    SessionNotFound,
     StopReason,
     TextContent,
     ThinkingContent,
@@ -141,3 +142,17 @@ def test_nul_in_message_content_round_trips_through_store_and_export(store: Any,
 
     assert report.ok and report.sessions_written == ["s"]
     assert [m.model_dump(mode="json") for m in store.messages.loop(loop.loop_id)] == expected
+
+
+@pytest.mark.parametrize("fmt", ["phi-core", "phi-core-session", "turnstore"])
+def test_a_session_id_holding_nul_is_not_found(store: Any, tmp_path: Path, fmt: str) -> None:
+    store.sessions.create("a")
+    folder = tmp_path / "exports"
+    folder.mkdir()
+
+    assert store.sessions.exists(NUL) is False
+    with pytest.raises(SessionNotFound):
+        store.sessions.get(NUL)
+    with pytest.raises(SessionNotFound):
+        store.export(NUL, fmt, folder / "never.json")
+    assert list(folder.iterdir()) == []
