@@ -266,7 +266,6 @@ def _rfc3339(value: datetime) -> str:
     return value.astimezone(timezone.utc).replace(tzinfo=None).isoformat("T", "microseconds") + "Z"
 
 
-
 _WRITE_BATCH = 1 << 20
 """Bytes gathered before each write to the temporary file."""
 
