@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import json
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
 import pytest
 from factories import assistant, extension, tool_result, usage, user
 
-from turnstore import SessionNotFound, StopReason, Store, parse_message
+from turnstore import ExportFailed, SessionNotFound, StopReason, Store, parse_message
+from turnstore.cli import main
+from turnstore.export import EXPORT_FORMATS, SESSION_KEY, _Exporter
 
 FIXTURES = Path(__file__).parent / "fixtures" / "phi_core"
 ARRAY = FIXTURES / "messages" / "save_messages.json"
@@ -113,8 +118,11 @@ def api_session(store: Store) -> dict[str, Any]:
 def test_phi_core_export_of_imported_array_gives_back_the_source(store: Store) -> None:
     report = store.import_("phi-core", ARRAY)
 
-    exported = json.loads(store.export(report.sessions_written[0], "phi-core"))
+    session_id = report.sessions_written[0]
 
+    exported = json.loads(store.export(session_id, "phi-core"))
+
+    assert exported[0].pop(SESSION_KEY) == session_id  # the session it is, on the first message only
     assert exported == json.loads(ARRAY.read_text(encoding="utf-8"))
 
 
@@ -124,6 +132,7 @@ def test_phi_core_export_of_imported_session_files_is_the_loops_messages(store: 
 
     exported = json.loads(store.export(MAIN, "phi-core"))
 
+    assert exported[0].pop(SESSION_KEY) == MAIN
     assert exported == [message for loop in source["loops"] for message in loop["messages"]]
 
 
@@ -323,3 +332,288 @@ def test_unknown_session_is_session_not_found(store: Store, tmp_path: Path, fmt:
     with pytest.raises(SessionNotFound):
         store.export("no-such-session", fmt, target)
     assert not target.exists()
+
+
+# --- every export names its session ------------------------------------------------------
+
+TRICKY_IDS = [
+    "proj.v2",
+    "proj.v2.anthropic.claude-sonnet-4-5",  # looks like a whole minted loop id
+    "a session. with spaces .",
+    "セッション.日本語.ü",
+]
+SUFFIX = {"phi-core": ".json", "phi-core-session": ".json", "turnstore": ".jsonl"}
+
+
+def dot_prefixes(session_id: str) -> list[str]:
+    """``a.b.c`` -> ``a``, ``a.b``: ids that splitting a loop id at some dot could wrongly give."""
+    parts = session_id.split(".")
+    return [".".join(parts[:n]) for n in range(1, len(parts)) if ".".join(parts[:n])]
+
+
+def build_conversation(store: Store, session_id: str, text: str) -> None:
+    """Two loops with minted ids (``{session_id}.anthropic.claude-sonnet-4-5.N``), one tool call."""
+    store.sessions.create(session_id, title=f"about {text}")
+    config = {"model": "claude-sonnet-4-5", "provider": "anthropic"}
+    first = store.loops.start(session_id, config=config)
+    store.messages.append_turn(first.loop_id, 0, [
+        user(f"{text}?", 1_000),
+        assistant("looking", calls=("c1",), timestamp=2_000),
+        tool_result("c1", text, timestamp=3_000),
+    ])  # fmt: skip
+    store.loops.end(first.loop_id)
+    second = store.loops.start(session_id, config=config)
+    store.messages.append_turn(second.loop_id, 0, [user("and then", 4_000), assistant(f"{text}!", timestamp=5_000)])
+    store.loops.end(second.loop_id)
+
+
+def contents(store: Store, session_id: str) -> list[tuple[str, int | None, dict[str, Any]]]:
+    return [(r.loop_id, r.turn_index, r.message.model_dump(mode="json")) for r in store.messages.records(session_id)]
+
+
+@pytest.mark.parametrize("fmt", EXPORT_FORMATS)
+@pytest.mark.parametrize("session_id", TRICKY_IDS)
+def test_export_reimports_as_the_same_session_and_replace_touches_no_other(
+    store: Store, tmp_path: Path, fmt: str, session_id: str
+) -> None:
+    others = dot_prefixes(session_id)
+    for other in others:
+        build_conversation(store, other, f"unrelated {other}")
+    build_conversation(store, session_id, "the one exported")
+    before = {other: contents(store, other) for other in others}
+    expected = contents(store, session_id)
+    path = tmp_path / f"export{SUFFIX[fmt]}"
+    store.export(session_id, fmt, path)
+    store.sessions.delete(session_id)
+
+    report = store.import_("turnstore" if fmt == "turnstore" else "phi-core", path, replace=True)
+
+    assert report.ok and report.sessions_written == [session_id], report.errors
+    assert contents(store, session_id) == expected
+    assert {other: contents(store, other) for other in others} == before
+
+
+def test_phi_core_array_names_its_session_on_the_first_message_only(store: Store, api_session: dict[str, Any]) -> None:
+    exported = json.loads(store.export(api_session["sid"], "phi-core"))
+
+    assert exported[0][SESSION_KEY] == api_session["sid"]
+    assert [SESSION_KEY in message for message in exported[1:]] == [False] * (len(exported) - 1)
+
+
+def test_phi_core_array_session_key_wins_over_session_id_option(store: Store, tmp_path: Path) -> None:
+    build_conversation(store, "proj.v2", "named")
+    path = tmp_path / "renamed-file.json"
+    store.export("proj.v2", "phi-core", path)
+    store.sessions.delete("proj.v2")
+
+    report = store.import_("phi-core", path, session_id="proj")
+
+    assert report.sessions_written == ["proj.v2"]
+    assert not store.sessions.exists("proj")
+
+
+@pytest.mark.parametrize("value", [None, "", 7, ["proj"]])
+def test_phi_core_array_with_a_bad_session_key_is_refused_naming_the_record(
+    store: Store, tmp_path: Path, value: Any
+) -> None:
+    path = tmp_path / "bad.json"
+    record = {"role": "user", "content": [{"type": "text", "text": "hi"}], "timestamp": 1, SESSION_KEY: value}
+    path.write_text(json.dumps([record]), encoding="utf-8")
+
+    report = store.import_("phi-core", path)
+
+    assert not report.ok and report.sessions_written == []
+    assert [(error.place, SESSION_KEY in error.reason) for error in report.errors] == [(f"{path}: record 1", True)]
+    assert store.sessions.count() == 0
+
+
+def test_phi_core_session_header_names_the_stored_session(store: Store, tmp_path: Path) -> None:
+    header = json.loads((SESSIONS / f"{MAIN}.json").read_text(encoding="utf-8"))
+    path = tmp_path / "session.json"
+    path.write_text(json.dumps({**header, "session_id": "proj.v2"}), encoding="utf-8")
+    store.import_("phi-core", path)
+
+    exported = json.loads(store.export("proj.v2", "phi-core-session"))
+
+    assert exported["session_id"] == "proj.v2"
+    assert list(exported) == list(header)  # the source header's keys, in its order
+
+
+# --- export files: owner-only, written whole ---------------------------------------------
+
+
+def file_mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX file modes")
+@pytest.mark.parametrize("existing", [None, 0o644, 0o666, 0o400], ids=["new", "0644", "0666", "0400"])
+@pytest.mark.parametrize("umask", [0o022, 0o000, 0o077, 0o277], ids=["022", "000", "077", "277"])
+def test_export_file_is_owner_only_whatever_the_umask(
+    sqlite_store: Store, tmp_path: Path, umask: int, existing: int | None
+) -> None:
+    sid = build_session(sqlite_store)["sid"]
+    target = tmp_path / "export.json"
+    if existing is not None:
+        target.write_text("old", encoding="utf-8")
+        target.chmod(existing)
+    old = os.umask(umask)
+    try:
+        sqlite_store.export(sid, "phi-core", target)
+    finally:
+        os.umask(old)
+
+    assert file_mode(target) == 0o600
+    assert target.read_text(encoding="utf-8") == sqlite_store.export(sid, "phi-core")
+    assert [name for name in os.listdir(tmp_path) if "export" in name] == ["export.json"]  # no temporary file left
+
+
+def full_disk_after_one_partial_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``os.write`` writes half of its first buffer, then fails as a full disk does."""
+    real_write = os.write
+    calls: list[int] = []
+
+    def write(fd: int, data: Any) -> int:
+        calls.append(fd)
+        if len(calls) > 1:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, bytes(data)[: max(1, len(data) // 2)])
+
+    monkeypatch.setattr(os, "write", write)
+
+
+@pytest.mark.parametrize("fmt", EXPORT_FORMATS)
+@pytest.mark.parametrize("existed", [False, True], ids=["new", "replacing"])
+def test_export_on_a_full_disk_leaves_the_target_as_it_was(
+    sqlite_store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str, existed: bool
+) -> None:
+    sid = build_session(sqlite_store)["sid"]
+    folder = tmp_path / "out"
+    folder.mkdir()
+    target = folder / "export.json"
+    if existed:
+        target.write_text("the previous export", encoding="utf-8")
+        target.chmod(0o640)
+    full_disk_after_one_partial_write(monkeypatch)
+
+    with pytest.raises(ExportFailed) as caught:
+        sqlite_store.export(sid, fmt, target)
+
+    monkeypatch.undo()
+    message = str(caught.value)
+    assert "\n" not in message and str(target) in message and "No space left on device" in message
+    assert os.listdir(folder) == (["export.json"] if existed else [])  # no temporary file left behind
+    if existed:
+        assert target.read_text(encoding="utf-8") == "the previous export" and file_mode(target) == 0o640
+
+
+def test_export_failing_while_reading_leaves_no_file(
+    sqlite_store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sid = build_session(sqlite_store)["sid"]
+    folder = tmp_path / "out"
+    folder.mkdir()
+    real_rows = _Exporter.rows
+
+    def rows_then_failure(self: _Exporter) -> Any:
+        yield next(iter(real_rows(self)))
+        raise RuntimeError("the database went away")
+
+    monkeypatch.setattr(_Exporter, "rows", rows_then_failure)
+
+    with pytest.raises(RuntimeError, match="went away"):
+        sqlite_store.export(sid, "turnstore", folder / "export.jsonl")
+
+    assert os.listdir(folder) == []
+
+
+@pytest.mark.parametrize(
+    ("where", "reason"),
+    [("missing/export.json", "No such file or directory"), ("a-folder", "Is a directory")],
+)
+def test_export_to_an_unwritable_place_is_one_line_export_failed(
+    sqlite_store: Store, tmp_path: Path, where: str, reason: str
+) -> None:
+    sid = build_session(sqlite_store)["sid"]
+    (tmp_path / "a-folder").mkdir()
+    listing = sorted(os.listdir(tmp_path))
+
+    with pytest.raises(ExportFailed) as caught:
+        sqlite_store.export(sid, "phi-core", tmp_path / where)
+
+    assert str(caught.value) == f"cannot write the export to {str(tmp_path / where)!r}: {reason}"
+    assert sorted(os.listdir(tmp_path)) == listing and os.listdir(tmp_path / "a-folder") == []
+
+
+def test_cli_export_on_a_full_disk_is_one_line_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "store.db"
+    with Store(db) as opened:
+        sid = build_session(opened)["sid"]
+    target = tmp_path / "export.json"
+    capsys.readouterr()
+    full_disk_after_one_partial_write(monkeypatch)
+
+    code = main(["--db", str(db), "export", sid, "-o", str(target)])
+
+    monkeypatch.undo()
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err == f"error: cannot write the export to {str(target)!r}: No space left on device\n"
+    assert not target.exists()
+
+
+# --- what is exact, and what is equal by value ---------------------------------------------
+
+NUMBERS_SOURCE = (
+    '[{"role":"assistant","content":[{"type":"toolCall","id":"c1","name":"scale",'
+    '"arguments":{"ratio":1.10,"count":1e5,"id":12345678901234567890123,"note":"caf\\u00e9"}}],'
+    '"stopReason":"toolUse","model":"m","provider":"p","usage":{"input":1,"output":1},"timestamp":5}]'
+)
+
+
+def test_phi_core_export_is_equal_by_value_with_numbers_in_shortest_form(store: Store, tmp_path: Path) -> None:
+    path = tmp_path / "numbers.json"
+    path.write_text(NUMBERS_SOURCE, encoding="utf-8")
+    store.import_("phi-core", path)
+
+    text = store.export("numbers", "phi-core")
+
+    exported = json.loads(text)
+    assert exported[0].pop(SESSION_KEY) == "numbers"
+    assert exported[0]["content"] == json.loads(NUMBERS_SOURCE)[0]["content"]  # equal by value...
+    # ...not byte for byte: 1.10 -> 1.1, 1e5 -> 100000.0, escapes decoded; key order and big integers kept.
+    assert '"arguments":{"ratio":1.1,"count":100000.0,"id":12345678901234567890123,"note":"café"}' in text
+
+
+def without_message_ids(text: str) -> str:
+    """An export with its message ids (the exporting store's row ids) blanked."""
+    return re.sub(r'^\{"type":"message","id":\d+,', '{"type":"message","id":_,', text, flags=re.MULTILINE)
+
+
+def test_turnstore_export_carries_what_the_store_holds_verbatim(store: Store, tmp_path: Path) -> None:
+    verbatim = '{"arguments": {"ratio": 1.10, "count": 1e5},  "note": "caf\\u00e9"}'
+    lines = [
+        {"type": "session", "format": "turnstore", "version": 1, "session_id": "proj.v2", "title": "numbers"},
+        {"type": "loop", "loop_id": "proj.v2.p.m.1", "config": {"model": "m", "provider": "p"}},
+        {"type": "message", "id": 1, "loop_id": "proj.v2.p.m.1", "turn_index": 0, "source": verbatim,
+         "message": json.loads(NUMBERS_SOURCE)[0]},
+    ]  # fmt: skip
+    first_file = tmp_path / "first.jsonl"
+    first_file.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    store.import_("turnstore", first_file)
+    first = store.export("proj.v2", "turnstore")
+    second_file = tmp_path / "second.jsonl"
+    second_file.write_text(first, encoding="utf-8")
+    store.sessions.delete("proj.v2")
+
+    report = store.import_("turnstore", second_file)
+    second = store.export("proj.v2", "turnstore")
+
+    assert report.sessions_written == ["proj.v2"]
+    assert without_message_ids(second) == without_message_ids(first)  # byte for byte
+    [message_line] = [json.loads(line) for line in second.splitlines() if line.startswith('{"type":"message"')]
+    assert message_line["source"] == verbatim  # the source record's own text, 1.10 and all
+    assert message_line["message"]["content"][0]["arguments"] == {"ratio": 1.1, "count": 100000.0,
+                                                                   "id": 12345678901234567890123, "note": "café"}

@@ -48,6 +48,7 @@ from turnstore import (
     migrate,
 )
 from turnstore.cli import main
+from turnstore.export import SESSION_KEY
 
 TABLES = ("sessions", "loops", "messages", "imports")
 
@@ -506,7 +507,9 @@ def test_cli_json_output_gives_the_values_back(store: Any, store_url: str, value
 
     code, out, _ = run_cli(capsys, "--db", store_url, "export", value, "--format", "phi-core")
     assert code == 0
-    assert json.loads(out) == [*dump(written["messages"]), *dump([written["follow_up"]])]
+    exported = json.loads(out)
+    assert exported[0].pop(SESSION_KEY) == value  # the session's id, verbatim
+    assert exported == [*dump(written["messages"]), *dump([written["follow_up"]])]
     assert_intact(store, {"sessions": 1, "loops": 2, "messages": 5, "imports": 0})
 
 

@@ -12,6 +12,7 @@ and what a turn, loop, session or model cost::
 from .aio import AsyncStore
 from .errors import (
     AlreadyExists,
+    ExportFailed,
     ImportFailed,
     InvalidMessage,
     InvalidRecord,
@@ -68,6 +69,7 @@ __all__ = [
     "ContinuationKind",
     "CostConfig",
     "DEFAULT_PRICES",
+    "ExportFailed",
     "ExtensionMessage",
     "FileContent",
     "ImageContent",

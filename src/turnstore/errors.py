@@ -16,6 +16,7 @@ The hierarchy::
     │   ├── SchemaOutOfDate     the database needs ``turnstore db upgrade``
     │   └── SchemaTooNew        the database was written by a newer turnstore
     ├── StoreBusy               the database stayed locked past the retry budget
+    ├── ExportFailed            an export file could not be written (names the file and why)
     └── ImportFailed            an import source could not be read
         └── InvalidRecord       one source record is malformed (names file:line)
 
@@ -30,6 +31,7 @@ from typing import Any
 
 __all__ = [
     "AlreadyExists",
+    "ExportFailed",
     "ImportFailed",
     "InvalidMessage",
     "InvalidRecord",
@@ -115,6 +117,10 @@ class SchemaTooNew(SchemaError):
 
 class StoreBusy(TurnstoreError):
     """The database stayed locked by other writers for longer than the retry budget."""
+
+
+class ExportFailed(TurnstoreError):
+    """An export file could not be written (a full disk, a missing folder); the target is left as it was."""
 
 
 class ImportFailed(TurnstoreError):

@@ -3,34 +3,50 @@
 * ``phi-core`` — a flat JSON array of AgentMessage (phi-core's
   ``save_messages`` form), in order. A session imported from phi-core gives
   back its source records (equal by value); anything else is mapped to the
-  nearest form phi-core can load (see :func:`to_phi_core`).
+  nearest form phi-core can load (see :func:`to_phi_core`). The first message
+  carries the session id under :data:`SESSION_KEY`.
 * ``phi-core-session`` — phi-core's ``Session`` file, with ``loops[]`` of
   ``LoopRecord``.
 * ``turnstore`` — one JSON object per line: the session, each loop, each
   message with its place, usage and verbatim source record. Importing it
   (``turnstore import turnstore``) rebuilds the session exactly.
+
+Every form names its session (see :data:`SESSION_KEY` for the flat array).
+:func:`write_export` puts an export in a file all at once, owner-only.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
-from typing import Any
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import queries as q
+from .errors import ExportFailed
 from .records import LoopConfig
 from .repositories._shared import loads
 
 if TYPE_CHECKING:
     from .store import Store
 
-__all__ = ["EXPORT_FORMATS", "TURNSTORE_FORMAT_VERSION", "iter_export", "to_phi_core"]
+__all__ = ["EXPORT_FORMATS", "SESSION_KEY", "TURNSTORE_FORMAT_VERSION", "iter_export", "to_phi_core", "write_export"]
 
 EXPORT_FORMATS = ("phi-core", "phi-core-session", "turnstore")
 TURNSTORE_FORMAT_VERSION = 1
+
+SESSION_KEY = "turnstoreSessionId"
+"""The key that names the session on the first message of a ``phi-core`` array export.
+
+A flat message array has no place for a session id, and the session part of
+a loop id (``{session_id}.{config_id}.{N}``) cannot be told from its config
+part when the session id holds dots. phi-core ignores keys it does not know,
+so the first message carries the id verbatim; the ``phi-core`` importer
+takes the session id from it and removes the key (nothing else is stored).
+An empty session's array has no message to carry it.
+"""
 
 _STATUS = {"pending": "Pending", "running": "Running", "completed": "Completed", "rejected": "Rejected", "aborted": "Aborted"}
 _USAGE_FIELDS = ("input", "output", "reasoning", "cache_read", "cache_write", "total_tokens")
@@ -114,7 +130,10 @@ def _phi_core_array(exporter: _Exporter) -> Iterator[str]:
     yield "["
     first = True
     for row in exporter.rows():
-        yield ("" if first else ",") + _dumps(exporter.phi_core_message(row))
+        message = exporter.phi_core_message(row)
+        if first:
+            message = {**message, SESSION_KEY: exporter.session_id}
+        yield ("" if first else ",") + _dumps(message)
         first = False
     yield "]\n"
 
@@ -156,7 +175,8 @@ def _phi_core_session(exporter: _Exporter) -> dict[str, Any]:
             "parent_spawn_ref": None,
             "scope": "persistent",
         }
-    return {**header, "loops": records}
+    # The stored id, even when a source header said otherwise: the file names the session it holds.
+    return {**header, "session_id": session.session_id, "loops": records}
 
 
 def _loop_record(loop: Any, agent_id: str | None, messages: list[dict[str, Any]], usage: list[int]) -> dict[str, Any]:
@@ -245,3 +265,66 @@ def _rfc3339(value: datetime) -> str:
     """``0005-01-02T03:04:05.000000Z``: the year always four digits (``strftime`` drops leading zeros)."""
     return value.astimezone(timezone.utc).replace(tzinfo=None).isoformat("T", "microseconds") + "Z"
 
+
+_WRITE_BATCH = 1 << 20
+"""Bytes gathered before each write to the temporary file."""
+
+
+def write_export(path: str | os.PathLike[str], chunks: Iterable[str]) -> None:
+    """Write ``chunks`` to ``path`` as one whole: into a temporary file beside it, renamed over it when complete.
+
+    The file is the owner's only (mode 0600) whatever the umask. A file that
+    was at ``path`` is replaced by the new one, so it does not keep a wider
+    mode it had (nor its owner or links: a symlink at ``path`` is replaced,
+    not followed). When anything fails, ``path`` is left as it was and the
+    temporary file is removed; a reader never sees a half-written export.
+
+    Raises:
+        ExportFailed: the file could not be written (the message names it and the system's reason).
+    """
+    target = os.fspath(path)
+    folder, name = os.path.split(target)
+    try:
+        fd, temp = tempfile.mkstemp(prefix=f".{name[:64]}.", suffix=".part", dir=folder or ".")
+    except OSError as error:
+        raise _failed(target, error) from None
+    try:
+        try:
+            os.chmod(temp, 0o600)  # mkstemp's 0600 less the umask: a umask such as 0277 would leave 0400
+            _write_all(fd, chunks)
+            os.fsync(fd)  # the data is on disk before the name points at it
+        finally:
+            os.close(fd)
+        os.replace(temp, target)
+    except BaseException as error:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        if isinstance(error, OSError):
+            raise _failed(target, error) from None
+        raise
+
+
+def _write_all(fd: int, chunks: Iterable[str]) -> None:
+    batch: list[bytes] = []
+    size = 0
+    for chunk in chunks:
+        data = chunk.encode("utf-8")
+        batch.append(data)
+        size += len(data)
+        if size >= _WRITE_BATCH:
+            _write_bytes(fd, b"".join(batch))
+            batch, size = [], 0
+    _write_bytes(fd, b"".join(batch))
+
+
+def _write_bytes(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _failed(target: str, error: OSError) -> ExportFailed:
+    reason = error.strerror or str(error) or type(error).__name__
+    return ExportFailed(f"cannot write the export to {target!r}: {reason}")

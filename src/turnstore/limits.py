@@ -4,15 +4,64 @@ Limits protect the store (and every later reader) from values no agent app
 should produce: a 2 GB tool output, a megabyte-long session id. Each limit
 is configurable per store; exceeding one raises
 :class:`~turnstore.errors.LimitExceeded` naming the value and the limit.
+
+The same checks hold every backend to one rule for the NUL character
+(U+0000): PostgreSQL's text and ``jsonb`` columns cannot store it, so ids,
+titles, agent ids, model and provider names, session metadata and loop config
+and metadata holding one are refused on SQLite too, with
+:class:`~turnstore.errors.InvalidMessage` naming the field. Message content is
+stored as JSON text, where NUL is the escape ``\\u0000``: it is kept on
+every backend.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import InvalidMessage, LimitExceeded
 
-__all__ = ["Limits"]
+__all__ = ["Limits", "check_json", "check_text"]
+
+
+def check_text(what: str, value: object) -> object:
+    """Return ``value`` unless it is a string holding NUL, which no backend stores in a text column.
+
+    Raises:
+        InvalidMessage: naming ``what``.
+    """
+    if isinstance(value, str) and "\x00" in value:
+        raise InvalidMessage(_nul(what), [(what, "NUL")])
+    return value
+
+
+def check_json(what: str, value: object) -> object:
+    """Return ``value`` unless a key or string inside it holds NUL (refused by PostgreSQL's ``jsonb``).
+
+    Walks the value without recursion, so any depth is safe; the error names
+    a place that holds one (``metadata.a[2].b``, ``metadata['a key']``).
+
+    Raises:
+        InvalidMessage: naming the place.
+    """
+    pending: list[tuple[str, Any]] = [(what, value)]
+    while pending:
+        place, item = pending.pop()
+        if isinstance(item, str):
+            check_text(place, item)
+        elif isinstance(item, Mapping):
+            for key, inner in item.items():
+                if isinstance(key, str) and "\x00" in key:
+                    raise InvalidMessage(f"a key of {_nul(place)}", [(place, "NUL")])
+                pending.append((f"{place}.{key}" if str(key).isidentifier() else f"{place}[{key!r}]", inner))
+        elif isinstance(item, (list, tuple)):
+            pending.extend((f"{place}[{index}]", inner) for index, inner in enumerate(item))
+    return value
+
+
+def _nul(what: str) -> str:
+    return f"{what!s:.200} holds a NUL character (U+0000), which the database cannot store"
 
 
 @dataclass(frozen=True)
@@ -37,14 +86,16 @@ class Limits:
     max_name_length: int = 150
 
     def check_id(self, what: str, value: object) -> str:
-        """Return ``value`` if it is a non-empty string within the id limit."""
+        """Return ``value`` if it is a non-empty string within the id limit, without NUL."""
         if not isinstance(value, str) or not value:
             raise InvalidMessage(f"{what} must be a non-empty string, got {value!r:.80}", [(what, "invalid")])
+        check_text(what, value)
         return self._within(what, value, self.max_id_length)
 
     def check_name(self, what: str, value: object) -> object:
-        """Return ``value`` if it is None, not a string, or a string within the name limit."""
+        """Return ``value`` if it is None, not a string, or a string within the name limit, without NUL."""
         if isinstance(value, str):
+            check_text(what, value)
             self._within(what, value, self.max_name_length)
         return value
 

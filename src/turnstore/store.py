@@ -120,19 +120,20 @@ class Store:
         """Export one session as ``phi-core``, ``phi-core-session`` or ``turnstore`` (lossless JSONL).
 
         Writes to ``file`` (a path or a text file object) when given, streaming;
-        otherwise returns the text.
+        otherwise returns the text. A path gets a new file, mode 0600, put in
+        place only when complete (:func:`~turnstore.export.write_export`).
 
         Raises:
             SessionNotFound: no such session.
+            ExportFailed: the file at ``file`` could not be written (it is left as it was).
         """
-        from .export import iter_export
+        from .export import iter_export, write_export
 
         chunks = iter_export(self, session_id, format)
         if file is None:
             return "".join(chunks)
         if isinstance(file, (str, os.PathLike)):
-            with open(file, "w", encoding="utf-8") as handle:
-                handle.writelines(chunks)
+            write_export(file, chunks)
         else:
             file.writelines(chunks)
         return None

@@ -84,11 +84,15 @@ def _print_report(report: ImportReport) -> None:
 @click.argument("session_id")
 @click.option("--format", "fmt", type=click.Choice(EXPORT_FORMATS), default="phi-core", show_default=True,
               help="phi-core: JSON array of AgentMessage; phi-core-session: phi-core Session file; turnstore: lossless JSONL.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write here instead of stdout.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write here instead of stdout: a new file, mode 0600, in place only when complete.")
 @shared_options
 @pass_settings
 def export(settings: Settings, session_id: str, fmt: str, output: Path | None) -> None:
-    """Export one session (streamed; large sessions are never held in memory)."""
+    """Export one session (streamed; large sessions are never held in memory).
+
+    Every format names the session, so importing the file gives back the same
+    session id. With -o, a failure (a full disk) leaves FILE as it was.
+    """
     store = settings.store()
     store.sessions.get(session_id)  # a clear error before any output
     if output is not None:

@@ -1,6 +1,10 @@
 """``phi-core``: a ``save_messages()`` JSON array of AgentMessage, or ``{session_id}.json`` session files.
 
-Array files: each message's ``turnId`` gives its loop and turn; messages
+Array files: the session is the one the first message names under
+``turnstoreSessionId`` (turnstore's exports write it; the key is not stored),
+else ``--session-id``, else the session part of the first ``turnId``'s loop id
+(up to its first dot: phi-core's own ids are UUIDs), else the file name.
+Each message's ``turnId`` gives its loop and turn; messages
 without one (older records, extension messages) are placed by the derivation
 rules of :mod:`turnstore.importers.derive`, continuing the loop before them.
 Loops follow each other as ``default`` continuations, in order of appearance.
@@ -19,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidRecord
+from ..export import SESSION_KEY
 from ..models import Usage
 from .base import (
     ImportOptions,
@@ -63,6 +68,7 @@ class PhiCoreImporter:
     # --- save_messages() arrays ---------------------------------------------------
 
     def _from_array(self, path: Path, records: list[Any], options: ImportOptions) -> SessionBundle:
+        named, records = _named_session(path, records)
         parsed: list[tuple[int, Any, Any]] = []
         errors: list[RecordError] = []
         for number, record in enumerate(records, start=1):
@@ -70,7 +76,7 @@ class PhiCoreImporter:
                 parsed.append((number, record, parse_agent_message(record, f"{path}: record {number}")))
             except InvalidRecord as error:
                 errors.append(RecordError(error.place, error.reason))
-        session_id = options.session_id or first_turn_session(m for _, _, m in parsed) or path.stem
+        session_id = named or options.session_id or first_turn_session(m for _, _, m in parsed) or path.stem
         bundle = SessionBundle(session_id=session_id, origin=str(path), records=len(records), errors=errors)
         for record in records:
             bundle.add_source(compact(record))
@@ -166,6 +172,17 @@ class PhiCoreImporter:
             bundle.messages.append(
                 MessageRow(message, loop_id, turn_index, source=compact(item), place=f"{place} message {number}")
             )
+
+
+def _named_session(path: Path, records: list[Any]) -> tuple[str | None, list[Any]]:
+    """The session id the array's first message names (``SESSION_KEY``), and the records without that key."""
+    if not records or not isinstance(records[0], dict) or SESSION_KEY not in records[0]:
+        return None, records
+    first = dict(records[0])
+    named = first.pop(SESSION_KEY)
+    if not isinstance(named, str) or not named:
+        raise InvalidRecord(f"{path}: record 1", f"{SESSION_KEY} must be a non-empty string, got {named!r:.80}")
+    return named, [first, *records[1:]]
 
 
 def _continuation(value: Any) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 from .. import queries as q
 from ..database import Database
 from ..errors import AlreadyExists, InvalidMessage, InvalidRecord
-from ..limits import Limits
+from ..limits import Limits, check_json, check_text
 from ..null_binding import fast_null_binding
 from ..records import LoopConfig
 from ..repositories._shared import dumps, utcnow
@@ -212,7 +212,7 @@ def _free_meanwhile(bundle: SessionBundle, rows: list[dict[str, Any]]) -> Backgr
 
 
 def check_ids(bundle: SessionBundle, limits: Limits) -> None:
-    """Hold the session's and its loops' ids and names to the store's limits.
+    """Hold the session's and its loops' ids, names, titles and JSON values to the store's limits and rules.
 
     Raises:
         LimitExceeded: an id or name is too long (the session cannot be written).
@@ -225,7 +225,12 @@ def check_ids(bundle: SessionBundle, limits: Limits) -> None:
             limits.check_id("spawn_loop_id", loop.spawn_loop_id)
         for name in ("model", "provider"):
             limits.check_name(name, (loop.config or {}).get(name))
+        check_text("spawn_tool_call_id", loop.spawn_tool_call_id)
+        check_json("config", loop.config)
+        check_json("metadata", loop.metadata)
     limits.check_name("agent_id", bundle.agent_id)
+    check_text("title", bundle.title)
+    check_json("metadata", bundle.metadata)
 
 
 def screen_messages(bundle: SessionBundle, limits: Limits) -> None:

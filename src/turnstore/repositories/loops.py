@@ -11,6 +11,7 @@ from .. import queries as q
 from ..database import Database
 from ..errors import AlreadyExists, InvalidMessage, LoopNotFound, SessionNotFound
 from ..ids import mint_loop_id, next_loop_number
+from ..limits import check_json, check_text
 from ..models import ExtensionMessage, Usage
 from ..records import ContinuationKind, Loop, LoopConfig, LoopStatus
 from ..schema import USAGE_COLUMNS
@@ -93,6 +94,9 @@ class LoopRepository:
             limits.check_id("spawn_loop_id", spawn_loop_id)
         limits.check_name("model", (config_dict or {}).get("model"))
         limits.check_name("provider", (config_dict or {}).get("provider"))
+        check_text("spawn_tool_call_id", spawn_tool_call_id)
+        check_json("config", config_dict)
+        check_json("metadata", metadata)
         when = started_at or utcnow()
         with self._db.write():
             if self._db.fetchone(q.lock_session(), {"session_id": session_id}) is None:

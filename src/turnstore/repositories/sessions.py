@@ -10,6 +10,7 @@ from typing import Any
 from .. import queries as q
 from ..database import Database
 from ..errors import AlreadyExists, InvalidMessage, SessionNotFound
+from ..limits import check_json, check_text
 from ..records import Session, SessionSummary
 from ._shared import Settings, dumps, loads, utcnow
 
@@ -44,8 +45,10 @@ class SessionRepository:
             session_id = str(uuid.uuid4())
         self._settings.limits.check_id("session_id", session_id)
         self._settings.limits.check_name("agent_id", agent_id)
+        check_text("title", title)
         if metadata is not None and not isinstance(metadata, Mapping):
             raise InvalidMessage("session metadata must be a JSON object", [("metadata", "not an object")])
+        check_json("metadata", metadata)
         now = created_at or utcnow()
         params = {
             "session_id": session_id,
@@ -81,13 +84,15 @@ class SessionRepository:
         Raises:
             SessionNotFound: no such session.
         """
-        row = self._db.fetchone(q.get_session(), {"session_id": session_id})
+        row = None if _holds_nul(session_id) else self._db.fetchone(q.get_session(), {"session_id": session_id})
         if row is None:
             raise SessionNotFound(f"session {session_id!r} not found")
         return self._session(row)
 
     def exists(self, session_id: str) -> bool:
         """Whether a session with this id exists."""
+        if _holds_nul(session_id):
+            return False
         return self._db.fetchone(q.session_exists(), {"session_id": session_id}) is not None
 
     def list(self, *, limit: int = 100, offset: int = 0, agent_id: str | None = None) -> list[SessionSummary]:
@@ -115,7 +120,9 @@ class SessionRepository:
 
         Raises:
             SessionNotFound: no such session.
+            InvalidMessage: the title holds a NUL character.
         """
+        check_text("title", title)
         with self._db.write():
             cursor = self._db.execute(
                 q.rename_session(),
@@ -152,6 +159,11 @@ class SessionRepository:
             "created_at": self._db.load_time(row[4]),
             "updated_at": self._db.load_time(row[5]),
         }
+
+
+def _holds_nul(session_id: object) -> bool:
+    """No stored session id holds NUL (refused on writing), and PostgreSQL cannot even look one up."""
+    return isinstance(session_id, str) and "\x00" in session_id
 
 
 def _metadata_json(metadata: Mapping[str, Any] | None) -> str | None:
