@@ -139,12 +139,23 @@ class SessionBundle:
     digest_parts: list[str] = field(default_factory=list)
     source_format: str | None = None
     """Format of the kept source records, when it is not the importer's own (turnstore re-imports)."""
+    hash_format: str | None = None
+    """The format the digest is for, when the importer names it on creating the bundle: each
+    record is then hashed as it is added (:meth:`add_source`) and not kept."""
     _digests: dict[str, tuple[int, str]] = field(default_factory=dict, repr=False)
     _hashing: dict[str, tuple[int, Background[str]]] = field(default_factory=dict, repr=False)
+    _hasher: Any = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.hash_format is not None:
+            self._hasher = hashlib.sha256(self.hash_format.encode())
 
     def add_source(self, text: str) -> None:
-        """Feed a source record into the session's digest."""
-        self.digest_parts.append(text)
+        """Feed a source record into the session's digest (hashed now when :attr:`hash_format` is set)."""
+        if self._hasher is not None:
+            self._hasher.update(f"\x1e{text}".encode("utf-8", "surrogatepass"))
+        else:
+            self.digest_parts.append(text)
 
     def start_digest(self, fmt: str) -> None:
         """Start working out :meth:`digest` on a helper thread, when the records are large enough to gain.
@@ -158,7 +169,18 @@ class SessionBundle:
         self._hashing[fmt] = (len(parts), Background(_digest, fmt, parts[:]))
 
     def digest(self, fmt: str) -> str:
-        """sha256 of the format and every source record: equal digest, same import (computed once)."""
+        """sha256 of the format and every source record: equal digest, same import (computed once).
+
+        The value is the same whether the records were hashed as they came
+        (:attr:`hash_format`) or kept and hashed here.
+
+        Raises:
+            ValueError: the records were hashed as they came, for another format.
+        """
+        if self._hasher is not None:
+            if fmt != self.hash_format:
+                raise ValueError(f"the records of {self.origin} were hashed as {self.hash_format!r}, not {fmt!r}")
+            return str(self._hasher.hexdigest())
         cached = self._digests.get(fmt)
         if cached is None or cached[0] != len(self.digest_parts):
             started = self._hashing.pop(fmt, None)
@@ -342,8 +364,27 @@ def read_text(path: Path) -> str:
         raise InvalidRecord(f"{path}:{line}", f"invalid UTF-8 at byte {error.start}") from None
 
 
+MAX_WHOLE_FILE_BYTES = 64 * 1024 * 1024
+"""Largest whole-file JSON source (a JSON array) an importer reads: such a file is parsed into memory
+at once, and its records take many times its size there. JSONL sources are read line by line."""
+
+
 def read_json(path: Path) -> Any:
-    """A whole JSON file; a syntax error is reported with its line."""
+    """A whole JSON file; a syntax error is reported with its line.
+
+    Raises:
+        ImportFailed: the file cannot be read.
+        InvalidRecord: the file is larger than :data:`MAX_WHOLE_FILE_BYTES`, not UTF-8, or not JSON.
+    """
+    try:
+        size = path.stat().st_size
+    except OSError as error:
+        raise ImportFailed(f"{path}: {error.strerror or error}") from None
+    if size > MAX_WHOLE_FILE_BYTES:
+        raise InvalidRecord(
+            f"{path}:1",
+            f"file is {size} bytes; a whole-file JSON source is read only up to {MAX_WHOLE_FILE_BYTES} bytes",
+        )
     text = read_text(path)
     try:
         return json.loads(text)
@@ -353,19 +394,48 @@ def read_json(path: Path) -> Any:
         raise InvalidRecord(f"{path}:1", "JSON nested too deeply") from None
 
 
+def read_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` for each line of a text file, read from the file one line at a time.
+
+    Only ``"\n"`` ends a line (a ``"\r"`` before it is dropped): ``str.splitlines()`` would also
+    split on U+2028, U+2029, ``\x85`` and ``\x1c``-``\x1e``, which JSON writers (pydantic's among
+    them) leave raw inside strings. A UTF-8 BOM at the start is skipped. Memory holds one line.
+
+    Raises:
+        ImportFailed: the file cannot be read.
+        InvalidRecord: a line is not UTF-8 (naming the line and the byte of the file).
+    """
+    try:
+        file = path.open("rb")
+    except OSError as error:
+        raise ImportFailed(f"{path}: {error.strerror or error}") from None
+    with file:
+        offset = 0
+        number = 0
+        try:
+            for data in file:  # a binary file's lines end at b"\n" only
+                number += 1
+                start = 3 if number == 1 and data.startswith(b"\xef\xbb\xbf") else 0
+                try:
+                    raw = data[start:].decode("utf-8") if start else data.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    raise InvalidRecord(f"{path}:{number}", f"invalid UTF-8 at byte {offset + start + error.start}") from None
+                offset += len(data)
+                yield number, raw.removesuffix("\n").removesuffix("\r")
+        except OSError as error:
+            raise ImportFailed(f"{path}: {error.strerror or error}") from None
+
+
 def read_jsonl(path: Path, fast: Callable[[str], Any] | None = None) -> Iterator[tuple[int, str, Any]]:
-    """``(line number, verbatim line, parsed value or an InvalidRecord)`` for each non-blank line.
+    """``(line number, verbatim line, parsed value or an InvalidRecord)`` for each non-blank line,
+    read from the file as they are asked for (:func:`read_lines`).
 
     ``fast(line)``, when given, is tried first: a format's one-pass parse of the
     lines it knows (None for a line it does not take, or that fails it); the
     other lines, and any error, go through the general parser, which names
     what is wrong.
     """
-    text = read_text(path)
-    # Only "\n" ends a line: str.splitlines() also splits on U+2028, U+2029, \x85 and \x1c-\x1e,
-    # which JSON writers (pydantic's among them) leave raw inside strings.
-    for number, raw in enumerate(text.split("\n"), start=1):
-        line = raw.removesuffix("\r")
+    for number, line in read_lines(path):
         if not line or line.isspace():  # blank (without copying the line, as strip() would)
             continue
         if fast is not None:

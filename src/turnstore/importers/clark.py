@@ -91,7 +91,7 @@ class ClarkImporter:
     def bundles(self, path: Path, options: ImportOptions) -> Iterator[SessionBundle]:
         """One session per file, its loops and turns derived."""
         session_id = options.session_id or path.stem
-        bundle = SessionBundle(session_id=session_id, origin=str(path))
+        bundle = SessionBundle(session_id=session_id, origin=str(path), hash_format=self.format)
         rows: list[MessageRow] = []
         for place, source, value in _records(path):
             bundle.records += 1

@@ -134,7 +134,7 @@ class _SessionFile:
             raise InvalidRecord(f"{self.path}:1", "empty file: a pi session starts with a session header")
         bundle = self._header(*first)
         origin = bundle.origin
-        add_source = bundle.digest_parts.append  # bundle.add_source, for every line
+        add_source = bundle.add_source
         errors = bundle.errors
         entry = self._entry
         v1 = self.version == 1
@@ -179,6 +179,7 @@ class _SessionFile:
             metadata={key: item for key, item in value.items() if key not in ("type", "id", "timestamp")},
             created_at=parse_time(value.get("timestamp")),
             source=line,
+            hash_format=PiImporter.format,
         )
         bundle.add_source(line)
         return bundle
