@@ -35,6 +35,7 @@ from pydantic_core import from_json
 
 from ..collector import collector_paused
 from ..errors import ImportFailed, InvalidMessage, InvalidRecord
+from ..limits import Limits
 from ..ids import session_of_loop_id
 from ..models import AGENT_MESSAGE, ExtensionMessage, Message, Usage
 from .background import Background
@@ -75,7 +76,7 @@ _T = TypeVar("_T")
 class MessageRow:
     """One message to write: where it goes and the record it came from."""
 
-    message: Message | ExtensionMessage
+    message: Message | ExtensionMessage | SpilledMessage
     loop_id: str
     turn_index: int | None
     source: str | None = None
@@ -95,6 +96,27 @@ class MessageRow:
     """Where the record is (``file:line``, ``file: record N``, ``table id=...``), for an error found on writing."""
     params: dict[str, Any] | None = field(default=None, repr=False)
     """The row's column values, once :func:`~turnstore.importers.writer.screen_messages` has checked it."""
+
+
+@dataclass(slots=True)
+class SpilledMessage:
+    """Stands in for a message of a large session whose row waits on disk (:mod:`turnstore.importers.spill`).
+
+    It holds what building loops and turns, counting and dating read of a
+    message; the row itself is read back when the session is written.
+    """
+
+    role: str
+    kind: str | None
+    model: str | None
+    provider: str | None
+    timestamp: int
+    asks_tools: bool
+    at: int = -1
+    """Where the row starts in the spill file; -1 when the message cannot be stored (see ``reason``)."""
+    size: int = 0
+    reason: str | None = None
+    """Why the store cannot hold the message (reported when the session is screened)."""
 
 
 @dataclass
@@ -145,6 +167,8 @@ class SessionBundle:
     _digests: dict[str, tuple[int, str]] = field(default_factory=dict, repr=False)
     _hashing: dict[str, tuple[int, Background[str]]] = field(default_factory=dict, repr=False)
     _hasher: Any = field(default=None, repr=False)
+    spill: Any = field(default=None, repr=False)
+    """The :class:`~turnstore.importers.spill.Spill` holding the rows of spilled messages, if any."""
 
     def __post_init__(self) -> None:
         if self.hash_format is not None:
@@ -238,6 +262,8 @@ class ImportOptions:
     replace: bool = False
     session_id: str | None = None
     """Session id for sources that name none (phi-core arrays, yoagent, clark)."""
+    limits: Limits | None = None
+    """The store's limits, which large sessions are screened against as they are read (set by the import)."""
 
 
 @dataclass(frozen=True)
@@ -279,9 +305,14 @@ class ImportReport:
         messages = list(map(_MESSAGE_OF, bundle.messages))
         classes = Counter(map(type, messages))  # counted at C speed; then a plain str per class
         roles: Counter[str] = Counter()
-        for cls, count in classes.items():
-            roles[cls.ROLE] += count
         kinds: Counter[str] = Counter()
+        for cls, count in classes.items():
+            if cls is not SpilledMessage:
+                roles[cls.ROLE] += count
+        if SpilledMessage in classes:
+            spilled = [message for message in messages if type(message) is SpilledMessage and message.at >= 0]
+            roles.update(message.role for message in spilled)
+            kinds.update(message.kind for message in spilled if message.kind is not None)
         if ExtensionMessage in classes:
             kinds.update(message.kind for message in messages if type(message) is ExtensionMessage)
         return Counts(len(messages), len(bundle.loops), roles, kinds)

@@ -47,6 +47,7 @@ from .base import (
     read_jsonl,
 )
 from .derive import add_derived
+from .spill import SPILL_AFTER_MESSAGES, Spill
 
 __all__ = ["ClarkImporter", "STOP_REASONS", "UNKNOWN", "USAGE_FIELDS", "convert"]
 
@@ -102,6 +103,13 @@ class ClarkImporter:
                 bundle.errors.append(RecordError(error.place, error.reason))
                 continue
             rows.append(MessageRow(message, "", None, source=source, usage_known=usage_known, timestamp=stamp, place=place))
+            if len(rows) > SPILL_AFTER_MESSAGES and options.limits is not None:  # a large session: rows wait on disk
+                if bundle.spill is None:
+                    bundle.spill = Spill(options.limits)
+                    for row in rows:
+                        bundle.spill.keep_row(row)
+                else:
+                    bundle.spill.keep_row(rows[-1])
         add_derived(bundle, f"{session_id}.clark", rows)
         yield bundle
 
