@@ -5,7 +5,7 @@
 The script writes (into ``--out``, default a temporary folder; the files are
 not kept) a pi-mono v3 session file of about ``--pi-mb`` megabytes, made of
 the same entries as ``import_pi.py``'s session (prompts, thinking replies with
-tool calls, tool results, model changes, a branch every 2,000 prompts), and a
+tool calls, tool results, model changes, a branch every 1,000 prompts), and a
 clark JSONL transcript of about ``--clark-mb`` megabytes. Each file is
 imported by ``store.import_`` into a new SQLite store in a child process,
 which reports its peak resident set size (``VmHWM`` of
@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import random
+import re
 import resource
 import subprocess
 import sys
@@ -53,31 +54,44 @@ def peak_rss_kib() -> int:
 
 
 def write_pi(path: Path, size: int, seed: int = 20260315) -> int:
-    """A pi v3 session file of about ``size`` bytes, written as it is made (never held whole); its line count."""
+    """A pi v3 session file of about ``size`` bytes; its line count.
+
+    A block of about 8 MB of entries (with branches and model changes) is made once and written again and again with its entry ids
+    renamed, each copy continuing after the last entry of the one before (the
+    file is never held whole).
+    """
     w = _Writer(seed)
+    w.model_change(0)
+    loops = 0
+    while sum(map(len, w.lines)) < 8 * MB:
+        loops += 1
+        if loops % 150 == 0:
+            w.model_change(1 if w.model is MODELS[0] else 0)
+        branch = loops % 1000 == 0  # a new prompt after an earlier answer
+        w.loop(parent=json.loads(w.lines[-40])["id"] if branch else None)
+    block = w.lines
     header = {"type": "session", "version": 3, "id": SESSION_ID, "timestamp": "2026-03-02T09:15:00.000Z",
               "cwd": "/home/ana/src/webshop"}
-    written = lines = 0
-    finals: list[str] = []
+    written = lines = copy = 0
+    last: str | None = None
     with path.open("w", encoding="utf-8") as file:
         file.write(_dumps(header) + "\n")
-        w.model_change(0)
-        loops = 0
         while written < size:
-            loops += 1
-            if loops % 150 == 0:
-                w.model_change(1 if w.model is MODELS[0] else 0)
-            if loops % 2000 == 0 and len(finals) > 3:  # a branch: a new prompt after an earlier answer
-                finals.append(w.loop(parent=finals[-3]))
-            else:
-                finals.append(w.loop())
-            del finals[:-4]
-            for line in w.lines:
+            suffix = f"{copy:05x}"
+            for line in block:
+                line = _ID.sub(lambda found: f'{found[0][:-1]}{suffix}"', line, count=2)
+                if last is not None and '"parentId":null' in line:
+                    line = line.replace('"parentId":null', f'"parentId":"{last}"', 1)
                 file.write(line + "\n")
                 written += len(line) + 1
-            lines += len(w.lines)
-            w.lines.clear()
+            last = f"{w.leaf}{suffix}"
+            lines += len(block)
+            copy += 1
     return lines + 1
+
+
+_ID = re.compile(r'"(?:id|parentId)":"([0-9a-f]{8})"')
+"""An entry's id or parent id as the block writer makes them (eight hex digits)."""
 
 
 def write_clark(path: Path, size: int, seed: int = 20260315) -> int:

@@ -32,7 +32,7 @@ from .writer import row_values
 
 __all__ = ["SPILL_AFTER_MESSAGES", "Spill"]
 
-SPILL_AFTER_MESSAGES = 5_000
+SPILL_AFTER_MESSAGES = 20_000
 """A session's messages are spilled once it has more than this many (those read so far, and every later one)."""
 
 READ_BATCH = 2_000
