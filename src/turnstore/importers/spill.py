@@ -46,6 +46,8 @@ class Spill:
         self.limits = limits
         self._file: IO[bytes] = tempfile.TemporaryFile(prefix="turnstore-import-")
         self._end = 0
+        self._names: dict[str, str] = {}
+        """One copy of each role, kind, model and provider name the stand-ins hold (a few, repeated)."""
 
     def keep(
         self,
@@ -62,11 +64,14 @@ class Spill:
         A message the store cannot hold is not written: its stand-in carries
         the reason, which the writer's screening reports with the record's place.
         """
+        names = self._names
+        assistant = isinstance(message, AssistantMessage)
+        role = str(message.role)  # a plain string (the model's role is a str subclass)
         stub = SpilledMessage(
-            role=str(message.role),
-            kind=message.kind if isinstance(message, ExtensionMessage) else None,
-            model=message.model if isinstance(message, AssistantMessage) else None,
-            provider=message.provider if isinstance(message, AssistantMessage) else None,
+            role=names.setdefault(role, role),
+            kind=names.setdefault(message.kind, message.kind) if isinstance(message, ExtensionMessage) else None,
+            model=names.setdefault(message.model, message.model) if assistant else None,  # type: ignore[union-attr]
+            provider=names.setdefault(message.provider, message.provider) if assistant else None,  # type: ignore[union-attr]
             timestamp=getattr(message, "timestamp", 0),
             asks_tools=message.role == "assistant" and asked_tools(message),
         )
