@@ -56,9 +56,10 @@ def peak_rss_kib() -> int:
 def write_pi(path: Path, size: int, seed: int = 20260315) -> int:
     """A pi v3 session file of about ``size`` bytes; its line count.
 
-    A block of about 8 MB of entries (with branches and model changes) is made once and written again and again with its entry ids
-    renamed, each copy continuing after the last entry of the one before (the
-    file is never held whole).
+    A block of about 8 MB of entries (with branches and model changes) is
+    made once and written again and again with its entry ids renamed, each
+    copy continuing after the last entry of the one before (the file is
+    never held whole).
     """
     w = _Writer(seed)
     w.model_change(0)
@@ -191,7 +192,8 @@ def run_import(fmt: str, source: Path, db: Path, appenders: int) -> dict[str, An
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pi-mb", type=float, default=1024, help="size of the pi session file (default 1024 MB)")
-    parser.add_argument("--clark-mb", type=float, default=150, help="size of the clark transcript (default 150 MB; 0: none)")
+    parser.add_argument("--clark-mb", type=float, default=150,
+                        help="size of the clark transcript (default 150 MB; 0: none)")
     parser.add_argument("--appenders", type=int, default=3, help="appending processes during the pi import (default 3)")
     parser.add_argument("--out", type=Path, help="folder for the source files and stores (default: a temporary one)")
     parser.add_argument("--child-import", nargs=3, help=argparse.SUPPRESS)

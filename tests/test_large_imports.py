@@ -92,12 +92,13 @@ def _pi_file(path: Path, texts: list[str]) -> Path:
     parent = None
     for index, text in enumerate(texts):
         for role in ("user", "assistant"):
-            message: dict[str, Any] = {"role": role, "content": [{"type": "text", "text": text}], "timestamp": 1000 + index}
+            content = [{"type": "text", "text": text}]
+            message: dict[str, Any] = {"role": role, "content": content, "timestamp": 1000 + index}
             if role == "assistant":
                 message.update(provider="p", model="m", stopReason="stop", usage={"input": 1, "output": 2})
             entry_id = f"{role[0]}{index}"
-            lines.append({"type": "message", "id": entry_id, "parentId": parent, "timestamp": "2026-03-02T09:15:01.000Z",
-                          "message": message})
+            lines.append({"type": "message", "id": entry_id, "parentId": parent,
+                          "timestamp": "2026-03-02T09:15:01.000Z", "message": message})
             parent = entry_id
     path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
     return path

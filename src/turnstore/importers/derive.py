@@ -122,6 +122,6 @@ def fill_configs(bundle: SessionBundle, unknown_models: Container[str] = ()) -> 
         if isinstance(message, AssistantMessage) or (type(message) is SpilledMessage and message.role == "assistant"):
             first.setdefault(row.loop_id, message)
     for loop in bundle.loops:
-        message = first.get(loop.loop_id)
-        if message is not None and loop.config is None and message.model not in unknown_models:
-            loop.config = {"model": message.model, "provider": message.provider}
+        reply = first.get(loop.loop_id)
+        if reply is not None and loop.config is None and reply.model not in unknown_models:
+            loop.config = {"model": reply.model, "provider": reply.provider}

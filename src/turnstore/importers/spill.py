@@ -47,7 +47,7 @@ class Spill:
         self._file: IO[bytes] = tempfile.TemporaryFile(prefix="turnstore-import-")
         self._end = 0
         self._names: dict[str, str] = {}
-        """One copy of each role, kind, model and provider name the stand-ins hold (a few, repeated)."""
+        """One copy of each kind, model and provider name the stand-ins hold (a few, repeated)."""
 
     def keep(
         self,
@@ -66,14 +66,14 @@ class Spill:
         """
         names = self._names
         assistant = isinstance(message, AssistantMessage)
-        role = str(message.role)  # a plain string (the model's role is a str subclass)
+        role = message.ROLE  # the class's plain string (equal to the model's role)
         stub = SpilledMessage(
-            role=names.setdefault(role, role),
+            role=role,
             kind=names.setdefault(message.kind, message.kind) if isinstance(message, ExtensionMessage) else None,
             model=names.setdefault(message.model, message.model) if assistant else None,  # type: ignore[union-attr]
             provider=names.setdefault(message.provider, message.provider) if assistant else None,  # type: ignore[union-attr]
             timestamp=getattr(message, "timestamp", 0),
-            asks_tools=message.role == "assistant" and asked_tools(message),
+            asks_tools=role == "assistant" and asked_tools(message),
         )
         row = MessageRow(message, "", None, source, usage, priced_as, timestamp, usage_known)
         try:

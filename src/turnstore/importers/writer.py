@@ -255,7 +255,7 @@ def row_values(row: MessageRow, limits: Limits) -> dict[str, Any]:
         InvalidMessage: the store cannot hold the message.
     """
     message = row.message
-    assert type(message) is not SpilledMessage
+    assert not isinstance(message, SpilledMessage)  # screened when it was spilled
     role = message.role
     if type(role) is not str:
         # The validated role is a callable str subclass, which pydantic-core serializes through
@@ -296,7 +296,7 @@ def _spilled_params(bundle: SessionBundle) -> Iterator[list[dict[str, Any]]]:
     seqs: dict[str, int] = {}
     rows = bundle.messages
     done = 0
-    for batch in bundle.spill.batches(row.message for row in rows):  # type: ignore[misc]
+    for batch in bundle.spill.batches(row.message for row in rows):
         for params in batch:
             row = rows[done]
             done += 1
