@@ -7,6 +7,7 @@ interface; :data:`FORMATS` maps the FORMAT names to them.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -73,6 +74,8 @@ def import_paths(
             neither a regular file nor a directory (nothing is imported then).
     """
     options = options or ImportOptions()
+    if options.limits is None:
+        options = dataclasses.replace(options, limits=store.settings.limits)
     importer = get_importer(fmt)
     report = ImportReport(format=fmt, dry_run=options.dry_run)
     files = list(iter_files(paths, importer, report.errors))
@@ -114,6 +117,14 @@ def _import_file(
 
 
 def _import_bundle(store: Store, fmt: str, bundle: SessionBundle, options: ImportOptions, report: ImportReport) -> None:
+    try:
+        _import_rows(store, fmt, bundle, options, report)
+    finally:
+        if bundle.spill is not None:
+            bundle.spill.close()
+
+
+def _import_rows(store: Store, fmt: str, bundle: SessionBundle, options: ImportOptions, report: ImportReport) -> None:
     report.records += bundle.records
     bundle.start_digest(fmt)
     screen_messages(bundle, store.settings.limits)

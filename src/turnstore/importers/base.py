@@ -36,6 +36,7 @@ from pydantic_core import from_json
 
 from ..collector import collector_paused
 from ..errors import ImportFailed, InvalidMessage, InvalidRecord
+from ..limits import Limits
 from ..ids import session_of_loop_id
 from ..models import AGENT_MESSAGE, ExtensionMessage, Message, Usage
 from .background import Background
@@ -74,7 +75,7 @@ _T = TypeVar("_T")
 class MessageRow:
     """One message to write: where it goes and the record it came from."""
 
-    message: Message | ExtensionMessage
+    message: Message | ExtensionMessage | SpilledMessage
     loop_id: str
     turn_index: int | None
     source: str | None = None
@@ -94,6 +95,27 @@ class MessageRow:
     """Where the record is (``file:line``, ``file: record N``, ``table id=...``), for an error found on writing."""
     params: dict[str, Any] | None = field(default=None, repr=False)
     """The row's column values, once :func:`~turnstore.importers.writer.screen_messages` has checked it."""
+
+
+@dataclass(slots=True)
+class SpilledMessage:
+    """Stands in for a message of a large session whose row waits on disk (:mod:`turnstore.importers.spill`).
+
+    It holds what building loops and turns, counting and dating read of a
+    message; the row itself is read back when the session is written.
+    """
+
+    role: str
+    kind: str | None
+    model: str | None
+    provider: str | None
+    timestamp: int
+    asks_tools: bool
+    at: int = -1
+    """Where the row starts in the spill file; -1 when the message cannot be stored (see ``reason``)."""
+    size: int = 0
+    reason: str | None = None
+    """Why the store cannot hold the message (reported when the session is screened)."""
 
 
 @dataclass
@@ -138,12 +160,25 @@ class SessionBundle:
     digest_parts: list[str] = field(default_factory=list)
     source_format: str | None = None
     """Format of the kept source records, when it is not the importer's own (turnstore re-imports)."""
+    hash_format: str | None = None
+    """The format the digest is for, when the importer names it on creating the bundle: each
+    record is then hashed as it is added (:meth:`add_source`) and not kept."""
     _digests: dict[str, tuple[int, str]] = field(default_factory=dict, repr=False)
     _hashing: dict[str, tuple[int, Background[str]]] = field(default_factory=dict, repr=False)
+    _hasher: Any = field(default=None, repr=False)
+    spill: Any = field(default=None, repr=False)
+    """The :class:`~turnstore.importers.spill.Spill` holding the rows of spilled messages, if any."""
+
+    def __post_init__(self) -> None:
+        if self.hash_format is not None:
+            self._hasher = hashlib.sha256(self.hash_format.encode())
 
     def add_source(self, text: str) -> None:
-        """Feed a source record into the session's digest."""
-        self.digest_parts.append(text)
+        """Feed a source record into the session's digest (hashed now when :attr:`hash_format` is set)."""
+        if self._hasher is not None:
+            self._hasher.update(f"\x1e{text}".encode("utf-8", "surrogatepass"))
+        else:
+            self.digest_parts.append(text)
 
     def start_digest(self, fmt: str) -> None:
         """Start working out :meth:`digest` on a helper thread, when the records are large enough to gain.
@@ -157,7 +192,18 @@ class SessionBundle:
         self._hashing[fmt] = (len(parts), Background(_digest, fmt, parts[:]))
 
     def digest(self, fmt: str) -> str:
-        """sha256 of the format and every source record: equal digest, same import (computed once)."""
+        """sha256 of the format and every source record: equal digest, same import (computed once).
+
+        The value is the same whether the records were hashed as they came
+        (:attr:`hash_format`) or kept and hashed here.
+
+        Raises:
+            ValueError: the records were hashed as they came, for another format.
+        """
+        if self._hasher is not None:
+            if fmt != self.hash_format:
+                raise ValueError(f"the records of {self.origin} were hashed as {self.hash_format!r}, not {fmt!r}")
+            return str(self._hasher.hexdigest())
         cached = self._digests.get(fmt)
         if cached is None or cached[0] != len(self.digest_parts):
             started = self._hashing.pop(fmt, None)
@@ -225,6 +271,8 @@ class ImportOptions:
     replace: bool = False
     session_id: str | None = None
     """Session id for sources that name none (phi-core arrays, yoagent, clark)."""
+    limits: Limits | None = None
+    """The store's limits, which large sessions are screened against as they are read (set by the import)."""
 
 
 @dataclass(frozen=True)
@@ -266,9 +314,14 @@ class ImportReport:
         messages = list(map(_MESSAGE_OF, bundle.messages))
         classes = Counter(map(type, messages))  # counted at C speed; then a plain str per class
         roles: Counter[str] = Counter()
-        for cls, count in classes.items():
-            roles[cls.ROLE] += count
         kinds: Counter[str] = Counter()
+        for cls, count in classes.items():
+            if cls is not SpilledMessage:
+                roles[cls.ROLE] += count
+        if SpilledMessage in classes:
+            spilled = [message for message in messages if type(message) is SpilledMessage and message.at >= 0]
+            roles.update(message.role for message in spilled)
+            kinds.update(message.kind for message in spilled if message.kind is not None)
         if ExtensionMessage in classes:
             kinds.update(message.kind for message in messages if type(message) is ExtensionMessage)
         return Counts(len(messages), len(bundle.loops), roles, kinds)
@@ -333,8 +386,27 @@ def read_text(path: Path) -> str:
         raise InvalidRecord(f"{path}:{line}", f"invalid UTF-8 at byte {error.start}") from None
 
 
+MAX_WHOLE_FILE_BYTES = 64 * 1024 * 1024
+"""Largest whole-file JSON source (a JSON array) an importer reads: such a file is parsed into memory
+at once, and its records take many times its size there. JSONL sources are read line by line."""
+
+
 def read_json(path: Path) -> Any:
-    """A whole JSON file; a syntax error is reported with its line."""
+    """A whole JSON file; a syntax error is reported with its line.
+
+    Raises:
+        ImportFailed: the file cannot be read.
+        InvalidRecord: the file is larger than :data:`MAX_WHOLE_FILE_BYTES`, not UTF-8, or not JSON.
+    """
+    try:
+        size = path.stat().st_size
+    except OSError as error:
+        raise ImportFailed(f"{path}: {error.strerror or error}") from None
+    if size > MAX_WHOLE_FILE_BYTES:
+        raise InvalidRecord(
+            f"{path}:1",
+            f"file is {size} bytes; a whole-file JSON source is read only up to {MAX_WHOLE_FILE_BYTES} bytes",
+        )
     text = read_text(path)
     try:
         return json.loads(text)
@@ -344,19 +416,48 @@ def read_json(path: Path) -> Any:
         raise InvalidRecord(f"{path}:1", "JSON nested too deeply") from None
 
 
+def read_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` for each line of a text file, read from the file one line at a time.
+
+    Only ``"\n"`` ends a line (a ``"\r"`` before it is dropped): ``str.splitlines()`` would also
+    split on U+2028, U+2029, ``\x85`` and ``\x1c``-``\x1e``, which JSON writers (pydantic's among
+    them) leave raw inside strings. A UTF-8 BOM at the start is skipped. Memory holds one line.
+
+    Raises:
+        ImportFailed: the file cannot be read.
+        InvalidRecord: a line is not UTF-8 (naming the line and the byte of the file).
+    """
+    try:
+        file = path.open("rb")
+    except OSError as error:
+        raise ImportFailed(f"{path}: {error.strerror or error}") from None
+    with file:
+        offset = 0
+        number = 0
+        try:
+            for data in file:  # a binary file's lines end at b"\n" only
+                number += 1
+                start = 3 if number == 1 and data.startswith(b"\xef\xbb\xbf") else 0
+                try:
+                    raw = data[start:].decode("utf-8") if start else data.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    raise InvalidRecord(f"{path}:{number}", f"invalid UTF-8 at byte {offset + start + error.start}") from None
+                offset += len(data)
+                yield number, raw.removesuffix("\n").removesuffix("\r")
+        except OSError as error:
+            raise ImportFailed(f"{path}: {error.strerror or error}") from None
+
+
 def read_jsonl(path: Path, fast: Callable[[str], Any] | None = None) -> Iterator[tuple[int, str, Any]]:
-    """``(line number, verbatim line, parsed value or an InvalidRecord)`` for each non-blank line.
+    """``(line number, verbatim line, parsed value or an InvalidRecord)`` for each non-blank line,
+    read from the file as they are asked for (:func:`read_lines`).
 
     ``fast(line)``, when given, is tried first: a format's one-pass parse of the
     lines it knows (None for a line it does not take, or that fails it); the
     other lines, and any error, go through the general parser, which names
     what is wrong.
     """
-    text = read_text(path)
-    # Only "\n" ends a line: str.splitlines() also splits on U+2028, U+2029, \x85 and \x1c-\x1e,
-    # which JSON writers (pydantic's among them) leave raw inside strings.
-    for number, raw in enumerate(text.split("\n"), start=1):
-        line = raw.removesuffix("\r")
+    for number, line in read_lines(path):
         if not line or line.isspace():  # blank (without copying the line, as strip() would)
             continue
         if fast is not None:

@@ -48,6 +48,7 @@ from .base import (
 )
 from .derive import add_derived
 from .files import EMPTY_ARRAY
+from .spill import SPILL_AFTER_MESSAGES, Spill
 
 __all__ = ["ClarkImporter", "STOP_REASONS", "UNKNOWN", "USAGE_FIELDS", "convert"]
 
@@ -92,7 +93,7 @@ class ClarkImporter:
     def bundles(self, path: Path, options: ImportOptions) -> Iterator[SessionBundle]:
         """One session per file, its loops and turns derived."""
         session_id = options.session_id or path.stem
-        bundle = SessionBundle(session_id=session_id, origin=str(path))
+        bundle = SessionBundle(session_id=session_id, origin=str(path), hash_format=self.format)
         rows: list[MessageRow] = []
         for place, source, value in _records(path):
             bundle.records += 1
@@ -103,6 +104,13 @@ class ClarkImporter:
                 bundle.errors.append(RecordError(error.place, error.reason))
                 continue
             rows.append(MessageRow(message, "", None, source=source, usage_known=usage_known, timestamp=stamp, place=place))
+            if len(rows) > SPILL_AFTER_MESSAGES and options.limits is not None:  # a large session: rows wait on disk
+                if bundle.spill is None:
+                    bundle.spill = Spill(options.limits)
+                    for row in rows:
+                        bundle.spill.keep_row(row)
+                else:
+                    bundle.spill.keep_row(rows[-1])
         add_derived(bundle, f"{session_id}.clark", rows)
         yield bundle
 

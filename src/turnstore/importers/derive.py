@@ -22,7 +22,7 @@ from collections.abc import Container, Sequence
 from typing import Any
 
 from ..models import AssistantMessage, ToolCallContent
-from .base import LoopRow, MessageRow, SessionBundle
+from .base import LoopRow, MessageRow, SessionBundle, SpilledMessage
 
 __all__ = ["TurnDeriver", "add_derived", "asked_tools", "derive_positions", "fill_configs", "next_loop"]
 
@@ -80,6 +80,8 @@ def derive_positions(roles: Sequence[tuple[str, bool]]) -> list[tuple[int, int |
 
 def asked_tools(message: Any) -> bool:
     """Whether a canonical assistant message asked for tools."""
+    if type(message) is SpilledMessage:
+        return message.asks_tools
     content = getattr(message, "content", None)
     return bool(content) and ToolCallContent in map(type, content)
 
@@ -114,11 +116,12 @@ def fill_configs(bundle: SessionBundle, unknown_models: Container[str] = ()) -> 
             for "not recorded"); a loop whose first assistant message names
             one of them keeps no config.
     """
-    first: dict[str, AssistantMessage] = {}
+    first: dict[str, AssistantMessage | SpilledMessage] = {}
     for row in bundle.messages:
-        if isinstance(row.message, AssistantMessage):
-            first.setdefault(row.loop_id, row.message)
+        message = row.message
+        if isinstance(message, AssistantMessage) or (type(message) is SpilledMessage and message.role == "assistant"):
+            first.setdefault(row.loop_id, message)
     for loop in bundle.loops:
-        message = first.get(loop.loop_id)
-        if message is not None and loop.config is None and message.model not in unknown_models:
-            loop.config = {"model": message.model, "provider": message.provider}
+        reply = first.get(loop.loop_id)
+        if reply is not None and loop.config is None and reply.model not in unknown_models:
+            loop.config = {"model": reply.model, "provider": reply.provider}

@@ -42,6 +42,7 @@ from ..errors import InvalidMessage, InvalidRecord
 from ..models import AssistantMessage, ExtensionMessage, Message, ToolResultMessage, Usage, UserMessage
 from .base import ImportOptions, RecordError, SessionBundle, collector_paused, parse_time, read_jsonl, time_ms
 from .pi_messages import canonical_usage, fast_message_line
+from .spill import SPILL_AFTER_MESSAGES, Spill
 from .tree import Node, build_loops, resolve_skipped, skip_unparsed
 
 __all__ = ["PiImporter"]
@@ -114,6 +115,9 @@ class _SessionFile:
         """v1: the id of the last entry, the parent of the next."""
         self.header_config: Config | None = None
         """v1 headers name the model and thinking level a session starts with."""
+        self.spill: Spill | None = None
+        self.spilled = 0
+        """How many of :attr:`nodes` are spilled (a large session's messages wait on disk)."""
 
     # --- the file -------------------------------------------------------------------
 
@@ -134,7 +138,7 @@ class _SessionFile:
             raise InvalidRecord(f"{self.path}:1", "empty file: a pi session starts with a session header")
         bundle = self._header(*first)
         origin = bundle.origin
-        add_source = bundle.digest_parts.append  # bundle.add_source, for every line
+        add_source = bundle.add_source
         errors = bundle.errors
         entry = self._entry
         v1 = self.version == 1
@@ -152,10 +156,37 @@ class _SessionFile:
                 entry(value, line, f"{origin}:{number}")
             except InvalidRecord as error:
                 errors.append(RecordError(error.place, error.reason))
+            if len(self.nodes) > SPILL_AFTER_MESSAGES:
+                self._spill()
         bundle.records += records
+        bundle.spill = self.spill
         build_loops(bundle, self.nodes, f"{bundle.session_id}.pi")
         self._finish(bundle)
         return bundle
+
+    def _spill(self) -> None:
+        """Keep the rows of the nodes made since the last call on disk (:mod:`turnstore.importers.spill`).
+
+        A retained-tail copy keeps neither usage nor source (see :meth:`_finish`).
+        """
+        if self.options.limits is None:
+            return
+        spill = self.spill
+        if spill is None:
+            spill = self.spill = Spill(self.options.limits)
+        tail_ids = self.tail_ids
+        for node in self.nodes[self.spilled :]:
+            tail = node.id in tail_ids
+            node.message = spill.keep(  # type: ignore[assignment]  # a stand-in from here on
+                node.message,
+                source=None if tail else node.source,
+                usage=None if tail else node.usage,
+                priced_as=node.priced_as,
+                timestamp=node.timestamp,
+                usage_known=not tail,
+            )
+            node.source, node.usage = "", None
+        self.spilled = len(self.nodes)
 
     def _header(self, number: int, line: str, value: Any) -> SessionBundle:
         place = f"{self.path}:{number}"
@@ -179,6 +210,7 @@ class _SessionFile:
             metadata={key: item for key, item in value.items() if key not in ("type", "id", "timestamp")},
             created_at=parse_time(value.get("timestamp")),
             source=line,
+            hash_format=PiImporter.format,
         )
         bundle.add_source(line)
         return bundle

@@ -51,7 +51,7 @@ from .base import (
     connect_read_only,
     is_sqlite,
     parse_time,
-    read_text,
+    read_lines,
 )
 from .tau_messages import BadRecord, convert_message, convert_usage, ms, tool_call_names
 from .tree import BRANCH_SUMMARY, COMPACTION, Node, build_loops, resolve_skipped, skip_unparsed
@@ -133,8 +133,7 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
     Lines are split on ``\\n`` only: Tau (pydantic) writes U+2028 and other
     Unicode line separators raw inside JSON strings.
     """
-    for number, line in enumerate(read_text(path).split("\n"), start=1):
-        line = line.removesuffix("\r")
+    for number, line in read_lines(path):
         if line.strip():
             yield number, line
 

@@ -9,7 +9,7 @@ alone unless ``replace`` is set, which rewrites it whole.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, nullcontext
 from datetime import datetime, timezone
 from typing import Any
@@ -23,9 +23,9 @@ from ..records import LoopConfig
 from ..repositories._shared import dumps, utcnow
 from ..repositories.loops import usage_params
 from ..repositories.message_json import dump_message
-from ..repositories.messages import row_params
+from ..repositories.messages import MAX_TURN_INDEX, row_params
 from .background import Background
-from .base import LoopRow, MessageRow, RecordError, SessionBundle
+from .base import LoopRow, MessageRow, RecordError, SessionBundle, SpilledMessage
 
 __all__ = ["UNCHANGED", "WRITTEN", "check_bundle", "write_bundle"]
 
@@ -74,7 +74,7 @@ def write_bundle(
     check_ids(bundle, limits)
     try:
         # The rows go straight into _write, which holds the only reference: it lets them go before the commit.
-        return _write(db, bundle, fmt, replace, _message_params(bundle, limits), report)
+        return _write(db, bundle, fmt, replace, _message_batches(bundle, limits), report)
     except (InvalidMessage, InvalidRecord):
         raise
     except db.IntegrityError as error:
@@ -107,10 +107,15 @@ def _after_conflict(db: Database, bundle: SessionBundle, fmt: str, replace: bool
 
 
 def _write(
-    db: Database, bundle: SessionBundle, fmt: str, replace: bool, rows: list[dict[str, Any]], report: dict[str, Any]
+    db: Database,
+    bundle: SessionBundle,
+    fmt: str,
+    replace: bool,
+    rows: Iterable[list[dict[str, Any]]],
+    report: dict[str, Any],
 ) -> str:
     freeing = None
-    with _large_write(db, len(rows)), db.write():
+    with _large_write(db, len(bundle.messages), spilled=bundle.spill is not None), db.write():
         if check_bundle(db, bundle, fmt, replace=replace) == UNCHANGED:
             return UNCHANGED
         # Without replace the check found no session here, so a delete could only take the rows of
@@ -141,8 +146,8 @@ def _write(
                     for loop in bundle.loops
                 ],
             )
-        if rows:
-            db.executemany(q.insert_message_at(), rows)
+        for batch in rows:
+            db.executemany(q.insert_message_at(), batch)
         _resolve_forks(db, bundle)
         db.execute(
             q.insert_import(),
@@ -174,7 +179,7 @@ writes ≈25 MB of pages: 2.5 KiB a message, indexes included)."""
 
 
 @contextmanager
-def _large_write(db: Database, messages: int) -> Iterator[None]:
+def _large_write(db: Database, messages: int, *, spilled: bool = False) -> Iterator[None]:
     """SQLite settings for writing one imported session (each put back afterwards).
 
     Every session: ``None`` parameters bound without the driver's adapter
@@ -185,11 +190,12 @@ def _large_write(db: Database, messages: int) -> Iterator[None]:
     faster, the commit 20 ms slower, a time in which a helper thread frees the
     session's models). SQLite frees that cache afterwards; the process's
     memory peak grows by about as much. Smaller sessions keep SQLite's own
-    automatic checkpoint and cache, like any write.
+    automatic checkpoint and cache, like any write; so does a spilled session
+    (:mod:`turnstore.importers.spill`), which is read in bounded memory.
     """
     sqlite, large = db.is_sqlite, messages >= LARGE_SESSION_MESSAGES
     kib = min(LARGE_WRITE_CACHE_KIB, LARGE_WRITE_CACHE_KIB_PER_MESSAGE * messages)
-    cache = db.pragmas_during(cache_size=-kib) if large and sqlite else nullcontext()
+    cache = db.pragmas_during(cache_size=-kib) if large and sqlite and not spilled else nullcontext()
     with db.checkpoints.deferred(large), fast_null_binding(sqlite), cache:
         yield
 
@@ -198,7 +204,7 @@ BACKGROUND_FREE_MESSAGES = 200
 """Sessions of at least this many messages are freed on a helper thread during their commit."""
 
 
-def _free_meanwhile(bundle: SessionBundle, rows: list[dict[str, Any]]) -> Background[None] | None:
+def _free_meanwhile(bundle: SessionBundle, rows: Iterable[list[dict[str, Any]]]) -> Background[None] | None:
     """Let go of a written session's messages (models, row values, source records), on a helper thread when many.
 
     Freeing them is Python work that takes about a third as long as the
@@ -247,11 +253,18 @@ def screen_messages(bundle: SessionBundle, limits: Limits) -> None:
     kept: list[MessageRow] = []
     old_indexes: list[int] = []
     for index, row in enumerate(bundle.messages):
-        try:
-            row.params = _row_params(row, limits)
-        except InvalidMessage as error:
-            bundle.errors.append(RecordError(row.place or bundle.origin, str(error)))
-            continue
+        message = row.message
+        if type(message) is SpilledMessage:  # screened as it was read; its turn index is known only now
+            reason = message.reason if message.at < 0 else _turn_index_problem(row.turn_index)
+            if reason is not None:
+                bundle.errors.append(RecordError(row.place or bundle.origin, reason))
+                continue
+        else:
+            try:
+                row.params = row_values(row, limits)
+            except InvalidMessage as error:
+                bundle.errors.append(RecordError(row.place or bundle.origin, str(error)))
+                continue
         kept.append(row)
         old_indexes.append(index)
     if len(kept) == len(bundle.messages):
@@ -266,8 +279,21 @@ def screen_messages(bundle: SessionBundle, limits: Limits) -> None:
             loop.keep_from = after if after < len(kept) else None
 
 
-def _row_params(row: MessageRow, limits: Limits) -> dict[str, Any]:
+def _turn_index_problem(turn_index: int | None) -> str | None:
+    """Why a spilled row's turn index cannot be stored (what :func:`row_values` checks), or None."""
+    if turn_index is None or 0 <= turn_index <= MAX_TURN_INDEX:
+        return None
+    return f"turn index {turn_index} is over the largest, {MAX_TURN_INDEX}"
+
+
+def row_values(row: MessageRow, limits: Limits) -> dict[str, Any]:
+    """A message row's column values, its message dumped and held to ``limits``.
+
+    Raises:
+        InvalidMessage: the store cannot hold the message.
+    """
     message = row.message
+    assert not isinstance(message, SpilledMessage)  # screened when it was spilled
     role = message.role
     if type(role) is not str:
         # The validated role is a callable str subclass, which pydantic-core serializes through
@@ -291,6 +317,34 @@ def _row_params(row: MessageRow, limits: Limits) -> dict[str, Any]:
     return params
 
 
+def _message_batches(bundle: SessionBundle, limits: Limits) -> Iterable[list[dict[str, Any]]]:
+    """Every message row's column values, numbered per loop, in batches to insert.
+
+    One batch of every row for a session held in memory; a spilled session's
+    rows are read back from its spill a batch at a time (every message of a
+    spilled session is spilled).
+    """
+    if bundle.spill is None:
+        return [_message_params(bundle, limits)]
+    return _spilled_params(bundle)
+
+
+def _spilled_params(bundle: SessionBundle) -> Iterator[list[dict[str, Any]]]:
+    session_id = bundle.session_id
+    seqs: dict[str, int] = {}
+    rows = bundle.messages
+    done = 0
+    for batch in bundle.spill.batches(row.message for row in rows):
+        for params in batch:
+            row = rows[done]
+            done += 1
+            loop_id = params["loop_id"] = row.loop_id
+            params["turn_index"] = row.turn_index
+            params["session_id"] = session_id
+            params["seq"] = seqs[loop_id] = seqs.get(loop_id, -1) + 1
+        yield batch
+
+
 def _message_params(bundle: SessionBundle, limits: Limits) -> list[dict[str, Any]]:
     """Every message row's column values, numbered per loop; the screened values are used up (not copied)."""
     session_id = bundle.session_id
@@ -301,7 +355,7 @@ def _message_params(bundle: SessionBundle, limits: Limits) -> list[dict[str, Any
         params = row.params
         if params is None:
             try:
-                params = _row_params(row, limits)
+                params = row_values(row, limits)
             except InvalidMessage as error:
                 raise InvalidRecord(row.place or bundle.origin, str(error)) from None
         else:
