@@ -226,7 +226,9 @@ def test_a_cancelled_transaction_leaves_nothing_open_and_later_writes_durable(
     assert set(texts) == expected
 
 
-def test_a_cancelled_append_is_whole_or_absent_and_its_worker_is_free(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_cancelled_append_is_whole_or_absent_and_its_worker_is_free(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def gate(store: AsyncStore) -> Gate:
         return Gate(monkeypatch, store.sync.messages, "append_turn")
 
@@ -259,6 +261,7 @@ def test_a_cancelled_import_stops_before_its_next_session(url: str, tmp_path: Pa
             task = asyncio.ensure_future(store.import_("turnstore", *files, progress=progress))
             assert await asyncio.to_thread(reached.wait, SETTLE)
             task.cancel()
+            await asyncio.sleep(0)  # the task takes its cancellation, which asks the import to stop
             release.set()
             with pytest.raises(asyncio.CancelledError):
                 await task

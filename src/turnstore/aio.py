@@ -202,18 +202,22 @@ async def _complete(future: Future[T], on_cancel: Callable[[], None] | None = No
     nothing of the call still running there. ``on_cancel`` is called when the
     cancellation arrives.
     """
+    waiting = asyncio.wrap_future(future)
     try:
-        waiting = asyncio.wrap_future(future)
         return await (waiting if droppable else asyncio.shield(waiting))
     except asyncio.CancelledError:
         if on_cancel is not None:
             on_cancel()
-        await _finish(asyncio.wrap_future(future))
+        # Cancelling ``waiting`` tried to drop the work; a new one waits for the work that could not be dropped.
+        await _finish(asyncio.wrap_future(future) if waiting.cancelled() else waiting)
         raise
 
 
 async def _shielded(future: asyncio.Future[T]) -> T:
-    """``future``'s result; when the awaiting task is cancelled, ``future`` runs on and is waited for, then ``CancelledError``."""
+    """``future``'s result; when the awaiting task is cancelled, ``future`` runs on, is waited for, then ``CancelledError``.
+
+    For work outside the worker pool (opening and closing the store), which must not be dropped.
+    """
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:
@@ -281,8 +285,9 @@ def _streamed(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
         worker, borrowed = workers.for_stream()
         iterator: Iterator[Any] | None = None
         try:
-            iterator = await _complete(worker.submit(getattr(self._sync, name), *args, **kwargs))
-            while batch := await _complete(worker.submit(_take, iterator, STREAM_BATCH)):
+            opened: Iterator[Any] = await _complete(worker.submit(getattr(self._sync, name), *args, **kwargs))
+            iterator = opened
+            while batch := await _complete(worker.submit(_take, opened, STREAM_BATCH)):
                 for item in batch:
                     yield item
         finally:
@@ -406,6 +411,9 @@ class AsyncStore:
         """Group several awaited writes into one transaction: all of them happen, or none.
 
         Every call inside runs on one worker thread, and so on one connection.
+        Cancelled at any await (the start and the commit included), the
+        transaction is rolled back on that worker before ``CancelledError`` is
+        raised, unless its commit had begun: then it commits first.
         """
         database = self._store._db
         began = False
