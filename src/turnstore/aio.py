@@ -11,6 +11,14 @@ so to one connection) for its duration::
     async with store.transaction():
         loop = await store.loops.start(session_id)
         await store.messages.append_turn(loop.loop_id, 0, [prompt, reply])
+
+Every entry point is cancellation-safe. A call handed to a worker thread
+cannot be interrupted, so a cancelled await waits for its thread work to end
+(work that had not started yet never runs) and only then raises
+``CancelledError``: when it returns, nothing of the call is still running, a
+transaction it was in has been rolled back (or committed, when the
+cancellation came during the commit), and its worker goes back to the pool
+clean. A cancelled :meth:`AsyncStore.import_` stops before its next session.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ import os
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
 from typing import IO, Any, TypeVar
 
@@ -40,7 +48,12 @@ __all__ = [
 
 T = TypeVar("T")
 
-_PINNED: contextvars.ContextVar[Executor | None] = contextvars.ContextVar("turnstore_pinned_worker", default=None)
+_PINNED: contextvars.ContextVar[ThreadPoolExecutor | None] = contextvars.ContextVar(
+    "turnstore_pinned_worker", default=None
+)
+
+STREAM_BATCH = 500
+"""Items a streamed read (``records()``) fetches per thread hop."""
 
 
 class _Workers:
@@ -55,6 +68,10 @@ class _Workers:
     and wait in line beyond that. A transaction or a streamed read borrows a
     worker for its whole duration, so all its statements run on one
     connection; it is not counted against ``limit``.
+
+    A worker goes back to the stack only once the thread work of its call is
+    over, cancelled or not (:func:`_complete`), so the next call never queues
+    behind a call whose caller has gone.
     """
 
     def __init__(self, limit: int) -> None:
@@ -66,15 +83,27 @@ class _Workers:
         self._lock = threading.Lock()
 
     async def run(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        call = functools.partial(function, *args, **kwargs)
-        loop = asyncio.get_running_loop()
+        """``function(*args, **kwargs)`` on a worker thread: the task's pinned one, else one from the pool."""
+        return await self.call(functools.partial(function, *args, **kwargs))
+
+    async def call(
+        self, call: Callable[[], T], on_cancel: Callable[[], None] | None = None, *, droppable: bool = True
+    ) -> T:
+        """``call()`` on a worker thread, awaited to its end even when the awaiting task is cancelled.
+
+        ``on_cancel`` runs (on the event loop) as soon as a cancellation arrives,
+        before the wait for the thread: a long call can be asked to stop early.
+        ``droppable=False`` for a call that must run even when cancelled before
+        it has started (the commit or rollback that ends a transaction). A pool
+        worker goes back to the pool only once the thread work is over.
+        """
         pinned = _PINNED.get()
         if pinned is not None:
-            return await loop.run_in_executor(pinned, call)
-        await self._acquire_slot(loop)
+            return await _complete(pinned.submit(call), on_cancel, droppable)
+        await self._acquire_slot(asyncio.get_running_loop())
         worker = self._take()
         try:
-            return await loop.run_in_executor(worker, call)
+            return await _complete(worker.submit(call), on_cancel, droppable)
         finally:
             self._give(worker)
             self._release_slot()
@@ -128,9 +157,92 @@ class _Workers:
             _PINNED.reset(token)
             self._give(worker)
 
+    def for_stream(self) -> tuple[ThreadPoolExecutor, bool]:
+        """The worker a streamed read runs on, and whether it was borrowed from the pool for it.
+
+        Inside a transaction that is the task's pinned worker (the read sees the
+        transaction's writes); otherwise a worker taken off the stack, which
+        :meth:`end_stream` gives back. A stream never pins the task itself: an
+        async generator's cleanup may run in another task and context (when it
+        is garbage collected), where a context variable cannot be reset.
+        """
+        pinned = _PINNED.get()
+        if pinned is not None:
+            return pinned, False
+        return self._take(), True
+
+    async def end_stream(self, worker: ThreadPoolExecutor, borrowed: bool, iterator: Iterator[Any] | None) -> None:
+        """Close a streamed read's iterator on its worker, then give a borrowed worker back.
+
+        The worker is given back by the close itself, on its thread, so it
+        returns to the pool clean even when this await is cancelled or never
+        resumes (a generator finalized as its event loop stops).
+        """
+        try:
+            closing = worker.submit(_close, iterator)
+        except RuntimeError:  # the store was closed first: its connections are gone already
+            return
+        if borrowed:
+            closing.add_done_callback(lambda _: self._give(worker))
+        if await _finish(asyncio.wrap_future(closing)):
+            raise asyncio.CancelledError
+
     def shutdown(self) -> None:
         for worker in self._all:
             worker.shutdown(wait=True)
+
+
+async def _complete(future: Future[T], on_cancel: Callable[[], None] | None = None, droppable: bool = True) -> T:
+    """The result of work handed to a worker thread; when cancelled, the work's end, then ``CancelledError``.
+
+    Cancelling the await drops work that has not started, if ``droppable`` (it
+    then never runs). Work already running on the thread cannot be stopped:
+    this waits for it to finish, through any further cancellation, before
+    raising, so the caller can hand the worker on or roll back on it with
+    nothing of the call still running there. ``on_cancel`` is called when the
+    cancellation arrives.
+    """
+    waiting = asyncio.wrap_future(future)
+    try:
+        return await (waiting if droppable else asyncio.shield(waiting))
+    except asyncio.CancelledError:
+        if on_cancel is not None:
+            on_cancel()
+        # Cancelling ``waiting`` tried to drop the work; a new one waits for the work that could not be dropped.
+        await _finish(asyncio.wrap_future(future) if waiting.cancelled() else waiting)
+        raise
+
+
+async def _shielded(future: asyncio.Future[T]) -> T:
+    """``future``'s result; when the awaiting task is cancelled, ``future`` runs on, is waited for, then ``CancelledError``.
+
+    For work outside the worker pool (opening and closing the store), which must not be dropped.
+    """
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        await _finish(future)
+        raise
+
+
+async def _finish(future: asyncio.Future[Any]) -> bool:
+    """Wait until ``future`` is done, whatever its outcome, through cancellation; whether any arrived meanwhile."""
+    cancelled = False
+    while not future.done():
+        try:
+            await asyncio.wait([future])
+        except asyncio.CancelledError:
+            cancelled = True
+    if not future.cancelled():
+        future.exception()  # retrieved: an error of abandoned work is not logged as never retrieved
+    return cancelled
+
+
+def _close(iterator: Iterator[Any] | None) -> None:
+    """Close a streamed read's iterator (its cursor with it), on the worker that owns its connection."""
+    close = getattr(iterator, "close", None)
+    if close is not None:
+        close()
 
 
 def _hand_over(waiter: asyncio.Future[None], workers: _Workers) -> None:
@@ -160,15 +272,26 @@ def _awaitable(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _streamed(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
-    """An iterator method, as an async iterator that reads in batches on one pinned worker."""
+    """An iterator method, as an async iterator that reads in batches on one worker.
+
+    Breaking out of ``async for``, ``aclose()``, cancellation and garbage
+    collection all end it the same way: the sync iterator is closed on its
+    worker, and the worker goes back to the pool.
+    """
 
     @functools.wraps(method)
     async def call(self: _AsyncRepository, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-        with self._workers.pinned():
-            iterator: Iterator[Any] = await self._workers.run(getattr(self._sync, name), *args, **kwargs)
-            while batch := await self._workers.run(_take, iterator, 500):
+        workers = self._workers
+        worker, borrowed = workers.for_stream()
+        iterator: Iterator[Any] | None = None
+        try:
+            opened: Iterator[Any] = await _complete(worker.submit(getattr(self._sync, name), *args, **kwargs))
+            iterator = opened
+            while batch := await _complete(worker.submit(_take, opened, STREAM_BATCH)):
                 for item in batch:
                     yield item
+        finally:
+            await workers.end_stream(worker, borrowed, iterator)
 
     return call
 
@@ -227,8 +350,17 @@ class AsyncStore:
 
     @classmethod
     async def open(cls, url: str | os.PathLike[str] | None = None, **options: Any) -> AsyncStore:
-        """Open a store without blocking the event loop (schema upgrade included)."""
-        return await asyncio.to_thread(cls, url, **options)
+        """Open a store without blocking the event loop (schema upgrade included).
+
+        Cancelled, it waits for the opening under way and closes the store it opened.
+        """
+        opening = asyncio.ensure_future(asyncio.to_thread(cls, url, **options))
+        try:
+            return await _shielded(opening)
+        except asyncio.CancelledError:
+            if not opening.cancelled() and opening.exception() is None:
+                await _shielded(asyncio.ensure_future(opening.result().close()))
+            raise
 
     @property
     def url(self) -> str:
@@ -254,8 +386,19 @@ class AsyncStore:
         return await self._workers.run(self._store.schema_version)
 
     async def import_(self, format: str, *paths: str | os.PathLike[str], **options: Any) -> Any:
-        """Import histories; see :meth:`turnstore.Store.import_`."""
-        return await self._workers.run(self._store.import_, format, *paths, **options)
+        """Import histories; see :meth:`turnstore.Store.import_`.
+
+        Cancelled, the import stops before its next session (each session is
+        written whole or not at all) and the cancellation is raised once it has.
+        """
+        stop = threading.Event()
+        database = self._store._db
+
+        def run() -> Any:
+            with database.stopping(stop):
+                return self._store.import_(format, *paths, **options)
+
+        return await self._workers.call(run, on_cancel=stop.set)
 
     async def export(
         self, session_id: str, format: str = "turnstore", file: str | os.PathLike[str] | IO[str] | None = None
@@ -268,25 +411,42 @@ class AsyncStore:
         """Group several awaited writes into one transaction: all of them happen, or none.
 
         Every call inside runs on one worker thread, and so on one connection.
+        Cancelled at any await (the start and the commit included), the
+        transaction is rolled back on that worker before ``CancelledError`` is
+        raised, unless its commit had begun: then it commits first.
         """
         database = self._store._db
+        began = False
+
+        def begin() -> None:
+            nonlocal began
+            database.begin()  # inside another transaction of this task, begin/commit just join it
+            began = True
+
         with self._workers.pinned():
-            # Inside another transaction of this task, begin/commit just join it.
-            await self._workers.run(database.begin)
             try:
+                await self._workers.call(begin)
                 yield self
             except BaseException:
-                await self._workers.run(database.rollback)
+                # Cancelled or failed at any await, the begin included: each awaited call has finished
+                # on the worker by now, so this rollback is the worker's next statement.
+                if began:
+                    await self._workers.call(database.rollback, droppable=False)
                 raise
-            await self._workers.run(database.commit)
+            # Cancelled meanwhile, the commit still runs (or rolls back, if it fails) before CancelledError.
+            await self._workers.call(database.commit, droppable=False)
 
     async def close(self) -> None:
         """Finish running calls, wait for a WAL checkpoint a large import left running, close every connection.
 
-        The waiting happens on a thread: the event loop goes on meanwhile.
+        The waiting happens on a thread: the event loop goes on meanwhile. A
+        cancelled close still closes the store before it raises.
         """
-        await asyncio.to_thread(self._workers.shutdown)
-        await asyncio.to_thread(self._store.close)
+        await _shielded(asyncio.ensure_future(asyncio.to_thread(self._close)))
+
+    def _close(self) -> None:
+        self._workers.shutdown()
+        self._store.close()
 
     async def __aenter__(self) -> AsyncStore:
         return self

@@ -35,13 +35,21 @@ from sqlalchemy.sql import ClauseElement
 from .checkpoint import Checkpointer
 from .errors import InvalidMessage, LimitExceeded, StoreBusy
 
-__all__ = ["Database"]
+__all__ = ["Database", "Stopped"]
+
+
+class Stopped(BaseException):
+    """Raised in place of a new transaction once the thread's caller asked it to stop (:meth:`Database.stopping`).
+
+    A ``BaseException``, like ``KeyboardInterrupt``: the code it ends (an
+    import, say) has no business catching it as an error of its own input.
+    """
 
 
 class _ThreadState:
     """The connection a thread uses, and how deep it is in a transaction."""
 
-    __slots__ = ("proxied", "dbapi", "cursor", "depth", "thread", "pid")
+    __slots__ = ("proxied", "dbapi", "cursor", "depth", "thread", "pid", "stop")
 
     def __init__(self, proxied: Any, dbapi: Any) -> None:
         self.proxied = proxied
@@ -50,6 +58,7 @@ class _ThreadState:
         self.depth = 0
         self.thread = threading.current_thread()
         self.pid = os.getpid()
+        self.stop: threading.Event | None = None
 
 
 class _Compiled:
@@ -339,6 +348,22 @@ class Database:
             raise
         self.commit()
 
+    @contextmanager
+    def stopping(self, stop: threading.Event) -> Iterator[None]:
+        """For the block, on this thread: once ``stop`` is set, beginning a transaction raises :class:`Stopped`.
+
+        Lets a long run of transactions (an import, one per session) be ended
+        from another thread between two of them: the async store sets ``stop``
+        when the awaiting task is cancelled. Joining an open transaction is not
+        beginning one, and a transaction under way runs to its end.
+        """
+        state = self._state()
+        before, state.stop = state.stop, stop
+        try:
+            yield
+        finally:
+            state.stop = before
+
     def begin(self, statement: str | None = None) -> None:
         """Open a transaction on this thread's connection (a write one by default), or join the open one.
 
@@ -351,6 +376,8 @@ class Database:
         if state.depth:
             state.depth += 1
             return
+        if state.stop is not None and state.stop.is_set():
+            raise Stopped("asked to stop before this transaction")
         self._begin(state.cursor, statement or ("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN"))
         state.depth = 1
 
