@@ -33,7 +33,7 @@ ALL_ERRORS = [getattr(errors, name) for name in errors.__all__]
 
 
 def test_all_lists_every_error() -> None:
-    assert len(ALL_ERRORS) == 16
+    assert len(ALL_ERRORS) == 21
     assert all(isinstance(cls, type) and issubclass(cls, Exception) for cls in ALL_ERRORS)
 
 
