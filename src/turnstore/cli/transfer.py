@@ -93,4 +93,6 @@ def export(settings: Settings, session_id: str, fmt: str, output: Path | None) -
     if output is not None:
         store.export(session_id, fmt, output)
     else:
-        store.export(session_id, fmt, JsonSafeWriter(sys.stdout))  # type: ignore[arg-type]
+        stream = JsonSafeWriter(sys.stdout)
+        store.export(session_id, fmt, stream)  # type: ignore[arg-type]
+        stream.flush()
