@@ -8,13 +8,13 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
 import pytest
 from alembic.script import ScriptDirectory
+from cli_runner import Result
 from factories import assistant, extension, tool_result, usage, user
 
 import turnstore
@@ -32,16 +32,6 @@ ARRAY_SESSION = "3f1c9a2e-7b4d-4c1e-9a55-0d2f6b8e1a77"
 USAGE_KEYS = {"input", "output", "reasoning", "cache_read", "cache_write", "total_tokens", "cost"}
 ONE = "one-loop"
 TWO = "two-loops"
-
-
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> Any:
-        return json.loads(self.out)
 
 
 @pytest.fixture

@@ -198,7 +198,9 @@ def open_engine(
     file must exist and is opened read-only (immutable when it is in WAL mode
     without a ``-wal`` file and its folder cannot be written, since SQLite
     could not create the ``-shm`` file it needs otherwise): no file is
-    created and the journal mode is not set.
+    created and the journal mode is not set. A store in a folder this process
+    cannot write is opened that way too, so it can be read; writes to it
+    raise :class:`~turnstore.errors.ReadOnlyStore`.
 
     Raises:
         NotAStore: the file is not a turnstore store, or (``read_only``) there is no file.
@@ -209,6 +211,8 @@ def open_engine(
     if path is None:
         return create_engine(resolved, pragmas=pragmas, echo=echo)
     contents = sqlite_contents(path)
+    if contents is Contents.STORE and not os.access(path.absolute().parent, os.W_OK):
+        read_only = True  # SQLite could not make the -wal and -shm files a writer needs: read, and refuse writes
     if not read_only:
         return create_engine(resolved, pragmas=pragmas, echo=echo)
     if contents is Contents.MISSING:

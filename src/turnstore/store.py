@@ -183,5 +183,7 @@ class Store:
 
 def _unopenable(url: str, error: OSError) -> Exception:
     """A new database file that could not be created: read-only when permissions forbid it."""
-    cls = ReadOnlyStore if isinstance(error, PermissionError) or error.errno == errno.EROFS else StorageError
-    return cls(f"cannot create the database {describe(url)}: {error.strerror or error}")
+    reason = error.strerror or str(error)
+    if isinstance(error, PermissionError) or error.errno == errno.EROFS:
+        return ReadOnlyStore(f"cannot create the database {describe(url)}: its folder is read-only here ({reason})")
+    return StorageError(f"cannot create the database {describe(url)}: {reason}")
