@@ -87,7 +87,9 @@ def test_cli_import_into_a_full_database_is_one_line(nearly_full: Path, tmp_path
     source.write_text(json.dumps([{"role": "user", "content": [{"type": "text", "text": BIG}], "timestamp": 1}]))
     monkeypatch.setitem(engine.SQLITE_PRAGMAS, "max_page_count", capped(nearly_full)["max_page_count"])
 
-    assert_one_error_line(run_cli("--db", nearly_full, "import", "phi-core", source, "--session-id", "x"), "full")
+    line = assert_one_error_line(run_cli("--db", nearly_full, "import", "phi-core", source, "--session-id", "x"), "full")
+
+    assert "unexpected" not in line and str(nearly_full) in line
 
     monkeypatch.delitem(engine.SQLITE_PRAGMAS, "max_page_count")
     with Store(nearly_full) as store:
