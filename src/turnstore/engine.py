@@ -86,13 +86,11 @@ def resolve_url(url: str | os.PathLike[str] | None = None) -> str:
 def sqlite_path(url: str | sa.URL) -> Path | None:
     """The database file a SQLite URL may create, or None for in-memory, read-only and non-SQLite URLs."""
     parsed = make_url(url)
-    if parsed.query.get("mode") in {"ro", "memory"} or "immutable" in parsed.query:
-        return None
     path = sqlite_file(parsed)
-    if path is None or parsed.database is None:
+    inline = (parsed.database or "").partition("?")[2]  # file:PATH?mode=ro written into the path itself
+    if path is None or parsed.query.get("mode") == "ro" or "immutable" in parsed.query or "mode=ro" in inline:
         return None
-    query = parsed.database.partition("?")[2]
-    return None if "mode=memory" in query or "mode=ro" in query else path
+    return path
 
 
 def sqlite_file(url: str | sa.URL) -> Path | None:
@@ -147,22 +145,30 @@ def sqlite_contents(path: Path) -> Contents:
         raise NotAStore(f"{path} is not a regular file, so not a turnstore store")
     if info.st_size == 0:
         return Contents.EMPTY
-    try:
-        with open(path, "rb") as handle:
-            header = handle.read(100)
-    except OSError as error:
-        raise StorageError(f"cannot read database {path}: {error.strerror}") from None
+    header = _header(path)
     if not header.startswith(_SQLITE_HEADER):
         raise NotAStore(f"{path} is not a SQLite database, so not a turnstore store; it was left untouched")
-    in_wal = len(header) > 18 and header[18] == 2
-    immutable = in_wal and not Path(f"{path}-wal").exists()
-    tables = _sqlite_tables(path, immutable)
+    tables = _sqlite_tables(path, immutable=_in_wal(header) and not Path(f"{path}-wal").exists())
     if not tables - {"alembic_version"}:
         return Contents.EMPTY
     if STORE_TABLES <= tables:
         return Contents.STORE
     shown = ", ".join(sorted(tables)[:4]) + (", ..." if len(tables) > 4 else "")
     raise NotAStore(f"{path} is not a turnstore store (it holds tables {shown}); it was left untouched")
+
+
+def _header(path: Path) -> bytes:
+    """The first 100 bytes of a file: a SQLite database's header."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(100)
+    except OSError as error:
+        raise StorageError(f"cannot read database {path}: {error.strerror}") from None
+
+
+def _in_wal(header: bytes) -> bool:
+    """Whether a SQLite header says the file is in WAL mode (its read and write versions are 2)."""
+    return len(header) > 18 and header[18] == 2
 
 
 def _sqlite_tables(path: Path, immutable: bool) -> set[str]:
@@ -207,35 +213,22 @@ def open_engine(
         StorageError: the file cannot be read.
     """
     resolved = resolve_url(url)
-    path = sqlite_path(resolved)
+    path = sqlite_file(resolved)
     if path is None:
         return create_engine(resolved, pragmas=pragmas, echo=echo)
     contents = sqlite_contents(path)
-    if contents is Contents.STORE and not os.access(path.absolute().parent, os.W_OK):
-        read_only = True  # SQLite could not make the -wal and -shm files a writer needs: read, and refuse writes
-    if not read_only:
+    # SQLite could not make the -wal and -shm files a connection to a WAL file needs.
+    stuck = contents is Contents.STORE and not Path(f"{path}-wal").exists() and not os.access(path.absolute().parent, os.W_OK)
+    if not read_only and not stuck:
         return create_engine(resolved, pragmas=pragmas, echo=echo)
     if contents is Contents.MISSING:
         raise NotAStore(f"no database at {path}: a command that only reads does not create one")
-    immutable = (
-        Path(f"{path}-wal").exists() is False
-        and not os.access(path.absolute().parent, os.W_OK)
-        and _in_wal(path)
-    )
+    immutable = stuck and _in_wal(_header(path))
     query = {"immutable": "1"} if immutable else {"mode": "ro"}
     read_url = sa.URL.create("sqlite", database=_file_uri(path), query={**query, "uri": "true"})
     merged = {**SQLITE_PRAGMAS, **(pragmas or {})}
     merged.pop("journal_mode", None)  # persistent in the file: never set by a reader
     return _sqlite_engine(read_url, {"busy_timeout": merged.pop("busy_timeout"), **merged}, echo)
-
-
-def _in_wal(path: Path) -> bool:
-    try:
-        with open(path, "rb") as handle:
-            header = handle.read(20)
-    except OSError:
-        return False
-    return len(header) > 18 and header[18] == 2
 
 
 def create_engine(url: str | None = None, *, pragmas: Mapping[str, Any] | None = None, echo: bool = False) -> Engine:
