@@ -213,6 +213,16 @@ def test_read_only_store_reads_and_refuses_writes(tmp_path: Path) -> None:
         assert not store.sessions.exists("s2")
 
 
+def test_read_only_commands_leave_a_store_and_its_folder_as_they_were(tmp_path: Path) -> None:
+    path = _store_with_a_session(tmp_path / "store.db")
+    before = snapshot(path)
+
+    codes = [run_cli("--db", path, *args).code for args in READ_ONLY_COMMANDS]
+
+    assert codes == [0] * len(READ_ONLY_COMMANDS)
+    assert snapshot(path) == before  # no -wal or -shm left behind either
+
+
 def test_read_only_store_never_creates_or_upgrades(tmp_path: Path) -> None:
     missing = tmp_path / "missing.db"
     with pytest.raises(NotAStore, match="no database at"):

@@ -84,12 +84,12 @@ def resolve_url(url: str | os.PathLike[str] | None = None) -> str:
 
 
 def sqlite_path(url: str | sa.URL) -> Path | None:
-    """The database file a SQLite URL may create, or None for in-memory, read-only and non-SQLite URLs."""
+    """The database file a SQLite URL may create, or None for in-memory, existing-only and non-SQLite URLs."""
     parsed = make_url(url)
     path = sqlite_file(parsed)
     inline = (parsed.database or "").partition("?")[2]  # file:PATH?mode=ro written into the path itself
-    if path is None or parsed.query.get("mode") == "ro" or "immutable" in parsed.query or "mode=ro" in inline:
-        return None
+    if path is None or parsed.query.get("mode") in {"ro", "rw"} or "immutable" in parsed.query or "mode=r" in inline:
+        return None  # mode=ro and mode=rw open an existing file only
     return path
 
 
@@ -204,7 +204,8 @@ def open_engine(
     file must exist and is opened read-only (immutable when it is in WAL mode
     without a ``-wal`` file and its folder cannot be written, since SQLite
     could not create the ``-shm`` file it needs otherwise): no file is
-    created and the journal mode is not set. A store in a folder this process
+    created, the journal mode is not set, and every connection is
+    ``query_only``. A store in a folder this process
     cannot write is opened that way too, so it can be read; writes to it
     raise :class:`~turnstore.errors.ReadOnlyStore`.
 
@@ -223,12 +224,18 @@ def open_engine(
         return create_engine(resolved, pragmas=pragmas, echo=echo)
     if contents is Contents.MISSING:
         raise NotAStore(f"no database at {path}: a command that only reads does not create one")
-    immutable = stuck and _in_wal(_header(path))
-    query = {"immutable": "1"} if immutable else {"mode": "ro"}
-    read_url = sa.URL.create("sqlite", database=_file_uri(path), query={**query, "uri": "true"})
-    merged = {**SQLITE_PRAGMAS, **(pragmas or {})}
+    if stuck and _in_wal(_header(path)):
+        mode = {"immutable": "1"}
+    elif os.access(path, os.W_OK) and os.access(path.absolute().parent, os.W_OK):
+        # A read-write connection that may not write (query_only): the last one to close removes the -wal and
+        # -shm files as usual, where read-only connections would leave them behind.
+        mode = {"mode": "rw"}
+    else:
+        mode = {"mode": "ro"}
+    read_url = sa.URL.create("sqlite", database=_file_uri(path), query={**mode, "uri": "true"})
+    merged = {**SQLITE_PRAGMAS, **(pragmas or {}), "query_only": "on"}
     merged.pop("journal_mode", None)  # persistent in the file: never set by a reader
-    return _sqlite_engine(read_url, {"busy_timeout": merged.pop("busy_timeout"), **merged}, echo)
+    return _sqlite_engine(read_url, {"busy_timeout": merged.pop("busy_timeout"), **merged}, echo, begin="BEGIN")
 
 
 def create_engine(url: str | None = None, *, pragmas: Mapping[str, Any] | None = None, echo: bool = False) -> Engine:
@@ -247,7 +254,7 @@ def create_engine(url: str | None = None, *, pragmas: Mapping[str, Any] | None =
     return engine
 
 
-def _sqlite_engine(url: str | sa.URL, pragmas: Mapping[str, Any], echo: bool) -> Engine:
+def _sqlite_engine(url: str | sa.URL, pragmas: Mapping[str, Any], echo: bool, begin: str = "BEGIN IMMEDIATE") -> Engine:
     path = sqlite_path(url)
     if path is not None:
         _create_private_file(path)
@@ -269,8 +276,9 @@ def _sqlite_engine(url: str | sa.URL, pragmas: Mapping[str, Any], echo: bool) ->
 
     @sa.event.listens_for(engine, "begin")
     def _on_begin(connection: sa.Connection) -> None:
-        # Transactions run through SQLAlchemy here are schema work: take the write lock up front.
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        # Transactions run through SQLAlchemy here are schema work: take the write lock up front
+        # (a reader's engine only reads the schema, and begins a plain read transaction).
+        connection.exec_driver_sql(begin)
 
     return engine
 
