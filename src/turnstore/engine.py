@@ -172,7 +172,11 @@ def _in_wal(header: bytes) -> bool:
 
 
 def _sqlite_tables(path: Path, immutable: bool) -> set[str]:
-    """The names of the tables in a SQLite file (SQLite's own excepted), read through a connection that cannot write."""
+    """The names of the tables in a SQLite file (SQLite's own excepted), read through a connection that cannot write.
+
+    An immutable read takes no lock; should a writer that started meanwhile make it
+    fail, the names are read again with a locking read-only connection.
+    """
     uri = f"{_file_uri(path)}?{'immutable=1' if immutable else 'mode=ro'}"
     try:
         connection = sqlite3.connect(uri, uri=True)
@@ -181,6 +185,8 @@ def _sqlite_tables(path: Path, immutable: bool) -> set[str]:
         finally:
             connection.close()
     except sqlite3.Error as error:
+        if immutable:
+            return _sqlite_tables(path, immutable=False)
         raise storage_error(error, str(path)) or StorageError(f"cannot read database {path}: {error}") from None
     return {str(name) for (name,) in rows if not str(name).startswith("sqlite_")}
 
