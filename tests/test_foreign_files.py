@@ -306,7 +306,9 @@ def test_read_only_commands_read_a_store_they_may_not_write(read_only_store: Pat
     before = hashlib.sha256(read_only_store.read_bytes()).hexdigest()
 
     results = unprivileged(
-        lambda: [run_cli("--db", read_only_store, *args) for args in (["sessions", "--json"], ["show", "s1"], ["usage"], ["db", "check"])]
+        lambda: [
+            run_cli("--db", read_only_store, *args) for args in (["sessions", "--json"], ["show", "s1"], ["usage"], ["db", "check"])
+        ]
     )
 
     assert [r.code for r in results] == [0, 0, 0, 0], results

@@ -137,7 +137,7 @@ class _PostgresError(Exception):
     ("error", "expected"),
     [
         pytest.param(_PostgresError("53100", "could not extend file: No space left on device"), StorageFull, id="pg disk full"),
-        pytest.param(_PostgresError("25006", "cannot execute INSERT in a read-only transaction"), ReadOnlyStore, id="pg read-only"),
+        pytest.param(_PostgresError("25006", "cannot execute INSERT in read-only mode"), ReadOnlyStore, id="pg read-only"),
         pytest.param(_PostgresError("58030", "could not read block"), StorageError, id="pg io"),
         pytest.param(sqlite3.OperationalError("disk I/O error"), StorageError, id="sqlite io (by text)"),
         pytest.param(sqlite3.DatabaseError("file is not a database"), NotAStore, id="sqlite notadb (by text)"),
@@ -151,7 +151,8 @@ def test_storage_errors_are_typed_and_one_line(error: Exception, expected: type[
 
 
 @pytest.mark.parametrize(
-    "error", [sqlite3.IntegrityError("UNIQUE constraint failed: sessions.session_id"), _PostgresError("23505", "duplicate key"), ValueError("x")]
+    "error",
+    [sqlite3.IntegrityError("UNIQUE constraint failed: sessions.session_id"), _PostgresError("23505", "duplicate key"), ValueError("x")],
 )
 def test_other_errors_are_not_storage_errors(error: Exception) -> None:
     assert storage_error(error) is None
@@ -215,7 +216,8 @@ def test_price_file_over_the_size_limit_is_refused_unread(store_db: Path, tmp_pa
 
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory", "missing"])
 def test_price_file_must_be_a_regular_file(store_db: Path, tmp_path: Path, kind: str) -> None:
-    prices = {"fifo": tmp_path / "prices.fifo", "dev-zero": Path("/dev/zero"), "directory": tmp_path, "missing": tmp_path / "no.json"}[kind]
+    places = {"fifo": tmp_path / "p.fifo", "dev-zero": Path("/dev/zero"), "directory": tmp_path, "missing": tmp_path / "no.json"}
+    prices = places[kind]
     if kind == "fifo":
         os.mkfifo(prices)  # no writer: opening it for reading would wait forever
 

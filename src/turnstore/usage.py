@@ -173,7 +173,9 @@ def _cost_config(price: Any, where: str) -> CostConfig:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise InvalidPrices(f"{where}: {name} is {_shown(value)}, not a number")
         if not 0 <= value <= MAX_RATE:  # NaN fails this too
-            raise InvalidPrices(f"{where}: {name} is {_shown(value)}, not a price from 0 to {MAX_RATE:,.0f} USD per million tokens")
+            raise InvalidPrices(
+                f"{where}: {name} is {_shown(value)}, not a price from 0 to {MAX_RATE:,.0f} USD per million tokens"
+            )
         rates[f"{name}_per_million"] = float(value)
     return CostConfig(**rates)
 

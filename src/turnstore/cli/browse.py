@@ -145,7 +145,8 @@ def _describe(stored: StoredMessage) -> Text:
             parts.append(f"[image {block.mime_type}]")
     line = Text(short(" ".join(parts), 90))
     if message.role == "assistant":
-        line.append(f"  {message.stop_reason.value}, {message.usage.input}+{message.usage.output} tok", "dim")  # type: ignore[union-attr]
+        counts = f"{message.usage.input}+{message.usage.output} tok"  # type: ignore[union-attr]
+        line.append(f"  {message.stop_reason.value}, {counts}", "dim")  # type: ignore[union-attr]
         if message.error_message:  # type: ignore[union-attr]
             line.append(f"  {short(message.error_message, 60)}", "red")  # type: ignore[union-attr]
     if message.role == "toolResult" and message.is_error:  # type: ignore[union-attr]

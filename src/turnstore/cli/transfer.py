@@ -72,7 +72,8 @@ def _print_report(report: ImportReport) -> None:
     if report.by_role:
         click.echo("  by role: " + ", ".join(f"{visible(role)} {count}" for role, count in sorted(report.by_role.items())))
     if report.by_kind:
-        click.echo("  extension kinds: " + ", ".join(f"{visible(kind)} {count}" for kind, count in sorted(report.by_kind.items())))
+        kinds = sorted(report.by_kind.items())
+        click.echo("  extension kinds: " + ", ".join(f"{visible(kind)} {count}" for kind, count in kinds))
     for error in report.skipped:
         click.echo(f"  skipped {visible(str(error))}", err=True)
     for error in report.errors:
