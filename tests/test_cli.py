@@ -8,13 +8,13 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
 import pytest
 from alembic.script import ScriptDirectory
+from cli_runner import Result
 from factories import assistant, extension, tool_result, usage, user
 
 import turnstore
@@ -32,16 +32,6 @@ ARRAY_SESSION = "3f1c9a2e-7b4d-4c1e-9a55-0d2f6b8e1a77"
 USAGE_KEYS = {"input", "output", "reasoning", "cache_read", "cache_write", "total_tokens", "cost"}
 ONE = "one-loop"
 TWO = "two-loops"
-
-
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> Any:
-        return json.loads(self.out)
 
 
 @pytest.fixture
@@ -211,9 +201,10 @@ def test_default_is_turnstore_db_in_the_working_directory(run: Any, tmp_path: Pa
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("TURNSTORE_URL", raising=False)
 
+    created = run("db", "upgrade")
     result = run("sessions")
 
-    assert result.code == 0
+    assert created.code == result.code == 0
     assert "no sessions" in result.out
     assert (tmp_path / "turnstore.db").exists()
 
@@ -324,6 +315,7 @@ def test_sessions_json(run: Any, db: Path) -> None:
 
 def test_sessions_of_an_empty_store(run: Any, tmp_path: Path) -> None:
     path = tmp_path / "empty.db"
+    Store(path).close()
 
     assert "no sessions" in run("--db", path, "sessions").out
     assert run("--db", path, "sessions", "--json").json() == []
@@ -549,14 +541,14 @@ def test_usage_prices_file(run: Any, db: Path, tmp_path: Path) -> None:
         pytest.param(["--by", "session", "--session", ONE], id="by session with session"),
         pytest.param(["--by", "session", "--loop", "x"], id="by session with loop"),
         pytest.param(["--by", "week"], id="unknown grouping"),
-        pytest.param(["--prices", "no-such-prices.json"], id="missing prices file"),
     ],
 )
 def test_usage_invalid_combinations_are_usage_errors(run: Any, db: Path, args: list[str]) -> None:
     result = run("--db", db, "usage", *args)
 
     assert result.code == 2
-    assert "Error" in result.err
+    assert result.err.startswith("error: ") and one_line(result.err)
+    assert "turnstore usage --help" in result.err
     assert result.out == ""
 
 

@@ -33,7 +33,7 @@ ALL_ERRORS = [getattr(errors, name) for name in errors.__all__]
 
 
 def test_all_lists_every_error() -> None:
-    assert len(ALL_ERRORS) == 17
+    assert len(ALL_ERRORS) == 22
     assert all(isinstance(cls, type) and issubclass(cls, Exception) for cls in ALL_ERRORS)
 
 
@@ -173,3 +173,12 @@ def test_from_pydantic_paths_drop_json_value_tags(record: dict[str, Any], path: 
 def test_non_finite_number_error_names_where_it_is() -> None:
     error = InvalidMessage.from_pydantic(pydantic_error({"role": "extension", "kind": "k", "data": {"a": {"b": [float("inf")]}}}))
     assert [p for p, _ in error.errors] == ["data.a.b[0]"]
+
+
+def test_storage_and_foreign_file_errors_sit_where_callers_catch_them() -> None:
+    assert issubclass(errors.ReadOnlyStore, errors.StorageError)
+    assert issubclass(errors.StorageFull, errors.StorageError)
+    assert issubclass(errors.NotAStore, SchemaError)
+    assert issubclass(errors.InvalidPrices, ValueError)
+    with pytest.raises(ValueError):
+        turnstore.PriceTable({"m": {"input": -1}})

@@ -134,10 +134,11 @@ def test_async_store_and_cli_create_private_files(tmp_path: Path, umask: int, ca
     assert mode(tmp_path / "async.db") == 0o600
 
     assert main(["--db", str(tmp_path / "cli" / "upgrade.db"), "db", "upgrade"]) == 0
-    assert main(["--db", str(tmp_path / "cli" / "sessions.db"), "sessions", "--json"]) == 0
+    source = Path(__file__).parent / "fixtures" / "phi_core" / "messages" / "save_messages.json"
+    assert main(["--db", str(tmp_path / "cli" / "import.db"), "import", "phi-core", str(source), "--json"]) == 0
     capsys.readouterr()
     assert mode(tmp_path / "cli" / "upgrade.db") == 0o600
-    assert mode(tmp_path / "cli" / "sessions.db") == 0o600
+    assert mode(tmp_path / "cli" / "import.db") == 0o600
 
 
 @pytest.mark.parametrize("umask", [pytest.param(0o022, id="umask022")], indirect=True)

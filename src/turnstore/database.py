@@ -33,6 +33,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.sql import ClauseElement
 
 from .checkpoint import Checkpointer
+from .engine import storage_error
 from .errors import InvalidMessage, LimitExceeded, StoreBusy
 
 __all__ = ["Database", "Stopped"]
@@ -153,7 +154,10 @@ class Database:
             return state
         if self._closed:
             raise RuntimeError("this store is closed")
-        proxied = self.engine.raw_connection()
+        try:
+            proxied = self.engine.raw_connection()
+        except Exception as error:
+            raise storage_error(error, self.engine.url) or error from None
         dbapi = proxied.driver_connection
         if self.is_postgresql:
             dbapi.autocommit = True  # turnstore issues BEGIN / COMMIT itself
@@ -237,7 +241,12 @@ class Database:
         text cannot hold NUL and its numbers have ranges (``DataError``); a
         value too long for one of its index rows (2,704 bytes) is over a
         program limit (SQLSTATE 54000). SQLite stores NUL and long values.
+        A read-only database, a full disk or an I/O error is the typed error
+        :func:`~turnstore.engine.storage_error` makes of it.
         """
+        stored = storage_error(error, self.engine.url)
+        if stored is not None:
+            return stored
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         if isinstance(error, UnicodeEncodeError):
             return InvalidMessage(
@@ -275,6 +284,9 @@ class Database:
         try:
             row_id = self._insert(cursor, compiled, params, follow)
             cursor.execute("COMMIT")
+        except Exception as error:
+            _rollback_quietly(cursor)
+            raise self.refused(error) from None
         except BaseException:
             _rollback_quietly(cursor)
             raise
@@ -389,6 +401,9 @@ class Database:
             return
         try:
             state.cursor.execute("COMMIT")
+        except Exception as error:
+            _rollback_quietly(state.cursor)
+            raise self.refused(error) from None
         except BaseException:
             _rollback_quietly(state.cursor)
             raise
@@ -417,7 +432,7 @@ class Database:
                         raise StoreBusy(
                             f"the database stayed locked by other writers for {self.busy_budget:g} s"
                         ) from error
-                    raise
+                    raise self.refused(error) from None
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 0.5)
 

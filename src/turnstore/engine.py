@@ -10,22 +10,47 @@ that too), ``foreign_keys=ON`` (deleting a session removes its loops and
 messages) and ``busy_timeout=5000`` ms. turnstore issues ``BEGIN`` itself
 (``BEGIN IMMEDIATE`` for writes), so the driver's implicit transactions are
 switched off. A new database file is created readable by its owner only.
+
+Before any of that, :func:`open_engine` looks at what the file holds, with a
+connection that cannot write (:func:`sqlite_contents`): journal mode is
+persistent in the file, so it is set only on a turnstore store or on an empty
+or new file. Any other SQLite file is refused with
+:class:`~turnstore.errors.NotAStore` and left byte-identical. A read-only
+open (``read_only=True``) never creates a file, never sets the journal mode,
+and reads a store the process may not write.
+
+:func:`storage_error` turns the driver's "read-only", "disk full", I/O and
+"cannot open" errors into turnstore's typed errors; every place that talks
+to the driver maps through it.
 """
 
 from __future__ import annotations
 
+import enum
 import os
 import sqlite3
+import stat
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
 
-__all__ = ["DEFAULT_URL", "SQLITE_PRAGMAS", "create_engine", "resolve_url"]
+from .errors import NotAStore, ReadOnlyStore, StorageError, StorageFull
+
+__all__ = [
+    "DEFAULT_URL",
+    "SQLITE_PRAGMAS",
+    "Contents",
+    "create_engine",
+    "open_engine",
+    "resolve_url",
+    "sqlite_contents",
+    "storage_error",
+]
 
 DEFAULT_URL = "sqlite:///turnstore.db"
 
@@ -58,17 +83,165 @@ def resolve_url(url: str | os.PathLike[str] | None = None) -> str:
     return text
 
 
-def sqlite_path(url: str) -> Path | None:
-    """The database file of a SQLite URL, or None for in-memory and non-SQLite URLs."""
+def sqlite_path(url: str | sa.URL) -> Path | None:
+    """The database file a SQLite URL may create, or None for in-memory, existing-only and non-SQLite URLs."""
+    parsed = make_url(url)
+    path = sqlite_file(parsed)
+    inline = (parsed.database or "").partition("?")[2]  # file:PATH?mode=ro written into the path itself
+    if path is None or parsed.query.get("mode") in {"ro", "rw"} or "immutable" in parsed.query or "mode=r" in inline:
+        return None  # mode=ro and mode=rw open an existing file only
+    return path
+
+
+def sqlite_file(url: str | sa.URL) -> Path | None:
+    """The database file of a SQLite URL, whatever its open mode; None for in-memory and non-SQLite URLs."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
         return None
     if parsed.database.startswith("file:"):  # a SQLite URI filename: file:PATH?mode=...
         path, _, query = parsed.database[5:].partition("?")
-        if not path or path == ":memory:" or "mode=memory" in query or "mode=ro" in query:
+        if not path or path == ":memory:" or "mode=memory" in query or parsed.query.get("mode") == "memory":
             return None
         return Path(unquote(path))
     return Path(parsed.database)
+
+
+class Contents(enum.Enum):
+    """What a database holds, as far as opening a store is concerned."""
+
+    MISSING = "missing"
+    """No file yet."""
+    EMPTY = "empty"
+    """An empty file or a database without tables (an ``alembic_version`` table alone counts as none)."""
+    STORE = "store"
+    """A turnstore store (at any revision)."""
+
+
+STORE_TABLES = frozenset({"alembic_version", "sessions", "loops", "messages"})
+"""The tables that make a SQLite database a turnstore store; it may hold tables of its app besides."""
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def sqlite_contents(path: Path) -> Contents:
+    """What the SQLite file at ``path`` holds, found without changing it or the files beside it.
+
+    A file in WAL mode without a ``-wal`` file beside it is read as immutable
+    (a read-only connection would leave ``-wal`` and ``-shm`` files behind);
+    otherwise the connection is read-only (``mode=ro``).
+
+    Raises:
+        NotAStore: not a regular file, not a SQLite database, or a database
+            holding tables of something other than turnstore.
+        StorageError: the file cannot be read.
+    """
+    try:
+        info = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return Contents.MISSING
+    except OSError as error:
+        raise StorageError(f"cannot open database {path}: {error.strerror}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise NotAStore(f"{path} is not a regular file, so not a turnstore store")
+    if info.st_size == 0:
+        return Contents.EMPTY
+    header = _header(path)
+    if not header.startswith(_SQLITE_HEADER):
+        raise NotAStore(f"{path} is not a SQLite database, so not a turnstore store; it was left untouched")
+    tables = _sqlite_tables(path, immutable=_in_wal(header) and not Path(f"{path}-wal").exists())
+    if not tables - {"alembic_version"}:
+        return Contents.EMPTY
+    if STORE_TABLES <= tables:
+        return Contents.STORE
+    shown = ", ".join(sorted(tables)[:4]) + (", ..." if len(tables) > 4 else "")
+    raise NotAStore(f"{path} is not a turnstore store (it holds tables {shown}); it was left untouched")
+
+
+def _header(path: Path) -> bytes:
+    """The first 100 bytes of a file: a SQLite database's header."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(100)
+    except OSError as error:
+        raise StorageError(f"cannot read database {path}: {error.strerror}") from None
+
+
+def _in_wal(header: bytes) -> bool:
+    """Whether a SQLite header says the file is in WAL mode (its read and write versions are 2)."""
+    return len(header) > 18 and header[18] == 2
+
+
+def _sqlite_tables(path: Path, immutable: bool) -> set[str]:
+    """The names of the tables in a SQLite file (SQLite's own excepted), read through a connection that cannot write.
+
+    An immutable read takes no lock; should a writer that started meanwhile make it
+    fail, the names are read again with a locking read-only connection.
+    """
+    uri = f"{_file_uri(path)}?{'immutable=1' if immutable else 'mode=ro'}"
+    try:
+        connection = sqlite3.connect(uri, uri=True)
+        try:
+            rows = connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+        finally:
+            connection.close()
+    except sqlite3.Error as error:
+        if immutable:
+            return _sqlite_tables(path, immutable=False)
+        raise storage_error(error, str(path)) or StorageError(f"cannot read database {path}: {error}") from None
+    return {str(name) for (name,) in rows if not str(name).startswith("sqlite_")}
+
+
+def _file_uri(path: Path) -> str:
+    """``path`` as a SQLite URI filename, every character SQLite would read as syntax escaped."""
+    return "file:" + quote(str(path.absolute()), safe="/")
+
+
+def open_engine(
+    url: str | os.PathLike[str] | None = None,
+    *,
+    read_only: bool = False,
+    pragmas: Mapping[str, Any] | None = None,
+    echo: bool = False,
+) -> Engine:
+    """An Engine for a store at ``url``, after checking that the database is one turnstore may use.
+
+    SQLite: a file holding anything but a turnstore store, or nothing, is
+    refused before any connection setting touches it. With ``read_only`` the
+    file must exist and is opened read-only (immutable when it is in WAL mode
+    without a ``-wal`` file and its folder cannot be written, since SQLite
+    could not create the ``-shm`` file it needs otherwise): no file is
+    created, the journal mode is not set, and every connection is
+    ``query_only``. A store in a folder this process
+    cannot write is opened that way too, so it can be read; writes to it
+    raise :class:`~turnstore.errors.ReadOnlyStore`.
+
+    Raises:
+        NotAStore: the file is not a turnstore store, or (``read_only``) there is no file.
+        StorageError: the file cannot be read.
+    """
+    resolved = resolve_url(url)
+    path = sqlite_file(resolved)
+    if path is None:
+        return create_engine(resolved, pragmas=pragmas, echo=echo)
+    contents = sqlite_contents(path)
+    # SQLite could not make the -wal and -shm files a connection to a WAL file needs.
+    stuck = contents is Contents.STORE and not Path(f"{path}-wal").exists() and not os.access(path.absolute().parent, os.W_OK)
+    if not read_only and not stuck:
+        return create_engine(resolved, pragmas=pragmas, echo=echo)
+    if contents is Contents.MISSING:
+        raise NotAStore(f"no database at {path}: a command that only reads does not create one")
+    if stuck and _in_wal(_header(path)):
+        mode = {"immutable": "1"}
+    elif os.access(path, os.W_OK) and os.access(path.absolute().parent, os.W_OK):
+        # A read-write connection that may not write (query_only): the last one to close removes the -wal and
+        # -shm files as usual, where read-only connections would leave them behind.
+        mode = {"mode": "rw"}
+    else:
+        mode = {"mode": "ro"}
+    read_url = sa.URL.create("sqlite", database=_file_uri(path), query={**mode, "uri": "true"})
+    merged = {**SQLITE_PRAGMAS, **(pragmas or {}), "query_only": "on"}
+    merged.pop("journal_mode", None)  # persistent in the file: never set by a reader
+    return _sqlite_engine(read_url, {"busy_timeout": merged.pop("busy_timeout"), **merged}, echo, begin="BEGIN")
 
 
 def create_engine(url: str | None = None, *, pragmas: Mapping[str, Any] | None = None, echo: bool = False) -> Engine:
@@ -87,7 +260,7 @@ def create_engine(url: str | None = None, *, pragmas: Mapping[str, Any] | None =
     return engine
 
 
-def _sqlite_engine(url: str, pragmas: Mapping[str, Any], echo: bool) -> Engine:
+def _sqlite_engine(url: str | sa.URL, pragmas: Mapping[str, Any], echo: bool, begin: str = "BEGIN IMMEDIATE") -> Engine:
     path = sqlite_path(url)
     if path is not None:
         _create_private_file(path)
@@ -109,8 +282,9 @@ def _sqlite_engine(url: str, pragmas: Mapping[str, Any], echo: bool) -> Engine:
 
     @sa.event.listens_for(engine, "begin")
     def _on_begin(connection: sa.Connection) -> None:
-        # Transactions run through SQLAlchemy here are schema work: take the write lock up front.
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        # Transactions run through SQLAlchemy here are schema work: take the write lock up front
+        # (a reader's engine only reads the schema, and begins a plain read transaction).
+        connection.exec_driver_sql(begin)
 
     return engine
 
@@ -154,3 +328,72 @@ def _create_private_file(path: Path) -> None:
         folder.mkdir(mode=0o700, exist_ok=True)
     fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
     os.close(fd)
+
+
+# SQLite's primary result codes that say the storage, not the statement, failed.
+_SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_CORRUPT, _SQLITE_FULL, _SQLITE_CANTOPEN, _SQLITE_NOTADB = 8, 10, 11, 13, 14, 26
+
+_SQLITE_KINDS: dict[int, tuple[type[Exception], str]] = {
+    _SQLITE_READONLY: (ReadOnlyStore, "the database{place} is read-only"),
+    _SQLITE_FULL: (StorageFull, "the disk of the database{place} is full, or the database reached its size limit"),
+    _SQLITE_IOERR: (StorageError, "disk I/O error on the database{place}"),
+    _SQLITE_CANTOPEN: (StorageError, "cannot open the database file{place}"),
+    _SQLITE_CORRUPT: (StorageError, "the database file{place} is damaged"),
+    _SQLITE_NOTADB: (NotAStore, "the file{place} is not a SQLite database"),
+}
+
+# The same errors as SQLite words them, for Pythons whose sqlite3 errors carry no code (before 3.11).
+_SQLITE_MESSAGES = {
+    "readonly database": _SQLITE_READONLY,
+    "disk is full": _SQLITE_FULL,
+    "disk i/o error": _SQLITE_IOERR,
+    "unable to open database": _SQLITE_CANTOPEN,
+    "disk image is malformed": _SQLITE_CORRUPT,
+    "file is not a database": _SQLITE_NOTADB,
+}
+
+# PostgreSQL SQLSTATEs of the same kinds.
+_SQLSTATE_KINDS: dict[str, tuple[type[Exception], str]] = {
+    "25006": (ReadOnlyStore, "the database{place} is read-only"),
+    "53100": (StorageFull, "the disk of the database server{place} is full"),
+    "58030": (StorageError, "I/O error on the database server{place}"),
+}
+
+
+def storage_error(error: BaseException, where: str | sa.URL | None = None) -> Exception | None:
+    """The typed turnstore error for a driver error that says the storage failed, else None.
+
+    ``error`` may be the driver's own (``sqlite3``, psycopg) or SQLAlchemy's
+    wrapper of it; ``where`` (a path or URL) is named in the message. The
+    result is one line.
+    """
+    original = getattr(error, "orig", None) or error
+    kind: tuple[type[Exception], str] | None = None
+    if isinstance(original, sqlite3.Error):
+        code = getattr(original, "sqlite_errorcode", None)
+        if code is None:
+            text = str(original).lower()
+            code = next((value for words, value in _SQLITE_MESSAGES.items() if words in text), None)
+        kind = _SQLITE_KINDS.get(code & 0xFF) if code is not None else None
+    else:
+        kind = _SQLSTATE_KINDS.get(str(getattr(original, "sqlstate", "") or ""))
+    if kind is None:
+        return None
+    cls, summary = kind
+    reason = " ".join(str(original).split()) or type(original).__name__
+    place = f" {describe(where)}" if where is not None else ""
+    return cls(f"{summary.format(place=place)} ({reason})")
+
+
+def describe(url: str | sa.URL | os.PathLike[str]) -> str:
+    """A database for messages: its file for SQLite, its URL with the password masked otherwise."""
+    if isinstance(url, os.PathLike):
+        return os.fspath(url)
+    try:
+        parsed = make_url(url)
+    except Exception:  # a bare path or something SQLAlchemy does not parse: shown as given
+        return str(url)
+    path = sqlite_file(parsed)
+    if path is not None:
+        return str(path)
+    return parsed.render_as_string(hide_password=True)

@@ -14,9 +14,14 @@ The hierarchy::
     ├── LimitExceeded           a value is over a configured size limit
     ├── SchemaError
     │   ├── SchemaOutOfDate     the database needs ``turnstore db upgrade``
-    │   └── SchemaTooNew        the database was written by a newer turnstore
+    │   ├── SchemaTooNew        the database was written by a newer turnstore
+    │   └── NotAStore           the file or database is not a turnstore store; it is left alone
     ├── StoreBusy               the database stayed locked past the retry budget
     ├── ExportFailed            an export file could not be written (names the file and why)
+    ├── StorageError            the database cannot be opened, read or written (I/O error)
+    │   ├── ReadOnlyStore       a write to a database this process may only read
+    │   └── StorageFull         the disk, or the database's size limit, is full
+    ├── InvalidPrices           a price table or price file is malformed (also a ValueError)
     └── ImportFailed            an import source could not be read
         └── InvalidRecord       one source record is malformed (names file:line)
 
@@ -34,15 +39,20 @@ __all__ = [
     "ExportFailed",
     "ImportFailed",
     "InvalidMessage",
+    "InvalidPrices",
     "InvalidRecord",
     "LimitExceeded",
     "LoopNotFound",
     "MessageNotFound",
+    "NotAStore",
     "NotFound",
     "SchemaError",
     "SchemaOutOfDate",
     "SchemaTooNew",
+    "ReadOnlyStore",
     "SessionNotFound",
+    "StorageError",
+    "StorageFull",
     "StoreBusy",
     "TurnIdMismatch",
     "TurnNotFound",
@@ -115,12 +125,34 @@ class SchemaTooNew(SchemaError):
     """The database was upgraded by a newer turnstore; this version refuses to use it."""
 
 
+class NotAStore(SchemaError):
+    """The database holds something other than a turnstore store (or nothing, where a store must exist).
+
+    turnstore neither reads nor changes such a file: not even SQLite's journal mode.
+    """
+
+
 class StoreBusy(TurnstoreError):
     """The database stayed locked by other writers for longer than the retry budget."""
 
 
 class ExportFailed(TurnstoreError):
     """An export file could not be written (a full disk, a missing folder); the target is left as it was."""
+class StorageError(TurnstoreError):
+    """The database could not be opened, read or written: an I/O error, a damaged file, a missing folder."""
+
+
+class ReadOnlyStore(StorageError):
+    """A write was refused because the database is read-only (file or folder permissions, a read-only
+    mount, a store opened with ``read_only=True``, a read-only PostgreSQL transaction)."""
+
+
+class StorageFull(StorageError):
+    """The disk holding the database is full, or the database reached its configured size limit."""
+
+
+class InvalidPrices(TurnstoreError, ValueError):
+    """A price table or price file is malformed: names the file, the model and the rate."""
 
 
 class ImportFailed(TurnstoreError):

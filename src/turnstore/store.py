@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -9,7 +10,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 from . import migrate
 from .database import Database
-from .engine import create_engine, resolve_url
+from .engine import describe, open_engine, resolve_url, storage_error
+from .errors import ReadOnlyStore, StorageError
 from .limits import Limits
 from .repositories import LoopRepository, MessageRepository, SessionRepository, UsageRepository
 from .repositories._shared import Settings
@@ -43,6 +45,13 @@ class Store:
         pragmas: SQLite pragmas over the defaults (``journal_mode=wal``,
             ``synchronous=normal``, ``foreign_keys=on``, ``busy_timeout=5000``).
         busy_budget: seconds a write may wait in total for SQLite's write lock.
+        read_only: open an existing store for reading only: nothing is created,
+            upgraded or written (a write raises :class:`~turnstore.errors.ReadOnlyStore`);
+            works on a file or folder the process may not write.
+
+    A SQLite file that holds something other than a turnstore store is refused
+    with :class:`~turnstore.errors.NotAStore` and left untouched; only a new,
+    empty or turnstore file becomes a store.
 
     A store is safe to share between threads (each thread gets its own
     connection); open one per process.
@@ -58,14 +67,18 @@ class Store:
         pragmas: Mapping[str, Any] | None = None,
         busy_budget: float = 60.0,
         echo: bool = False,
+        read_only: bool = False,
     ) -> None:
         self.url = resolve_url(url)
-        self.engine = create_engine(self.url, pragmas=pragmas, echo=echo)
         try:
-            migrate.ensure_schema(self.engine, auto_upgrade=auto_upgrade, url=self.url)
-        except BaseException:
+            self.engine = open_engine(self.url, read_only=read_only, pragmas=pragmas, echo=echo)
+        except OSError as error:  # the file or its folder could not be created
+            raise storage_error(error, self.url) or _unopenable(self.url, error) from None
+        try:
+            migrate.ensure_schema(self.engine, auto_upgrade=auto_upgrade and not read_only, url=self.url)
+        except BaseException as error:
             self.engine.dispose()
-            raise
+            raise storage_error(error, self.url) or error from None
         self._db = Database(self.engine, busy_budget=busy_budget)
         self.settings = Settings(DEFAULT_PRICES.merged(prices) if prices is not None else DEFAULT_PRICES, limits)
         self.sessions = SessionRepository(self._db, self.settings)
@@ -167,3 +180,11 @@ class Store:
 
     def __repr__(self) -> str:
         return f"Store({self.engine.url.render_as_string(hide_password=True)!r})"
+
+
+def _unopenable(url: str, error: OSError) -> Exception:
+    """A new database file that could not be created: read-only when permissions forbid it."""
+    reason = error.strerror or str(error)
+    if isinstance(error, PermissionError) or error.errno == errno.EROFS:
+        return ReadOnlyStore(f"cannot create the database {describe(url)}: its folder is read-only here ({reason})")
+    return StorageError(f"cannot create the database {describe(url)}: {reason}")

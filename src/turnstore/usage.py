@@ -18,16 +18,28 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .errors import InvalidPrices
 from .models import CostConfig, Usage
 from .usage_queries import USAGE_PART_LOOP, USAGE_PART_REPORTED
 
 __all__ = ["DEFAULT_PRICES", "PriceTable", "UsageRow", "UsageTotals"]
+
+
+MAX_PRICE_FILE_BYTES = 1 << 20
+"""The largest price file read (1 MiB: thousands of models); larger ones are refused unread."""
+
+MAX_RATE = 1_000_000.0
+"""The highest rate accepted, in USD per million tokens: far above any list price, and low enough
+that no sum of 64-bit token counts priced at it overflows a float."""
+
+_RATE_NAMES = ("input", "output", "cache_read", "cache_write")
 
 
 class PriceTable:
@@ -37,12 +49,16 @@ class PriceTable:
     (``claude-sonnet-4-5-20250929`` uses ``claude-sonnet-4-5``). Names are
     compared lower-cased, with a ``provider/`` prefix dropped and dots read as
     dashes, so OpenRouter-style ``anthropic/claude-sonnet-4.5`` matches too.
+
+    Every rate must be a finite number from 0 to :data:`MAX_RATE`; anything
+    else raises :class:`~turnstore.errors.InvalidPrices` naming the model and rate.
     """
 
     def __init__(self, prices: Mapping[str, CostConfig | Mapping[str, float]] | None = None) -> None:
-        self._prices: dict[str, CostConfig] = {}
-        for model, price in (prices or {}).items():
-            self._prices[_normal(model)] = price if isinstance(price, CostConfig) else _cost_config(price)
+        self._set(_parse_prices(prices or {}, ""))
+
+    def _set(self, prices: dict[str, CostConfig]) -> None:
+        self._prices = prices
         self._by_length = sorted(self._prices, key=len, reverse=True)
 
     def __len__(self) -> int:
@@ -70,8 +86,7 @@ class PriceTable:
         if other is None:
             return self
         table = PriceTable()
-        table._prices = {**self._prices, **(other if isinstance(other, PriceTable) else PriceTable(other))._prices}
-        table._by_length = sorted(table._prices, key=len, reverse=True)
+        table._set({**self._prices, **(other if isinstance(other, PriceTable) else PriceTable(other))._prices})
         return table
 
     @classmethod
@@ -79,15 +94,110 @@ class PriceTable:
         """Read a JSON object ``{"model": {"input": 3, "output": 15, "cache_read": 0.3, "cache_write": 3.75}}``.
 
         Rates are USD per million tokens; the ``*_per_million`` spellings are accepted too.
+        Only a regular file of at most :data:`MAX_PRICE_FILE_BYTES` is read (a FIFO or a
+        device is refused before any read).
+
+        Raises:
+            InvalidPrices: the file cannot be read, is not UTF-8 JSON, or a model or rate is
+                malformed; the message names the file (and line, model and rate).
         """
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        name = os.fspath(path)
+        data = _read_price_file(name)
         if not isinstance(data, dict):
-            raise ValueError(f"{path}: a price file is a JSON object of model -> rates")
-        return cls(data)
+            raise InvalidPrices(f"{name}: a price file is a JSON object of model -> rates, not {_json_kind(data)}")
+        table = cls()
+        table._set(_parse_prices(data, f"{name}: "))
+        return table
 
     def items(self) -> Iterable[tuple[str, CostConfig]]:
         """(model, price) pairs."""
         return self._prices.items()
+
+
+def _read_price_file(name: str) -> Any:
+    """The JSON value of a price file, read with its size bounded."""
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer before it can be refused.
+        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as error:
+        raise InvalidPrices(f"{name}: cannot open the price file: {error.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise InvalidPrices(f"{name}: a price file must be a regular file, not a {_file_kind(info.st_mode)}")
+        if info.st_size > MAX_PRICE_FILE_BYTES:
+            raise InvalidPrices(f"{name}: the price file is {info.st_size} bytes, over the limit of {MAX_PRICE_FILE_BYTES}")
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            raw = handle.read(MAX_PRICE_FILE_BYTES + 1)
+    except OSError as error:
+        raise InvalidPrices(f"{name}: cannot read the price file: {error.strerror}") from None
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_PRICE_FILE_BYTES:
+        raise InvalidPrices(f"{name}: the price file is over the limit of {MAX_PRICE_FILE_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InvalidPrices(f"{name}: not UTF-8 text (byte {error.start})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InvalidPrices(f"{name} line {error.lineno} column {error.colno}: {error.msg}") from None
+    except RecursionError:
+        raise InvalidPrices(f"{name}: JSON nested too deeply") from None
+    except ValueError:  # an integer beyond int()'s digit limit
+        raise InvalidPrices(f"{name}: a number has too many digits to read") from None
+
+
+def _parse_prices(prices: Mapping[Any, Any], where: str) -> dict[str, CostConfig]:
+    if not isinstance(prices, Mapping):
+        raise InvalidPrices(f"{where}prices are a mapping of model -> rates, not {_json_kind(prices)}")
+    parsed: dict[str, CostConfig] = {}
+    for model, price in prices.items():
+        if not isinstance(model, str):
+            raise InvalidPrices(f"{where}a model name must be a string, not {_shown(model)}")
+        parsed[_normal(model)] = _cost_config(price, f"{where}model {_shown(model)}")
+    return parsed
+
+
+def _cost_config(price: Any, where: str) -> CostConfig:
+    if isinstance(price, CostConfig):
+        price = price.model_dump()
+    if not isinstance(price, Mapping):
+        raise InvalidPrices(f'{where}: rates are an object like {{"input": 3, "output": 15}}, not {_json_kind(price)}')
+    rates: dict[str, float] = {}
+    for key, value in price.items():
+        name = key.removesuffix("_per_million") if isinstance(key, str) else key
+        if name not in _RATE_NAMES:
+            raise InvalidPrices(f"{where}: unknown rate {_shown(key)} (known: {', '.join(_RATE_NAMES)})")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InvalidPrices(f"{where}: {name} is {_shown(value)}, not a number")
+        if not 0 <= value <= MAX_RATE:  # NaN fails this too
+            raise InvalidPrices(
+                f"{where}: {name} is {_shown(value)}, not a price from 0 to {MAX_RATE:,.0f} USD per million tokens"
+            )
+        rates[f"{name}_per_million"] = float(value)
+    return CostConfig(**rates)
+
+
+def _shown(value: Any) -> str:
+    """A value for an error message: its repr, cut short."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**30 else "a huge integer"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _json_kind(value: Any) -> str:
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__
+    )
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"),
+                       (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket")):
+        if test(mode):
+            return kind
+    return "special file"
 
 
 def _normal(model: str) -> str:
@@ -96,11 +206,6 @@ def _normal(model: str) -> str:
         prefix, _, rest = name.partition("/")
         name = rest if prefix and rest else name
     return name.replace(".", "-").replace("_", "-")
-
-
-def _cost_config(price: Mapping[str, float]) -> CostConfig:
-    rates = {key if key.endswith("_per_million") else f"{key}_per_million": value for key, value in price.items()}
-    return CostConfig(**rates)
 
 
 def _rates(input: float, output: float, cache_read: float, cache_write: float) -> CostConfig:

@@ -21,10 +21,14 @@ class Settings:
         self.json = False
         self._store: Store | None = None
 
-    def store(self) -> Store:
-        """The store at ``--db``, opened (and upgraded) on first use."""
+    def store(self, *, read_only: bool = False) -> Store:
+        """The store at ``--db``, opened on first use.
+
+        Commands that write open it as writers (created or upgraded when needed);
+        the others with ``read_only``, which never creates, upgrades or changes a file.
+        """
         if self._store is None:
-            self._store = Store(self.db)
+            self._store = Store(self.db, read_only=read_only)
         return self._store
 
     def close(self) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
@@ -13,7 +12,7 @@ from rich.tree import Tree
 from ..errors import InvalidMessage
 from ..records import Loop, StoredMessage
 from .app import Settings, cli, pass_settings, shared_options
-from .output import console, print_json, short
+from .output import console, print_json, short, text
 
 
 @cli.command()
@@ -24,7 +23,7 @@ from .output import console, print_json, short
 @pass_settings
 def sessions(settings: Settings, limit: int, offset: int, agent_id: str | None) -> None:
     """List sessions, most recently updated first."""
-    rows = settings.store().sessions.list(limit=limit, offset=offset, agent_id=agent_id)
+    rows = settings.store(read_only=True).sessions.list(limit=limit, offset=offset, agent_id=agent_id)
     if settings.json:
         print_json(
             [
@@ -49,7 +48,7 @@ def sessions(settings: Settings, limit: int, offset: int, agent_id: str | None) 
         table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for row in rows:
         table.add_row(
-            Text(row.session_id), Text(row.title or ""), str(row.loops), str(row.messages), row.updated_at.strftime("%Y-%m-%d %H:%M:%S")
+            text(row.session_id), text(row.title or ""), str(row.loops), str(row.messages), row.updated_at.strftime("%Y-%m-%d %H:%M:%S")
         )
     console().print(table)
 
@@ -62,7 +61,7 @@ def sessions(settings: Settings, limit: int, offset: int, agent_id: str | None) 
 @pass_settings
 def show(settings: Settings, session_id: str, loop_id: str | None, turn_index: int | None) -> None:
     """Show a session's loops and messages."""
-    store = settings.store()
+    store = settings.store(read_only=True)
     session = store.sessions.get(session_id)
     loops = store.loops.list(session_id)
     if loop_id is not None:
@@ -106,23 +105,33 @@ def _loop_json(loop: Loop, stored: list[StoredMessage]) -> dict[str, Any]:
 
 
 def _print_tree(session_id: str, title: str | None, loops: list[Loop], messages: dict[str, list[StoredMessage]]) -> None:
-    root = Tree(f"[bold]session {escape(session_id)}[/bold]" + (f"  {escape(title)}" if title else ""))
+    label = Text.assemble(("session ", "bold"), text(session_id, "bold"), "  " if title else "", text(title or ""))
+    root = Tree(label)
     for loop in loops:
         relation = loop.continuation_kind.value
         if loop.parent_loop_id:
             relation += f" of {loop.parent_loop_id}" + (f" after #{loop.fork_after}" if loop.fork_after else "")
         model = f"  {loop.model}" if loop.model else ""
-        branch = root.add(f"[bold]loop {escape(loop.loop_id)}[/bold]  ({escape(relation)}, {loop.status.value}){escape(model)}")
+        branch = root.add(
+            Text.assemble(
+                ("loop ", "bold"), text(loop.loop_id, "bold"), "  (", text(relation), f", {loop.status.value})", text(model)
+            )
+        )
         for stored in messages[loop.loop_id]:
             turn = "-" if stored.turn_index is None else str(stored.turn_index)
-            branch.add(f"#{stored.id} turn {turn} seq {stored.seq}  [cyan]{stored.message.role}[/cyan]  {_describe(stored)}")
+            branch.add(
+                Text.assemble(
+                    f"#{stored.id} turn {turn} seq {stored.seq}  ", (stored.message.role, "cyan"), "  ", _describe(stored)
+                )
+            )
     console().print(root)
 
 
-def _describe(stored: StoredMessage) -> str:
+def _describe(stored: StoredMessage) -> Text:
+    """One line about a message; every stored value in it escaped and printed as plain text."""
     message = stored.message
     if message.role == "extension":
-        return escape(short(f"[{message.kind}] {message.data}", 90))  # type: ignore[union-attr]
+        return Text(short(f"[{message.kind}] {message.data}", 90))  # type: ignore[union-attr]
     parts: list[str] = []
     for block in message.content:  # type: ignore[union-attr]
         kind = block.type
@@ -134,11 +143,12 @@ def _describe(stored: StoredMessage) -> str:
             parts.append(f"{block.name}({block.arguments})")
         elif kind == "image":
             parts.append(f"[image {block.mime_type}]")
-    text = escape(short(" ".join(parts), 90))
+    line = Text(short(" ".join(parts), 90))
     if message.role == "assistant":
-        text += f"  [dim]{message.stop_reason.value}, {message.usage.input}+{message.usage.output} tok[/dim]"  # type: ignore[union-attr]
+        counts = f"{message.usage.input}+{message.usage.output} tok"  # type: ignore[union-attr]
+        line.append(f"  {message.stop_reason.value}, {counts}", "dim")  # type: ignore[union-attr]
         if message.error_message:  # type: ignore[union-attr]
-            text += f"  [red]{escape(short(message.error_message, 60))}[/red]"  # type: ignore[union-attr]
+            line.append(f"  {short(message.error_message, 60)}", "red")  # type: ignore[union-attr]
     if message.role == "toolResult" and message.is_error:  # type: ignore[union-attr]
-        text += "  [red](error)[/red]"
-    return text
+        line.append("  (error)", "red")
+    return line

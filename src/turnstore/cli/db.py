@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import click
 
+from sqlalchemy.engine import Engine
+
 from .. import migrate
-from ..engine import create_engine, resolve_url
+from ..engine import open_engine, resolve_url, sqlite_path
 from ..errors import SchemaOutOfDate
 from .app import Settings, cli, pass_settings, shared_options
 from .output import print_json
@@ -16,8 +18,12 @@ def db() -> None:
     """Show, check, upgrade or downgrade the database schema."""
 
 
-def _engine(settings: Settings):  # type: ignore[no-untyped-def]
-    return create_engine(resolve_url(settings.db))
+def _engine(settings: Settings, *, read_only: bool) -> Engine:
+    """The engine of ``--db``: ``upgrade`` and ``downgrade`` write, the other commands only read.
+
+    Either way a file that is not a turnstore store (nor empty) is refused untouched.
+    """
+    return open_engine(settings.db, read_only=read_only)
 
 
 @db.command()
@@ -25,7 +31,7 @@ def _engine(settings: Settings):  # type: ignore[no-untyped-def]
 @pass_settings
 def upgrade(settings: Settings) -> None:
     """Upgrade the schema to the newest revision (back up the database first)."""
-    engine = _engine(settings)
+    engine = _engine(settings, read_only=False)
     try:
         before = migrate.current(engine)
         migrate.upgrade(engine)
@@ -45,11 +51,14 @@ def upgrade(settings: Settings) -> None:
 @pass_settings
 def current(settings: Settings) -> None:
     """Print the schema revision the database is at, and the newest this turnstore knows."""
-    engine = _engine(settings)
-    try:
-        revision = migrate.current(engine)
-    finally:
-        engine.dispose()
+    path = sqlite_path(resolve_url(settings.db))
+    revision: str | None = None
+    if path is None or path.exists():  # a missing file is at no revision, and is not created
+        engine = _engine(settings, read_only=True)
+        try:
+            revision = migrate.current(engine)
+        finally:
+            engine.dispose()
     head = migrate.head()
     if settings.json:
         print_json({"current": revision, "head": head, "up_to_date": revision == head})
@@ -62,7 +71,7 @@ def current(settings: Settings) -> None:
 @pass_settings
 def check(settings: Settings) -> None:
     """Exit non-zero unless the database is at head and matches the code's tables."""
-    engine = _engine(settings)
+    engine = _engine(settings, read_only=True)
     try:
         revision = migrate.current(engine)
         head = migrate.head()
@@ -85,7 +94,7 @@ def check(settings: Settings) -> None:
 @pass_settings
 def downgrade(settings: Settings, revision: str) -> None:
     """Downgrade the schema to REVISION (e.g. -1, 0001, base). base drops every table."""
-    engine = _engine(settings)
+    engine = _engine(settings, read_only=False)
     try:
         before = migrate.current(engine)
         migrate.downgrade(engine, revision)

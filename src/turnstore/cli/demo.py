@@ -7,6 +7,7 @@ import click
 from ..demo import build_demo
 from ..usage import UsageTotals
 from .app import Settings, cli, pass_settings, shared_options
+from .escaping import visible
 from .output import console, print_json, usage_table
 
 
@@ -39,14 +40,14 @@ def demo(settings: Settings) -> None:
         )
         return
     out = console()
-    out.print(f"Built {len(session_ids)} demo sessions in {store.url}\n", highlight=False)
+    click.echo(f"Built {len(session_ids)} demo sessions in {visible(store.url)}\n")
     out.print(usage_table("Usage by session", "session", [(f"{sessions[sid].title}", u) for sid, u in by_session]))
     out.print()
     out.print(usage_table("Usage by loop", "loop", [(lid, u) for _, lid, u in by_loop]))
     out.print()
     out.print(usage_table("Usage by model", "model", [(_model_label(r.model, r.provider), r) for r in by_model]))
     click.echo(
-        f"\nExplore it: turnstore --db {store.url} sessions | show {session_ids[0]} | usage --by day"
+        f"\nExplore it: turnstore --db {visible(store.url)} sessions | show {session_ids[0]} | usage --by day"
     )
 
 

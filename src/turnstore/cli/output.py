@@ -1,19 +1,22 @@
-"""Printing: JSON for machines, rich tables for people."""
+"""Printing: JSON for machines, rich tables for people; stored text escaped on the way (:mod:`.escaping`)."""
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import IO, Any
 
 import click
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..errors import LimitExceeded
 from ..usage import UsageTotals
+from .escaping import json_safe, visible
 
 TOKEN_COLUMNS = (
     ("input", "input"),
@@ -31,8 +34,41 @@ def console() -> Console:
 
 
 def print_json(value: Any) -> None:
-    """Print ``value`` as indented JSON."""
-    click.echo(json.dumps(value, ensure_ascii=False, indent=2, default=_default))
+    """Print ``value`` as indented JSON, control and bidi characters escaped; never Infinity or NaN.
+
+    Raises:
+        LimitExceeded: a number is infinite or NaN (a cost beyond the range of a float).
+    """
+    try:
+        text = json.dumps(value, ensure_ascii=False, indent=2, default=_default, allow_nan=False)
+    except ValueError as error:
+        raise LimitExceeded(
+            f"a number is beyond what JSON can hold ({error}); a price or reported cost is too large",
+            [("number", "not finite")],
+        ) from None
+    click.echo(json_safe(text))
+
+
+class JsonSafeWriter:
+    """A text stream that passes JSON on with :func:`~.escaping.json_safe` applied (exports to stdout)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream.write(json_safe(text))
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+
+def text(value: str, style: str = "") -> Text:
+    """A stored value for rich: escaped, and plain text (never markup)."""
+    return Text(visible(value), style=style)
 
 
 def _default(value: Any) -> Any:
@@ -47,6 +83,8 @@ def money(value: float | None) -> str:
     """Dollars, or a dash when unknown."""
     if value is None:
         return "-"
+    if not math.isfinite(value):
+        return "too large"
     return f"${value:,.4f}" if value < 100 else f"${value:,.2f}"
 
 
@@ -56,7 +94,7 @@ def number(value: int) -> str:
 
 def usage_table(title: str, key_label: str, rows: Iterable[tuple[str, UsageTotals]]) -> Table:
     """A table of usage totals, one row per (label, totals), with a total row when there are several."""
-    table = Table(title=Text(title, style="table.title"), title_justify="left", show_lines=False)
+    table = Table(title=text(title, "table.title"), title_justify="left", show_lines=False)
     table.add_column(key_label, overflow="fold")
     for _, label in TOKEN_COLUMNS:
         table.add_column(label, justify="right")
@@ -64,7 +102,7 @@ def usage_table(title: str, key_label: str, rows: Iterable[tuple[str, UsageTotal
     table.add_column("calls", justify="right")
     materialized: Sequence[tuple[str, UsageTotals]] = list(rows)
     for label, totals in materialized:
-        table.add_row(Text(label), *_cells(totals))  # a stored value: printed as text, never as markup
+        table.add_row(text(label), *_cells(totals))
     if len(materialized) > 1:
         table.add_section()
         table.add_row("total", *_cells(_sum(t for _, t in materialized)), style="bold")
@@ -88,7 +126,7 @@ def _sum(items: Iterable[UsageTotals]) -> UsageTotals:
     return UsageTotals(**fields, cost=cost, requests=requests)
 
 
-def short(text: str, width: int = 100) -> str:
-    """One line of at most ``width`` characters."""
-    line = " ".join(text.split())
+def short(value: str, width: int = 100) -> str:
+    """One line of at most ``width`` characters, escaped (:func:`~.escaping.visible`)."""
+    line = visible(" ".join(value.split()))
     return line if len(line) <= width else line[: width - 1] + "…"

@@ -6,12 +6,14 @@ import sys
 from pathlib import Path
 
 import click
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..export import EXPORT_FORMATS
 from ..importers import FORMATS, ImportReport
 from .app import Settings, cli, pass_settings, shared_options
-from .output import console, print_json
+from .escaping import visible
+from .output import JsonSafeWriter, print_json
 
 
 @cli.command("import")
@@ -46,7 +48,7 @@ def import_(
             task = progress.add_task(f"importing {fmt}", total=None)
 
             def advance(path: str, done: int, total: int) -> None:
-                progress.update(task, completed=done, total=total, description=f"importing {Path(path).name}")
+                progress.update(task, completed=done, total=total, description=f"importing {escape(visible(Path(path).name))}")
 
             report = store.import_(fmt, *paths, dry_run=dry_run, skip_invalid=skip_invalid, replace=replace,
                                    session_id=session_id, progress=advance)
@@ -62,22 +64,21 @@ def import_(
 
 
 def _print_report(report: ImportReport) -> None:
-    out = console()
     verb = "would write" if report.dry_run else "wrote"
-    out.print(
-        f"{report.format}: read {report.records} records from {report.files} file(s); "
+    click.echo(
+        f"{visible(report.format)}: read {report.records} records from {report.files} file(s); "
         f"{verb} {len(report.sessions_written)} session(s), {report.loops} loop(s), {report.messages} message(s); "
-        f"{len(report.sessions_unchanged)} unchanged; {len(report.sessions_failed)} failed",
-        highlight=False,
+        f"{len(report.sessions_unchanged)} unchanged; {len(report.sessions_failed)} failed"
     )
     if report.by_role:
-        out.print("  by role: " + ", ".join(f"{role} {count}" for role, count in sorted(report.by_role.items())), highlight=False)
+        click.echo("  by role: " + ", ".join(f"{visible(role)} {count}" for role, count in sorted(report.by_role.items())))
     if report.by_kind:
-        out.print("  extension kinds: " + ", ".join(f"{kind} {count}" for kind, count in sorted(report.by_kind.items())), highlight=False)
+        kinds = sorted(report.by_kind.items())
+        click.echo("  extension kinds: " + ", ".join(f"{visible(kind)} {count}" for kind, count in kinds))
     for error in report.skipped:
-        click.echo(f"  skipped {error}", err=True)
+        click.echo(f"  skipped {visible(str(error))}", err=True)
     for error in report.errors:
-        click.echo(f"  error: {error}", err=True)
+        click.echo(f"  error: {visible(str(error))}", err=True)
 
 
 @cli.command()
@@ -93,9 +94,11 @@ def export(settings: Settings, session_id: str, fmt: str, output: Path | None) -
     Every format names the session, so importing the file gives back the same
     session id. With -o, a failure (a full disk) leaves FILE as it was.
     """
-    store = settings.store()
+    store = settings.store(read_only=True)
     store.sessions.get(session_id)  # a clear error before any output
     if output is not None:
         store.export(session_id, fmt, output)
     else:
-        store.export(session_id, fmt, sys.stdout)
+        stream = JsonSafeWriter(sys.stdout)
+        store.export(session_id, fmt, stream)  # type: ignore[arg-type]
+        stream.flush()

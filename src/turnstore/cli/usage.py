@@ -19,7 +19,7 @@ _GROUP_KEY = {"model": "model", "loop": "loop_id", "session": "session_id", "day
 @click.option("--by", "group", type=click.Choice(sorted(_GROUP_KEY)), default=None, help="Break the total down.")
 @click.option(
     "--prices",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     default=None,
     help='JSON file {"model": {"input": 3, "output": 15, "cache_read": 0.3, "cache_write": 3.75}} (USD per million tokens).',
 )
@@ -34,7 +34,7 @@ def usage(settings: Settings, session_id: str | None, loop_id: str | None, group
     if group == "session" and (session_id or loop_id):
         raise click.UsageError("--by session covers the whole store; drop --session/--loop")
     table = PriceTable.from_file(prices) if prices else None
-    repo = settings.store().usage
+    repo = settings.store(read_only=True).usage
     if group is None:
         if loop_id:
             totals, scope = repo.loop(loop_id, prices=table), f"loop {loop_id}"

@@ -1,0 +1,44 @@
+"""Stored text made safe for the terminal: every way out of the CLI goes through here.
+
+Stored values (titles, model names, message text, tool arguments, file names
+in import errors) are hostile: a raw ESC, a C1 control or a bidi override
+reaching a terminal can clear the screen, set the window title, write the
+clipboard (OSC 52), hide a link (OSC 8) or reorder what the reader sees.
+
+* :func:`visible` is for people: each such character becomes a visible escape
+  (``\\x1b``, ``\\x9b``, ``\\u202e``, ``\\n``), on a terminal and in pipes alike.
+  Rich then gets the result as :class:`rich.text.Text`, never as markup, so
+  ``[bold red]`` prints as written.
+* :func:`json_safe` is for ``--json`` and exports to stdout: JSON itself escapes
+  only C0 controls; the same characters beyond C0 (DEL, C1, bidi controls,
+  line and paragraph separators) become ``\\uXXXX`` escapes, which every JSON
+  parser reads back as the original character. They only ever occur inside
+  JSON strings, so the text stays valid JSON with the same value.
+"""
+
+from __future__ import annotations
+
+__all__ = ["UNSAFE", "json_safe", "visible"]
+
+_BIDI = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+"""Arabic letter mark, LRM/RLM, embeddings and overrides (LRE..RLO), isolates (LRI..PDI)."""
+
+UNSAFE: frozenset[int] = frozenset((*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0), *_BIDI, 0x2028, 0x2029))
+"""Code points that never reach the terminal raw: C0, DEL, C1, bidi controls, line/paragraph separators."""
+
+_NAMED = {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}
+
+_VISIBLE = {
+    point: _NAMED.get(point) or (f"\\x{point:02x}" if point < 0x100 else f"\\u{point:04x}") for point in UNSAFE
+}
+_JSON = {point: f"\\u{point:04x}" for point in UNSAFE if point >= 0x20}
+
+
+def visible(text: str) -> str:
+    """``text`` with every control and bidi character shown as an escape, for human output."""
+    return text.translate(_VISIBLE)
+
+
+def json_safe(text: str) -> str:
+    """JSON text (as ``json.dumps`` writes it) with DEL, C1 and bidi characters escaped as ``\\uXXXX``."""
+    return text.translate(_JSON)
