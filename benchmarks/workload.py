@@ -8,7 +8,7 @@ built once before any timing starts:
 * as the plain JSON dict of that model (what an app holding dicts passes to
   the raw-sqlite3 floor).
 
-A turn follows DESIGN.md §1 (one model call plus the tool executions it asked
+A turn follows docs/design.md §1 (one model call plus the tool executions it asked
 for, with the prompt that precedes it): a user message (the prompt, or a
 follow-up / steering message), one assistant message (thinking block with a
 ~200-char base64 signature, text, 0-3 tool calls with JSON arguments, usage),

@@ -5,7 +5,7 @@ Three kinds of input, all driven by hypothesis so a failure shrinks and replays:
 * JSON-ish values from recursive strategies: huge integers (beyond 2**64 and
   beyond what a JSON reader takes), extreme floats (1e308, -0.0, NaN,
   ±Infinity), strings with NUL, lone surrogates and line separators, odd keys.
-* Mutations of valid records (``shared/formats.md`` §1.5): drop a field,
+* Mutations of valid records (the examples in ``docs/wire-format.md``): drop a field,
   change a value's type, swap two values, insert an unknown key, and the
   heavy values below in place of any one value.
 * Mutations of valid source files, byte-wise and line-wise: truncate the file

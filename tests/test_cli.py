@@ -1,4 +1,4 @@
-"""The ``turnstore`` command line (DESIGN §5, §7), run in-process through ``turnstore.cli.main``."""
+"""The ``turnstore`` command line (docs/design.md §5, §7), run in-process through ``turnstore.cli.main``."""
 
 from __future__ import annotations
 

@@ -286,7 +286,7 @@ def test_deleting_the_spawning_session_leaves_the_sub_agent_session_intact(store
     sub_before = snapshot(store, "sub")
     store.sessions.delete("parent")
     # The sub-agent session keeps everything, its spawn reference included: cross-session
-    # references are plain values (DESIGN §7), so it now names a loop that is gone.
+    # references are plain values (docs/design.md §7), so it now names a loop that is gone.
     assert snapshot(store, "sub") == sub_before
     assert store.loops.get(sub_loop).spawn_loop_id == parent_loop
     assert store.usage.session("sub").input == 50

@@ -1,4 +1,4 @@
-"""store.export(session_id, fmt, file): phi-core's two forms and turnstore's lossless JSONL (DESIGN §7)."""
+"""store.export(session_id, fmt, file): phi-core's two forms and turnstore's lossless JSONL (docs/design.md §7)."""
 
 from __future__ import annotations
 

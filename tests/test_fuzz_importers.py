@@ -1,4 +1,4 @@
-"""Fuzzing every importer with mutated sources (DESIGN: typed errors naming file and line; whole sessions only).
+"""Fuzzing every importer with mutated sources (docs/design.md: typed errors naming file and line; whole sessions only).
 
 Each case takes a valid fixture source of one format, mutates it (``fuzz_inputs``:
 truncated file or line, dropped / duplicated / swapped lines, flipped bytes,

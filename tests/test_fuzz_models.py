@@ -1,4 +1,4 @@
-"""Fuzzing the message parser and ``append`` / ``append_turn`` (DESIGN: "bad input gets a clear, typed error").
+"""Fuzzing the message parser and ``append`` / ``append_turn`` (docs/design.md: "bad input gets a clear, typed error").
 
 Every case is either stored and read back equal, or rejected with a typed
 turnstore error; never an unhandled exception, never a partial write:
@@ -14,7 +14,7 @@ turnstore error; never an unhandled exception, never a partial write:
   :class:`TurnstoreError` and the loop unchanged (for a turn: none of it).
 
 Inputs come from ``fuzz_inputs``: random JSON-ish values, mutations of the
-phi-core records of ``shared/formats.md`` §1.5 (and a few more shapes), and
+phi-core records of ``docs/wire-format.md``'s examples (and a few more shapes), and
 explicit heavy cases (5,000-level nesting, the 200-level read limit, integers
 beyond 2**64 and 4,300 digits, 1e308, -0.0, NaN, NUL, lone surrogates, 10 MB
 strings). Case counts are printed at the end of the module (``-s``) and
@@ -56,7 +56,7 @@ from turnstore.repositories.messages import READ_DEPTH, dump_message, parse_rows
 LOOP = "3f1c9a2e-7b4d-4c1e-9a55-0d2f6b8e1a77.anthropic.claude-sonnet-4-5.thinking.1"
 
 SECTION_1_5 = [
-    # shared/formats.md §1.5, verbatim.
+    # docs/wire-format.md's examples, verbatim.
     '{"content":[{"text":"List the files in src/","type":"text"}],"role":"user","timestamp":1767225600000,'
     '"turnId":{"loopId":"' + LOOP + '","turnIndex":0}}',
     '{"content":[{"signature":"EqQBCkYIBxgCKkC...","thinking":"I should run ls on src/.","type":"thinking"},'

@@ -1,7 +1,7 @@
-"""The appam importer: appam's SQLite ``session_history`` (and web ``sessions``) tables (DESIGN §6, §7).
+"""The appam importer: appam's SQLite ``session_history`` (and web ``sessions``) tables (docs/design.md §6, §7).
 
 The source database is built by ``fixtures/appam/make_fixture.py`` with
-appam's exact schema (``shared/formats.md`` §4.3) and message elements as
+appam's exact schema (``docs/importers/appam.md``) and message elements as
 serde writes them (§4.4).
 """
 

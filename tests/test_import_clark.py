@@ -1,8 +1,8 @@
-"""The ``clark`` importer: clark-agent AgentMessage rows as JSONL or a JSON array (DESIGN §6, §7).
+"""The ``clark`` importer: clark-agent AgentMessage rows as JSONL or a JSON array (docs/design.md §6, §7).
 
 Fixtures under ``fixtures/clark`` are written from ``clark-labs-inc/clark-agent``
 ``src/types.rs`` and ``tests/agent_message_persistence_roundtrip.rs`` (see
-``shared/formats.md`` §2):
+``docs/importers/clark.md``):
 
 * ``conversation-42.jsonl``: one row per line; a system prompt, all three
   reasoning channels (``reasoning``, signed ``reasoning_details``,

@@ -1,4 +1,4 @@
-"""The ``pi`` importer: pi-mono session files, versions 1 to 3 (DESIGN §6, §7; ``docs/importers/pi.md``).
+"""The ``pi`` importer: pi-mono session files, versions 1 to 3 (docs/design.md §6, §7; ``docs/importers/pi.md``).
 
 The fixtures under ``fixtures/pi`` are written by hand from pi-mono's
 ``session-manager.ts``, ``messages.ts`` and ``packages/ai/src/types.ts``, in
@@ -262,7 +262,7 @@ def test_side_entries_are_extension_rows_outside_the_context(v3: Store) -> None:
 
     context = v3.messages.context(f"{V3_ID}.pi.3")
 
-    # DESIGN §7: bashExecution and custom_message are extension messages, which the
+    # docs/design.md §7: bashExecution and custom_message are extension messages, which the
     # context leaves out (pi itself would send both as user text; see docs/importers/pi.md).
     path = ["a1b2c3d4", "b2c3d4e5", "c3d4e5f6", "d4e5f6a7", "e5f6a7b8", "f6a7b8c9",
             "1b2c3d4e", "2c3d4e5f", "3d4e5f60", "5f607182", "93a4b5c6", "a4b5c6d7"]

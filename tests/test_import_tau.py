@@ -1,6 +1,6 @@
 """The ``tau`` importer: Tau / Operator-Use JSONL session files and Tau's SQLite ``entries`` table.
 
-Fixtures under ``fixtures/tau`` are written by hand from ``shared/formats.md`` §3
+Fixtures under ``fixtures/tau`` are written by hand from ``docs/importers/tau.md``
 (the verified Tau dumps of §3.4, the Operator-Use shape of §3.5) and Tau's
 ``tau/message/types.py`` / ``tau/session/types.py``:
 

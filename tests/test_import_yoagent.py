@@ -1,7 +1,7 @@
-"""The ``yoagent`` importer: session entry trees (JSONL) and saved message arrays (DESIGN §6, §7).
+"""The ``yoagent`` importer: session entry trees (JSONL) and saved message arrays (docs/design.md §6, §7).
 
 Fixtures under ``fixtures/yoagent`` are written from ``yologdev/yoagent``
-``src/types.rs`` / ``src/session.rs`` (see ``shared/formats.md`` §6, §9):
+``src/types.rs`` / ``src/session.rs`` (see ``docs/importers/yoagent.md``):
 
 * ``sessions/rename-refactor.jsonl``: a ``Session::to_jsonl`` tree (no
   trailing newline) with a signed thinking block, a tool error, an image, an

@@ -1,7 +1,7 @@
-"""Importers: phi-core message arrays and session files, and turnstore's own JSONL (DESIGN §6, §7).
+"""Importers: phi-core message arrays and session files, and turnstore's own JSONL (docs/design.md §6, §7).
 
 The phi-core fixtures under ``fixtures/phi_core`` are written by hand from
-``shared/formats.md`` §1 (the §1.5 records, and the session file shape).
+``docs/wire-format.md`` (its examples, and the session file shape).
 """
 
 from __future__ import annotations

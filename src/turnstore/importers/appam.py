@@ -8,7 +8,7 @@ across the user prompts of the session, because appam has no loops or turns.
 appam records no usage per message, only the session totals in the ``usage``
 column (``AggregatedUsage``). They become the loop's reported usage, and the
 assistant messages are written with unknown usage (NULL columns), so the
-session totals are exactly the column (DESIGN §7, "Usage that counts"):
+session totals are exactly the column (docs/design.md §7, "Usage that counts"):
 
 * ``input = total_input_tokens + total_compaction_input_tokens``
 * ``output = total_output_tokens + total_compaction_output_tokens``

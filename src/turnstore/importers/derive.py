@@ -1,4 +1,4 @@
-"""Loops and turns for sources that record neither (DESIGN §6).
+"""Loops and turns for sources that record neither (docs/design.md §6).
 
 * A loop starts at a user prompt that follows a final answer (an assistant
   message that asked for no tool).
