@@ -430,10 +430,15 @@ def test_last_never_starts_with_a_tool_result_without_its_call(store: Store, ses
     ]
 
 
-def test_last_never_ends_with_a_call_without_results(store: Store, session_id: str, loop_id: str) -> None:
+def test_last_answers_a_call_without_results(store: Store, session_id: str, loop_id: str) -> None:
     store.messages.append_turn(loop_id, 0, [user("q"), assistant("call", calls=("c1", "c2")), tool_result("c1", "one")])
-    # c2 has no result yet: the call and its partial results are left out.
-    assert texts(store.messages.last(session_id, 10)) == [("user", "q")]
+    # c2 has no result yet: a synthetic error result stands in for it.
+    assert texts(store.messages.last(session_id, 10)) == [
+        ("user", "q"),
+        ("assistant", "call"),
+        ("toolResult", "one"),
+        ("toolResult", "No result provided"),
+    ]
     store.messages.append(tool_result("c2", "two"), loop_id=loop_id, turn_index=0)
     assert texts(store.messages.last(session_id, 10)) == [
         ("user", "q"),
@@ -463,10 +468,17 @@ def test_last_may_hold_fewer_than_n_but_never_more(store: Store, session_id: str
         assert calls == results
 
 
-@pytest.mark.parametrize("n", [0, -1, -10])
-def test_last_non_positive_n_is_empty(store: Store, session_id: str, loop_id: str, n: int) -> None:
+def test_last_zero_is_empty(store: Store, session_id: str, loop_id: str) -> None:
     store.messages.append_turn(loop_id, 0, [user(), assistant()])
-    assert store.messages.last(session_id, n) == []
+    assert store.messages.last(session_id, 0) == []
+
+
+@pytest.mark.parametrize("n", [-1, -10, 2.0, True, "5", None])
+def test_last_n_must_be_a_non_negative_integer(store: Store, session_id: str, loop_id: str, n: Any) -> None:
+    store.messages.append_turn(loop_id, 0, [user(), assistant()])
+    with pytest.raises(InvalidMessage, match="n must be a non-negative integer") as raised:
+        store.messages.last(session_id, n)
+    assert "\n" not in str(raised.value)
 
 
 def test_last_unknown_session_raises_session_not_found(store: Store) -> None:
@@ -544,13 +556,18 @@ def test_context_branch_without_fork_point_takes_the_parent_to_its_end(
     assert texts(store.messages.context(branch)) == [("user", "q0"), ("assistant", "a0"), ("user", "b")]
 
 
-def test_context_branch_forking_between_a_call_and_its_result_drops_the_call(
+def test_context_branch_forking_between_a_call_and_its_result_answers_the_call(
     store: Store, session_id: str, loop_id: str
 ) -> None:
     ids = store.messages.append_turn(loop_id, 0, [user("q"), assistant("call", calls=("c",)), tool_result("c")])
     branch = new_loop(store, session_id, "branch", parent_loop_id=loop_id, continuation="branch", fork_after=ids[1])
     store.messages.append_turn(branch, 0, [user("instead")])
-    assert texts(store.messages.context(branch)) == [("user", "q"), ("user", "instead")]
+    assert texts(store.messages.context(branch)) == [
+        ("user", "q"),
+        ("assistant", "call"),
+        ("toolResult", "No result provided"),
+        ("user", "instead"),
+    ]
 
 
 def test_context_rerun_replaces_the_parent(store: Store, session_id: str, loop_id: str) -> None:
@@ -768,11 +785,13 @@ def test_round_trip_is_equal_and_byte_exact(store: Store, session_id: str, loop_
         "turns": store.messages.turns(loop_id)[0].messages,
         "loop": store.messages.loop(loop_id),
         "records": [r.message for r in store.messages.records(session_id)],
-        "last": store.messages.last(session_id, 10),
     }
     for how, got in reads.items():
         assert got == expected, how
         assert [m.model_dump_json() for m in got] == [m.model_dump_json() for m in expected], how
+    sent = [m for m in expected if not isinstance(m, ExtensionMessage)]
+    for how, got in {"last": store.messages.last(session_id, 10), "context": store.messages.context(loop_id)}.items():
+        assert [m.model_dump_json() for m in got] == [m.model_dump_json() for m in sent], how
 
 
 def test_round_trip_keeps_signature_arguments_and_unknown_keys(store: Store, loop_id: str) -> None:
