@@ -22,11 +22,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from .collector import collector_paused
 from .models import (
-    AGENT_MESSAGE,
+    AGENT_MESSAGES,
     AssistantMessage,
     ExtensionMessage,
     StopReason,
@@ -46,9 +47,11 @@ __all__ = [
     "assemble",
     "choose",
     "for_model",
+    "path_pieces",
     "pieces",
     "plan",
     "provider_safe",
+    "as_sent",
     "render_summary",
     "tail",
     "to_messages",
@@ -166,6 +169,12 @@ def pieces(segments: Sequence[Segment]) -> list[Piece]:
     return [piece for piece in result if piece.upper is None or piece.upper >= 0]
 
 
+@lru_cache(maxsize=256)
+def path_pieces(tree: tuple[tuple[Any, ...], ...], loop_id: str) -> tuple[Piece, ...]:
+    """:func:`pieces` of ``loop_id``'s path in a tree given as ``loop_tree`` rows (cached: ``last()`` asks often)."""
+    return tuple(pieces(plan({row[0]: LoopNode(*row) for row in tree}, loop_id)[0]))
+
+
 def choose(pieces: Sequence[Piece], rows: Iterable[Sequence[Any]]) -> list[Any]:
     """The rows of a context's path in order, from ``(id, loop_id, role, kind, ...)`` rows in id order."""
     by_loop: dict[str, list[Sequence[Any]]] = {piece.loop_id: [] for piece in pieces}
@@ -179,16 +188,25 @@ def choose(pieces: Sequence[Piece], rows: Iterable[Sequence[Any]]) -> list[Any]:
 def to_messages(rows: Iterable[Sequence[Any]]) -> list[Any]:
     """The messages of ``(id, loop_id, role, kind, message_json, ...)`` path rows, as the model sees them.
 
-    Summaries become user text; other extension messages are left out.
+    Summaries become user text; other extension messages are left out. The
+    rows are validated as one JSON array, in one pass.
     """
-    messages = []
+    texts = [row[4] for row in rows if row[2] != "extension" or row[3] in SUMMARY_KINDS]
+    if not texts:
+        return []
     with collector_paused():
-        for row in rows:
-            if row[2] != "extension":
-                messages.append(AGENT_MESSAGE.validate_json(row[4]))
-            elif row[3] in SUMMARY_KINDS:
-                messages.append(render_summary(AGENT_MESSAGE.validate_json(row[4])))
-    return messages
+        return as_sent(AGENT_MESSAGES.validate_json("[" + ",".join(texts) + "]"))
+
+
+def as_sent(messages: Iterable[Any]) -> list[Any]:
+    """Stored messages as the model sees them: summaries as user text, other extension messages left out."""
+    sent = []
+    for message in messages:
+        if not isinstance(message, ExtensionMessage):
+            sent.append(message)
+        elif message.kind in SUMMARY_KINDS:
+            sent.append(render_summary(message))
+    return sent
 
 
 def assemble(segments: Sequence[Segment], rows: Iterable[tuple[Any, ...]]) -> list[Any]:
@@ -196,7 +214,7 @@ def assemble(segments: Sequence[Segment], rows: Iterable[tuple[Any, ...]]) -> li
     return provider_safe(to_messages(choose(pieces(segments), rows)))
 
 
-def _is_summary(row: tuple[Any, ...]) -> bool:
+def _is_summary(row: Sequence[Any]) -> bool:
     return row[2] == "extension" and row[3] == COMPACTION_SUMMARY
 
 
@@ -236,23 +254,26 @@ def provider_safe(messages: Sequence[Any]) -> list[Any]:
     """
     result: list[Any] = []
     caller: AssistantMessage | None = None  # the kept assistant message whose results may follow
+    calls: set[str] = set()  # its call ids
     answered: set[str] = set()
     for message in messages:
         role = message.role
         if role == "toolResult":
             call_id = message.tool_call_id
-            if caller is not None and call_id not in answered and any(c.id == call_id for c in caller.tool_calls()):
+            if call_id in calls and call_id not in answered:
                 answered.add(call_id)
                 result.append(message)
             continue
         if caller is not None:
-            result.extend(_no_results(caller, answered))
-            caller = None
+            if len(answered) < len(calls):
+                result.extend(_no_results(caller, answered))
+            caller, calls = None, set()
         if role == "assistant":
             if message.stop_reason in DROPPED_STOPS:
                 continue
-            if message.tool_calls():
-                caller, answered = message, set()
+            ids = {block.id for block in message.content if isinstance(block, ToolCallContent)}
+            if ids:
+                caller, calls, answered = message, ids, set()
         result.append(message)
     if caller is not None:
         result.extend(_no_results(caller, answered))

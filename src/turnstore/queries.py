@@ -370,15 +370,25 @@ def newest_loop() -> sa.Select:
 
 
 @cache
+def loop_tree_and_newest() -> sa.Select:
+    """:func:`loop_tree` with :func:`newest_loop` in every row: ``last()``'s first read, in one statement."""
+    return loop_tree().add_columns(newest_loop().scalar_subquery())
+
+
+@cache
 def loop_messages_backwards() -> sa.Select:
-    """Up to ``limit`` rows of one loop with ids from ``lower`` to ``upper``, newest first (``last()`` reads back)."""
+    """Up to ``limit`` rows of one loop with ids from ``lower`` to ``upper``, newest first (``last()`` reads back).
+
+    Compaction summaries are left out: they open their loop's share of a context, ahead of the history it keeps.
+    """
     return (
-        sa.select(*PATH_COLUMNS)
+        sa.select(messages.c.id, messages.c.message)
         .where(
             messages.c.session_id == bp("session_id"),
             messages.c.loop_id == bp("loop_id"),
             messages.c.id <= bp("upper"),
             messages.c.id >= bp("lower"),
+            sa.or_(messages.c.kind.is_(None), messages.c.kind != "compaction_summary"),
         )
         .order_by(messages.c.id.desc())
         .limit(bp("limit"))

@@ -289,56 +289,58 @@ class MessageRepository:
         _check_count(n)
         _check_model(model, provider)
         with self._db.read():
+            tree = self._db.fetchall(q.loop_tree_and_newest(), {"session_id": session_id})
             if loop_id is None:
-                loop_id = self._db.scalar(q.newest_loop(), {"session_id": session_id})
+                loop_id = tree[0][5] if tree else None
                 if loop_id is None:
                     self._require_session(session_id)
                     return []
-            elif self._db.scalar(q.loop_session(), {"loop_id": loop_id}) != session_id:
+            elif not any(row[0] == loop_id for row in tree):
                 self._require_session(session_id)
                 raise LoopNotFound(f"loop {loop_id!r} not found in session {session_id!r}")
             if n == 0:
                 return []
-            messages = self._tail(session_id, ctx.pieces(self._plan(session_id, loop_id)[0]), n)
+            messages = self._tail(session_id, ctx.path_pieces(tuple(row[:5] for row in tree), loop_id), n)
         return ctx.for_model(ctx.tail(messages, n), model, provider)
 
     def _tail(self, session_id: str, pieces: Sequence[ctx.Piece], n: int) -> list[Any]:
         """At least the last ``n`` context messages of a path (all of it when shorter), read newest first.
 
-        The context of rows read back from the end is a tail of the whole
-        context once its leading tool results are left out (what decides a
-        message's fate comes after it), so reading stops as soon as that tail
-        holds ``n`` messages; each further read of a loop asks for twice as many rows.
+        The context of the messages read back from the end is a tail of the
+        whole context once its leading tool results are left out (what
+        decides a message's fate comes after it), so reading stops as soon
+        as that tail holds ``n`` messages. Each row is validated once.
         """
-        newest_first: list[Sequence[Any]] = []
-        limit = n + TAIL_SLACK
+        newest_first: list[Any] = []
         messages: list[Any] = []
         for piece in reversed(pieces):
-            if piece.summaries:
-                rows = self._db.fetchall(q.compaction_summaries(), {"loop_id": piece.loop_id})
-                newest_first.extend(row for row in reversed(rows) if piece.admits(row))
-            else:
-                params = {
-                    "session_id": session_id,
-                    "loop_id": piece.loop_id,
-                    "upper": MAX_INT if piece.upper is None else piece.upper,
-                    "lower": 0 if piece.lower is None else piece.lower,
-                    "limit": limit,
-                }
-                while True:
-                    rows = self._db.fetchall(q.loop_messages_backwards(), params)
-                    newest_first.extend(row for row in rows if piece.admits(row))
-                    if len(rows) < params["limit"]:
-                        break
-                    messages = ctx.provider_safe(ctx.to_messages(reversed(newest_first)))
-                    if len(messages) >= n:
-                        return messages
-                    params["upper"] = rows[-1][0] - 1
-                    params["limit"] = limit = limit * 2
-            messages = ctx.provider_safe(ctx.to_messages(reversed(newest_first)))
-            if len(messages) >= n:
-                return messages
+            for batch in self._backwards(session_id, piece, n):
+                newest_first.extend(batch)
+                messages = ctx.provider_safe(ctx.as_sent(reversed(newest_first)))
+                if len(messages) >= n:
+                    return messages
         return messages
+
+    def _backwards(self, session_id: str, piece: ctx.Piece, limit: int) -> Iterator[list[Any]]:
+        """A piece's messages, newest first, in batches of ``limit`` rows, then twice as many each time."""
+        if piece.summaries:
+            rows = self._db.fetchall(q.compaction_summaries(), {"loop_id": piece.loop_id})
+            yield [row for row in reversed(parse_rows(row[4] for row in rows if piece.admits(row)))]
+            return
+        params = {
+            "session_id": session_id,
+            "loop_id": piece.loop_id,
+            "upper": MAX_INT if piece.upper is None else piece.upper,
+            "lower": 0 if piece.lower is None else piece.lower,
+            "limit": limit,
+        }
+        while True:
+            rows = self._db.fetchall(q.loop_messages_backwards(), params)
+            yield parse_rows(row[1] for row in rows)
+            if len(rows) < params["limit"]:
+                return
+            params["upper"] = rows[-1][0] - 1
+            params["limit"] *= 2
 
     def context(self, loop_id: str, *, model: str | None = None, provider: str | None = None) -> list[Message]:
         """What the next model call of ``loop_id`` should see, in a form every provider accepts.
@@ -432,10 +434,6 @@ class MessageRepository:
     def _require_session(self, session_id: str) -> None:
         if self._db.fetchone(q.session_exists(), {"session_id": session_id}) is None:
             raise SessionNotFound(f"session {session_id!r} not found")
-
-
-TAIL_SLACK = 4
-"""Rows ``last(n)`` reads beyond ``n`` at first: a tool result cut at the front, a summary or an aborted turn."""
 
 
 def _check_count(n: object) -> None:
