@@ -28,6 +28,7 @@ HOT = [
     ("turns(loop, a, b)", q.turn_range_messages(True), {**LOOP, "start": 1, "stop": 4}),
     ("loop(loop)", q.loop_messages(), LOOP),
     ("last: the newest loop of a session", q.newest_loop(), SESSION),
+    ("last: a session's newest rows", q.session_tail(), {**SESSION, "limit": 50}),
     ("last: a loop's rows backwards", q.loop_messages_backwards(), {**SESSION, **LOOP, "upper": 10**9, "lower": 0, "limit": 54}),
     ("last: a compaction loop's summaries", q.compaction_summaries(), LOOP),
     ("context: loop tree", q.loop_tree(), SESSION),

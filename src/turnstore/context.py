@@ -51,7 +51,6 @@ __all__ = [
     "pieces",
     "plan",
     "provider_safe",
-    "as_sent",
     "render_summary",
     "tail",
     "to_messages",
@@ -186,27 +185,16 @@ def choose(pieces: Sequence[Piece], rows: Iterable[Sequence[Any]]) -> list[Any]:
 
 
 def to_messages(rows: Iterable[Sequence[Any]]) -> list[Any]:
-    """The messages of ``(id, loop_id, role, kind, message_json, ...)`` path rows, as the model sees them.
+    """The stored messages of ``(id, loop_id, role, kind, message_json, ...)`` path rows that can reach the model.
 
-    Summaries become user text; other extension messages are left out. The
-    rows are validated as one JSON array, in one pass.
+    Extension rows other than summaries are left out unread; the rest are
+    validated as one JSON array, in one pass.
     """
     texts = [row[4] for row in rows if row[2] != "extension" or row[3] in SUMMARY_KINDS]
     if not texts:
         return []
     with collector_paused():
-        return as_sent(AGENT_MESSAGES.validate_json("[" + ",".join(texts) + "]"))
-
-
-def as_sent(messages: Iterable[Any]) -> list[Any]:
-    """Stored messages as the model sees them: summaries as user text, other extension messages left out."""
-    sent = []
-    for message in messages:
-        if not isinstance(message, ExtensionMessage):
-            sent.append(message)
-        elif message.kind in SUMMARY_KINDS:
-            sent.append(render_summary(message))
-    return sent
+        return AGENT_MESSAGES.validate_json("[" + ",".join(texts) + "]")  # type: ignore[no-any-return]
 
 
 def assemble(segments: Sequence[Segment], rows: Iterable[tuple[Any, ...]]) -> list[Any]:
@@ -240,9 +228,11 @@ DROPPED_STOPS = frozenset({StopReason.ERROR, StopReason.ABORTED})
 """Stop reasons of assistant messages a provider should never see again: incomplete turns."""
 
 
-def provider_safe(messages: Sequence[Any]) -> list[Any]:
-    """Messages a provider accepts, made the way pi's ``transformMessages`` makes them.
+def provider_safe(messages: Iterable[Any]) -> list[Any]:
+    """Stored messages as a provider accepts them, made the way pi's ``transformMessages`` makes them.
 
+    * Compaction and branch summaries become user text; other extension
+      messages are left out.
     * An assistant message that stopped with ``error`` or ``aborted`` is left
       out, and so are the results of its calls.
     * The results of an assistant message's calls are the tool results after
@@ -258,7 +248,11 @@ def provider_safe(messages: Sequence[Any]) -> list[Any]:
     answered: set[str] = set()
     for message in messages:
         role = message.role
-        if role == "toolResult":
+        if role == "extension":
+            if message.kind not in SUMMARY_KINDS:
+                continue
+            message, role = render_summary(message), "user"
+        elif role == "toolResult":
             call_id = message.tool_call_id
             if call_id in calls and call_id not in answered:
                 answered.add(call_id)

@@ -376,6 +376,17 @@ def loop_tree_and_newest() -> sa.Select:
 
 
 @cache
+def session_tail() -> sa.Select:
+    """A session's newest ``limit`` messages, newest first, with their loop and kind (``last()``'s first read)."""
+    return (
+        sa.select(messages.c.loop_id, messages.c.kind, messages.c.message)
+        .where(messages.c.session_id == bp("session_id"))
+        .order_by(messages.c.id.desc())
+        .limit(bp("limit"))
+    )
+
+
+@cache
 def loop_messages_backwards() -> sa.Select:
     """Up to ``limit`` rows of one loop with ids from ``lower`` to ``upper``, newest first (``last()`` reads back).
 

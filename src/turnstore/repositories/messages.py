@@ -288,6 +288,10 @@ class MessageRepository:
         """
         _check_count(n)
         _check_model(model, provider)
+        if loop_id is None and n > 0:
+            messages = self._newest_tail(session_id, n)
+            if messages is not None:
+                return ctx.for_model(ctx.tail(messages, n), model, provider)
         with self._db.read():
             tree = self._db.fetchall(q.loop_tree_and_newest(), {"session_id": session_id})
             if loop_id is None:
@@ -303,6 +307,25 @@ class MessageRepository:
             messages = self._tail(session_id, ctx.path_pieces(tuple(row[:5] for row in tree), loop_id), n)
         return ctx.for_model(ctx.tail(messages, n), model, provider)
 
+    def _newest_tail(self, session_id: str, n: int) -> list[Any] | None:
+        """The context tail of the newest loop from the session's newest ``n`` rows alone, or None.
+
+        Every loop's path ends with all of the loop's own rows, so when the
+        newest ``n`` rows are all one loop's (no compaction summary among
+        them, which opens its loop's share) and their context holds ``n``
+        messages, they decide the tail: one statement, as the session is being
+        written. Otherwise (a branch just forked, a short loop) the caller
+        walks the path.
+        """
+        rows = self._db.fetchall(q.session_tail(), {"session_id": session_id, "limit": n})
+        if not rows:
+            return None
+        loop_id = rows[0][0]
+        if not all(row[0] == loop_id and row[1] != ctx.COMPACTION_SUMMARY for row in rows):
+            return None
+        messages = ctx.provider_safe(reversed(parse_rows(row[2] for row in rows)))
+        return messages if len(messages) >= n else None
+
     def _tail(self, session_id: str, pieces: Sequence[ctx.Piece], n: int) -> list[Any]:
         """At least the last ``n`` context messages of a path (all of it when shorter), read newest first.
 
@@ -316,7 +339,7 @@ class MessageRepository:
         for piece in reversed(pieces):
             for batch in self._backwards(session_id, piece, n):
                 newest_first.extend(batch)
-                messages = ctx.provider_safe(ctx.as_sent(reversed(newest_first)))
+                messages = ctx.provider_safe(reversed(newest_first))
                 if len(messages) >= n:
                     return messages
         return messages
