@@ -313,9 +313,9 @@ class MessageRepository:
         Every loop's path ends with all of the loop's own rows, so when the
         newest ``n`` rows are all one loop's (no compaction summary among
         them, which opens its loop's share) and their context holds ``n``
-        messages, they decide the tail: one statement, as the session is being
-        written. Otherwise (a branch just forked, a short loop) the caller
-        walks the path.
+        messages (or they are all the session holds), they decide the tail:
+        one statement, as the session is being written. Otherwise (a branch
+        just forked, a short loop) the caller walks the path.
         """
         rows = self._db.fetchall(q.session_tail(), {"session_id": session_id, "limit": n})
         if not rows:
@@ -324,7 +324,8 @@ class MessageRepository:
         if not all(row[0] == loop_id and row[1] != ctx.COMPACTION_SUMMARY for row in rows):
             return None
         messages = ctx.provider_safe(reversed(parse_rows(row[2] for row in rows)))
-        return messages if len(messages) >= n else None
+        # Fewer than n rows: the session holds no other row, so no ancestor adds to the context.
+        return messages if len(messages) >= n or len(rows) < n else None
 
     def _tail(self, session_id: str, pieces: Sequence[ctx.Piece], n: int) -> list[Any]:
         """At least the last ``n`` context messages of a path (all of it when shorter), read newest first.
