@@ -93,10 +93,10 @@ def test_context_validates_with_the_collector_paused(
     sqlite_store: Store, collector_on: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, loop_id = _session(sqlite_store)
-    spy = _Spy(context_module.AGENT_MESSAGES)
-    monkeypatch.setattr(context_module, "AGENT_MESSAGES", spy)
+    spy = _Spy(context_module.AGENT_MESSAGE)
+    monkeypatch.setattr(context_module, "AGENT_MESSAGE", spy)
     assert len(sqlite_store.messages.context(loop_id)) == 9
-    assert spy.seen == [False]  # the path's rows are validated as one array
+    assert spy.seen == [False] * 9
     assert gc.isenabled()
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from .collector import collector_paused
 from .models import (
-    AGENT_MESSAGES,
+    AGENT_MESSAGE,
     AssistantMessage,
     ExtensionMessage,
     StopReason,
@@ -187,14 +187,14 @@ def choose(pieces: Sequence[Piece], rows: Iterable[Sequence[Any]]) -> list[Any]:
 def to_messages(rows: Iterable[Sequence[Any]]) -> list[Any]:
     """The stored messages of ``(id, loop_id, role, kind, message_json, ...)`` path rows that can reach the model.
 
-    Extension rows other than summaries are left out unread; the rest are
-    validated as one JSON array, in one pass.
+    Extension rows other than summaries are left out unread.
     """
-    texts = [row[4] for row in rows if row[2] != "extension" or row[3] in SUMMARY_KINDS]
-    if not texts:
-        return []
     with collector_paused():
-        return AGENT_MESSAGES.validate_json("[" + ",".join(texts) + "]")  # type: ignore[no-any-return]
+        return [
+            AGENT_MESSAGE.validate_json(row[4])
+            for row in rows
+            if row[2] != "extension" or row[3] in SUMMARY_KINDS
+        ]
 
 
 def assemble(segments: Sequence[Segment], rows: Iterable[tuple[Any, ...]]) -> list[Any]:
