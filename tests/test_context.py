@@ -8,7 +8,16 @@ from typing import Any
 import pytest
 from factories import assistant, extension, tool_result, user
 
-from turnstore.context import NO_RESULT, LoopNode, assemble, for_model, plan, provider_safe, render_summary, tail
+from turnstore.context import (
+    NO_RESULT,
+    LoopNode,
+    assemble,
+    for_model,
+    plan,
+    provider_safe,
+    render_summary,
+    tail,
+)
 from turnstore.models import AssistantMessage, ExtensionMessage, StopReason, UserMessage
 
 # --- provider_safe ------------------------------------------------------------------

@@ -203,7 +203,7 @@ def assemble(segments: Sequence[Segment], rows: Iterable[tuple[Any, ...]]) -> li
 
 
 def _is_summary(row: Sequence[Any]) -> bool:
-    return row[2] == "extension" and row[3] == COMPACTION_SUMMARY
+    return bool(row[2] == "extension" and row[3] == COMPACTION_SUMMARY)
 
 
 def render_summary(message: ExtensionMessage) -> UserMessage:

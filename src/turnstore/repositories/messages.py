@@ -349,7 +349,7 @@ class MessageRepository:
         """A piece's messages, newest first, in batches of ``limit`` rows, then twice as many each time."""
         if piece.summaries:
             rows = self._db.fetchall(q.compaction_summaries(), {"loop_id": piece.loop_id})
-            yield [row for row in reversed(parse_rows(row[4] for row in rows if piece.admits(row)))]
+            yield list(reversed(parse_rows(row[4] for row in rows if piece.admits(row))))
             return
         params = {
             "session_id": session_id,
