@@ -394,6 +394,16 @@ def test_rerun_of_compaction_starts_from_summary_and_kept_history() -> None:
     assert texts(result[1:]) == ["p3", "p4", "r1"]
 
 
+def test_compaction_summary_in_a_plain_loop_is_rendered_where_it_stands() -> None:
+    # pi's compactionSummary *message* (not a compaction entry) is imported into the loop it stands in.
+    tree = tree_of(node("P"), node("D", "P", "default"))
+    rows = [*P_ROWS, row(5, "D", user("d1")), row(6, "D", summary("S")), row(7, "D", user("d2"))]
+    result = context(tree, rows, "D")
+    assert texts(result[:5]) == ["p1", "p2", "p3", "p4", "d1"]
+    assert split_summary(result[5])[1] == "<summary>\nS\n</summary>"
+    assert texts(result[6:]) == ["d2"]
+
+
 def test_branch_summary_rendered_as_user_text() -> None:
     tree = tree_of(node("P"), node("B", "P", "branch", fork_after=2))
     rows = [*P_ROWS, row(5, "B", summary("tried X, failed", "branch_summary")), row(6, "B", user("b1"))]

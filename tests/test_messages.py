@@ -510,6 +510,19 @@ def test_last_reads_across_a_compaction(store: Store, session_id: str, loop_id: 
         assert store.messages.last(session_id, n) == context[-n:]
 
 
+def test_last_renders_a_summary_message_of_a_plain_loop_where_it_stands(
+    store: Store, session_id: str, loop_id: str
+) -> None:
+    store.messages.append_turn(loop_id, 0, [user("q0"), assistant("a0")])
+    store.messages.append(extension("compaction_summary", {"summary": "earlier"}), loop_id=loop_id)
+    store.messages.append_turn(loop_id, 1, [user("q1"), assistant("a1")])
+    context = store.messages.context(loop_id)
+    assert [m.role for m in context] == ["user", "assistant", "user", "user", "assistant"]
+    assert "earlier" in context[2].text()
+    for n in range(1, 7):
+        assert store.messages.last(session_id, n) == context[-n:]
+
+
 def test_last_with_a_model_is_the_tail_of_that_models_context(store: Store, session_id: str, loop_id: str) -> None:
     store.messages.append_turn(loop_id, 0, [user("q"), assistant("a", thinking="hmm", signature="sig==")])
     window = store.messages.last(session_id, 5, model="gpt-5", provider="openai")

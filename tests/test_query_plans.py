@@ -29,7 +29,8 @@ HOT = [
     ("loop(loop)", q.loop_messages(), LOOP),
     ("last: the newest loop of a session", q.newest_loop(), SESSION),
     ("last: a session's newest rows", q.session_tail(), {**SESSION, "limit": 50}),
-    ("last: a loop's rows backwards", q.loop_messages_backwards(), {**SESSION, **LOOP, "upper": 10**9, "lower": 0, "limit": 54}),
+    ("last: a loop's rows backwards", q.loop_messages_backwards(False), {**SESSION, **LOOP, "upper": 10**9, "lower": 0, "limit": 54}),
+    ("last: a compaction loop's rows backwards", q.loop_messages_backwards(True), {**SESSION, **LOOP, "upper": 10**9, "lower": 0, "limit": 54}),
     ("last: a compaction loop's summaries", q.compaction_summaries(), LOOP),
     ("context: loop tree", q.loop_tree(), SESSION),
     ("context: messages from an id", q.context_messages(), {**SESSION, "min_id": 10}),
@@ -156,5 +157,6 @@ def test_last_reads_a_loop_backwards_without_a_sort_on_sqlite(tmp_path: Any) -> 
     # last(n) stops after n rows: the (session_id, id) index hands them over newest first, no sort of the loop.
     params = {**SESSION, **LOOP, "upper": 10**9, "lower": 0, "limit": 54}
     with Store(tmp_path / "p.db") as store:
-        lines = _sqlite_plan(store, q.loop_messages_backwards(), params)
-    assert not any("TEMP B-TREE" in line for line in lines), lines
+        for without_summaries in (False, True):
+            lines = _sqlite_plan(store, q.loop_messages_backwards(without_summaries), params)
+            assert not any("TEMP B-TREE" in line for line in lines), lines

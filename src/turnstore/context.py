@@ -127,18 +127,19 @@ def plan(tree: Mapping[str, LoopNode], loop_id: str) -> tuple[list[Segment], int
 class Piece:
     """A run of one loop's rows in a context: ids from ``lower`` to ``upper`` (None: unbounded).
 
-    ``summaries`` selects the loop's compaction summaries only (a compaction loop
-    opens with them, above the history it keeps); otherwise the loop's other rows.
+    ``summaries`` True selects a compaction loop's compaction summaries only (it
+    opens with them, above the history it keeps), False its other rows; None
+    (a loop that is not a compaction) every row, a summary where it stands.
     """
 
     loop_id: str
     lower: int | None
     upper: int | None
-    summaries: bool = False
+    summaries: bool | None = None
 
     def admits(self, row: Sequence[Any]) -> bool:
         """Whether an ``(id, loop_id, role, kind, ...)`` row of this piece's loop belongs to it."""
-        if _is_summary(row) != self.summaries:
+        if self.summaries is not None and _is_summary(row) != self.summaries:
             return False
         return (self.lower is None or row[0] >= self.lower) and (self.upper is None or row[0] <= self.upper)
 

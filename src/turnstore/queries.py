@@ -387,23 +387,21 @@ def session_tail() -> sa.Select:
 
 
 @cache
-def loop_messages_backwards() -> sa.Select:
+def loop_messages_backwards(without_summaries: bool) -> sa.Select:
     """Up to ``limit`` rows of one loop with ids from ``lower`` to ``upper``, newest first (``last()`` reads back).
 
-    Compaction summaries are left out: they open their loop's share of a context, ahead of the history it keeps.
+    ``without_summaries``: compaction summaries left out, for a compaction loop, whose summaries
+    open its share of a context, ahead of the history it keeps.
     """
-    return (
-        sa.select(messages.c.id, messages.c.message)
-        .where(
-            messages.c.session_id == bp("session_id"),
-            messages.c.loop_id == bp("loop_id"),
-            messages.c.id <= bp("upper"),
-            messages.c.id >= bp("lower"),
-            sa.or_(messages.c.kind.is_(None), messages.c.kind != "compaction_summary"),
-        )
-        .order_by(messages.c.id.desc())
-        .limit(bp("limit"))
-    )
+    conditions = [
+        messages.c.session_id == bp("session_id"),
+        messages.c.loop_id == bp("loop_id"),
+        messages.c.id <= bp("upper"),
+        messages.c.id >= bp("lower"),
+    ]
+    if without_summaries:
+        conditions.append(sa.or_(messages.c.kind.is_(None), messages.c.kind != "compaction_summary"))
+    return sa.select(messages.c.id, messages.c.message).where(*conditions).order_by(messages.c.id.desc()).limit(bp("limit"))
 
 
 @cache

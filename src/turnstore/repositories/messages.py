@@ -359,7 +359,7 @@ class MessageRepository:
             "limit": limit,
         }
         while True:
-            rows = self._db.fetchall(q.loop_messages_backwards(), params)
+            rows = self._db.fetchall(q.loop_messages_backwards(piece.summaries is False), params)
             yield parse_rows(row[1] for row in rows)
             if len(rows) < params["limit"]:
                 return
