@@ -1,4 +1,4 @@
-"""The pure context functions: pairing tool calls, planning the loop-tree walk, assembling rows."""
+"""The pure context functions: provider-safe history, other models, planning the loop-tree walk, assembling rows."""
 
 from __future__ import annotations
 
@@ -8,33 +8,61 @@ from typing import Any
 import pytest
 from factories import assistant, extension, tool_result, user
 
-from turnstore.context import LoopNode, assemble, pair_tool_calls, plan, render_summary
-from turnstore.models import ExtensionMessage, UserMessage
+from turnstore.context import (
+    NO_RESULT,
+    LoopNode,
+    assemble,
+    for_model,
+    plan,
+    provider_safe,
+    render_summary,
+    tail,
+)
+from turnstore.models import AssistantMessage, ExtensionMessage, StopReason, UserMessage
 
-# --- pair_tool_calls ------------------------------------------------------------------
+# --- provider_safe ------------------------------------------------------------------
 
 
 def texts(messages: list[Any]) -> list[str]:
-    """One label per message: its text, or the tool call id of a tool result."""
-    return [m.tool_call_id if m.role == "toolResult" else m.text() for m in messages]
+    """One label per message: its text, the tool call id of a tool result ("!id" for a synthetic one)."""
+    labels = []
+    for m in messages:
+        if m.role != "toolResult":
+            labels.append(m.text())
+        elif m.is_error and m.text() == NO_RESULT:
+            labels.append("!" + m.tool_call_id)
+        else:
+            labels.append(m.tool_call_id)
+    return labels
 
 
-def test_pair_keeps_complete_pairs_and_plain_messages() -> None:
+def test_safe_keeps_complete_pairs_and_plain_messages() -> None:
     messages = [user("u1"), assistant("a1", calls=("c1",)), tool_result("c1"), assistant("a2"), user("u2")]
-    assert pair_tool_calls(messages) == messages
+    assert provider_safe(messages) == messages
 
 
-def test_pair_drops_leading_orphan_results() -> None:
+def test_safe_drops_leading_orphan_results() -> None:
     messages = [tool_result("gone1"), tool_result("gone2"), user("u1"), assistant("a1")]
-    assert texts(pair_tool_calls(messages)) == ["u1", "a1"]
+    assert texts(provider_safe(messages)) == ["u1", "a1"]
 
 
-def test_pair_drops_assistant_with_unanswered_call() -> None:
-    messages = [user("u1"), assistant("a1", calls=("c1",))]
-    assert texts(pair_tool_calls(messages)) == ["u1"]
+def test_safe_answers_an_unanswered_call_at_the_end() -> None:
+    call = assistant("a1", calls=("c1",), timestamp=7_000)
+    safe = provider_safe([user("u1"), call])
+    assert texts(safe) == ["u1", "a1", "!c1"]
+    assert safe[1] is call  # the assistant message itself is kept, untouched
+    synthetic = safe[2]
+    assert synthetic.model_dump(mode="json") == {
+        "role": "toolResult",
+        "toolCallId": "c1",
+        "toolName": "bash",
+        "content": [{"type": "text", "text": "No result provided"}],
+        "isError": True,
+        "timestamp": 7_000,
+    }
 
 
-def test_pair_keeps_multi_call_turn_when_all_results_present() -> None:
+def test_safe_keeps_multi_call_turn_when_all_results_present() -> None:
     messages = [
         user("u1"),
         assistant("a1", calls=("c1", "c2", "c3")),
@@ -42,42 +70,144 @@ def test_pair_keeps_multi_call_turn_when_all_results_present() -> None:
         tool_result("c1"),
         tool_result("c3"),
     ]
-    assert pair_tool_calls(messages) == messages
+    assert provider_safe(messages) == messages
 
 
-def test_pair_drops_multi_call_turn_and_its_results_when_one_result_missing() -> None:
-    messages = [user("u1"), assistant("a1", calls=("c1", "c2")), tool_result("c1"), user("u2")]
-    assert texts(pair_tool_calls(messages)) == ["u1", "u2"]
+def test_safe_adds_missing_results_after_the_present_ones_before_the_next_prompt() -> None:
+    messages = [user("u1"), assistant("a1", calls=("c1", "c2", "c3")), tool_result("c2"), user("u2")]
+    assert texts(provider_safe(messages)) == ["u1", "a1", "c2", "!c1", "!c3", "u2"]
 
 
-def test_pair_drops_only_the_broken_turn() -> None:
+def test_safe_adds_missing_results_before_the_next_assistant() -> None:
+    messages = [user("u1"), assistant("a1", calls=("c1",)), assistant("a2", calls=("c2",)), tool_result("c2")]
+    assert texts(provider_safe(messages)) == ["u1", "a1", "!c1", "a2", "c2"]
+
+
+@pytest.mark.parametrize("stop", [StopReason.ERROR, StopReason.ABORTED])
+def test_safe_drops_errored_and_aborted_assistants_and_their_results(stop: StopReason) -> None:
     messages = [
         user("u1"),
-        assistant("a1", calls=("c1",)),
+        assistant("", stop=stop),
+        user("again"),
+        assistant("half", calls=("c1", "c2"), stop=stop),
         tool_result("c1"),
-        assistant("a2", calls=("c2",)),
-        user("steer"),
+        user("u2"),
+        assistant("a2"),
     ]
-    assert texts(pair_tool_calls(messages)) == ["u1", "a1", "c1", "steer"]
+    assert texts(provider_safe(messages)) == ["u1", "again", "u2", "a2"]
 
 
-def test_pair_empty() -> None:
-    assert pair_tool_calls([]) == []
+def test_safe_an_errored_assistant_ends_the_previous_run() -> None:
+    messages = [user("u1"), assistant("a1", calls=("c1",)), assistant("", stop=StopReason.ERROR), tool_result("c1")]
+    assert texts(provider_safe(messages)) == ["u1", "a1", "!c1"]
 
 
-def test_pair_result_before_its_call_does_not_answer_it() -> None:
+@pytest.mark.parametrize("stop", [StopReason.STOP, StopReason.LENGTH, StopReason.TOOL_USE, StopReason.USER_STOP])
+def test_safe_keeps_assistants_with_other_stop_reasons(stop: StopReason) -> None:
+    messages = [user("u1"), assistant("a1", stop=stop)]
+    assert provider_safe(messages) == messages
+
+
+def test_safe_empty() -> None:
+    assert provider_safe([]) == []
+
+
+def test_safe_result_before_its_call_does_not_answer_it() -> None:
     messages = [tool_result("c1"), user("u1"), assistant("a1", calls=("c1",))]
-    assert texts(pair_tool_calls(messages)) == ["u1"]
+    assert texts(provider_safe(messages)) == ["u1", "a1", "!c1"]
 
 
-def test_pair_reused_call_id_needs_its_own_result() -> None:
+def test_safe_result_after_the_next_prompt_is_left_out() -> None:
+    messages = [user("u1"), assistant("a1", calls=("c1",)), user("u2"), tool_result("c1")]
+    assert texts(provider_safe(messages)) == ["u1", "a1", "!c1", "u2"]
+
+
+def test_safe_second_result_for_one_call_is_left_out() -> None:
+    messages = [user("u1"), assistant("a1", calls=("c1",)), tool_result("c1", "first"), tool_result("c1", "second")]
+    safe = provider_safe(messages)
+    assert texts(safe) == ["u1", "a1", "c1"]
+    assert safe[2].text() == "first"
+
+
+def test_safe_reused_call_id_needs_its_own_result() -> None:
     messages = [
         user("u1"),
         assistant("a1", calls=("call_0",)),
         tool_result("call_0"),
         assistant("a2", calls=("call_0",)),
     ]
-    assert texts(pair_tool_calls(messages)) == ["u1", "a1", "call_0"]
+    assert texts(provider_safe(messages)) == ["u1", "a1", "call_0", "a2", "!call_0"]
+
+
+def test_tail_never_starts_with_a_tool_result() -> None:
+    messages = provider_safe([user("u1"), assistant("a1", calls=("c1", "c2")), tool_result("c1"), tool_result("c2")])
+    assert texts(tail(messages, 2)) == []
+    assert texts(tail(messages, 3)) == ["a1", "c1", "c2"]
+    assert texts(tail(messages, 10)) == ["u1", "a1", "c1", "c2"]
+    assert tail(messages, 0) == []
+
+
+# --- for_model -----------------------------------------------------------------------
+
+
+def rich(model: str = "claude-sonnet-4-5", provider: str = "anthropic") -> AssistantMessage:
+    """An assistant message with every kind of block another model must not see as it is."""
+    return AssistantMessage.model_validate(
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "plan it", "signature": "sig=="},
+                {"type": "thinking", "thinking": "  ", "signature": "empty=="},
+                {"type": "thinking", "thinking": "", "redacted": True, "signature": "opaque=="},
+                {"type": "text", "text": "Running it.", "textSignature": "ts"},
+                {"type": "toolCall", "id": "c1", "name": "bash", "arguments": {"b": 1, "a": [2]}, "thoughtSignature": "g=="},
+                {"type": "image", "data": "AAAA", "mimeType": "image/png"},
+            ],
+            "stopReason": "toolUse",
+            "model": model,
+            "provider": provider,
+            "api": "anthropic-messages",
+            "usage": {"input": 1, "output": 2},
+            "timestamp": 5,
+        }
+    )
+
+
+def test_for_model_rewrites_another_models_message_as_pi_does() -> None:
+    message = rich()
+    (moved,) = for_model([message], "gpt-5", "openai")
+    assert moved.model_dump(mode="json")["content"] == [
+        {"type": "text", "text": "plan it"},
+        {"type": "text", "text": "Running it."},
+        {"type": "toolCall", "id": "c1", "name": "bash", "arguments": {"b": 1, "a": [2]}},
+        {"type": "image", "data": "AAAA", "mimeType": "image/png"},
+    ]
+    kept = {k: v for k, v in moved.model_dump(mode="json").items() if k != "content"}
+    assert kept == {k: v for k, v in message.model_dump(mode="json").items() if k != "content"}
+    assert message.model_dump(mode="json")["content"][0]["signature"] == "sig=="  # the original is not changed
+
+
+def test_for_model_leaves_the_same_models_messages_byte_identical() -> None:
+    message = rich()
+    messages = [user("u"), message, tool_result("c1")]
+    same = for_model(messages, "claude-sonnet-4-5", "anthropic")
+    assert [m.model_dump_json() for m in same] == [m.model_dump_json() for m in messages]
+    assert for_model(messages, "claude-sonnet-4-5") == messages  # provider not given: the model decides
+
+
+def test_for_model_same_model_of_another_provider_is_another_model() -> None:
+    (moved,) = for_model([rich()], "claude-sonnet-4-5", "bedrock")
+    assert [block.type for block in moved.content] == ["text", "text", "toolCall", "image"]
+
+
+def test_for_model_none_changes_nothing() -> None:
+    messages = [user("u"), rich()]
+    assert for_model(messages, None) == messages
+
+
+def test_for_model_leaves_other_roles_alone() -> None:
+    messages = [user("u"), tool_result("c1")]
+    assert for_model(messages, "gpt-5", "openai") == messages
 
 
 # --- plan + assemble -----------------------------------------------------------------
@@ -264,6 +394,16 @@ def test_rerun_of_compaction_starts_from_summary_and_kept_history() -> None:
     assert texts(result[1:]) == ["p3", "p4", "r1"]
 
 
+def test_compaction_summary_in_a_plain_loop_is_rendered_where_it_stands() -> None:
+    # pi's compactionSummary *message* (not a compaction entry) is imported into the loop it stands in.
+    tree = tree_of(node("P"), node("D", "P", "default"))
+    rows = [*P_ROWS, row(5, "D", user("d1")), row(6, "D", summary("S")), row(7, "D", user("d2"))]
+    result = context(tree, rows, "D")
+    assert texts(result[:5]) == ["p1", "p2", "p3", "p4", "d1"]
+    assert split_summary(result[5])[1] == "<summary>\nS\n</summary>"
+    assert texts(result[6:]) == ["d2"]
+
+
 def test_branch_summary_rendered_as_user_text() -> None:
     tree = tree_of(node("P"), node("B", "P", "branch", fork_after=2))
     rows = [*P_ROWS, row(5, "B", summary("tried X, failed", "branch_summary")), row(6, "B", user("b1"))]
@@ -299,8 +439,8 @@ def test_assemble_pairs_tool_calls() -> None:
         row(3, "P", tool_result("c1")),
         row(4, "B", user("b1")),
     ]
-    # The fork cuts the call from its result: the orphan call must not reach the model.
-    assert texts(context(tree, rows, "B")) == ["p1", "b1"]
+    # The fork cuts the call from its result: the call is answered by a synthetic result.
+    assert texts(context(tree, rows, "B")) == ["p1", "p2", "!c1", "b1"]
 
 
 def test_assemble_ignores_rows_of_loops_outside_the_plan() -> None:

@@ -219,9 +219,11 @@ def test_loops_messages_and_usage_round_trip(store: Any, value: str) -> None:
     assert [t.messages for t in store.messages.turns(loop_id)] == [expected[:3]]
     assert [store.messages.get(i).message for i in written["ids"]] == [*expected, written["follow_up"]]
     assert [r.message for r in store.messages.records(value)] == [*expected, written["follow_up"]]
-    assert store.messages.last(value, 10) == [*expected, written["follow_up"]]
-    # What the next call of the minted loop sees: the parent's turn (no extension), then its own message.
+    # What the next call of the minted loop sees: the parent's turn (no extension), then its own message;
+    # the minted loop was written last, so last() is the tail of its context.
     assert store.messages.context(minted.loop_id) == [*expected[:3], written["follow_up"]]
+    assert store.messages.last(value, 10) == [*expected[:3], written["follow_up"]]
+    assert [r.message for r in store.messages.path(minted.loop_id)] == [*expected, written["follow_up"]]
 
     # The stored JSON holds the value itself (JSON-escaped), not a transformed one.
     raw = json.loads(stored_text(store, written["ids"][1]))

@@ -29,6 +29,7 @@ V3_ID = "0b8f5c1e-6a2d-4e9b-9f3a-2c7d1e5b8a40"
 V2_ID = "4c2a8e6f-9d1b-4a3c-b5e7-0f8d6c4b2a19"
 V1_ID = "7d3e9a10-2b4c-4f6d-8e1a-5c9b0d2f4a67"
 RETAINED_ID = "5e1d3c2b-retained-tail"
+CONTEXT_ID = "9c4e2a71-5b3d-4f80-a6e2-1d7c0b9e8f35"
 
 # pi's convertToLlm text for a compaction summary (packages/coding-agent/src/core/messages.ts)
 COMPACTION_PREFIX = (
@@ -677,8 +678,8 @@ def test_session_id_without_one_in_the_header(store: Store, tmp_path: Path) -> N
 def test_a_directory_imports_each_file_as_its_session(store: Store) -> None:
     report = store.import_("pi", FIXTURES)
 
-    assert report.files == 7
-    assert sorted(report.sessions_written) == sorted([V3_ID, V2_ID, V1_ID, RETAINED_ID])
+    assert report.files == 8  # context/ holds the long session of test_context_pi
+    assert sorted(report.sessions_written) == sorted([V3_ID, V2_ID, V1_ID, RETAINED_ID, CONTEXT_ID])
     assert sorted(report.sessions_failed) == ["bad-torn_last_line", "bad-unknown_entry_type", "bad-unknown_role"]
 
 

@@ -19,6 +19,7 @@ from turnstore import (
     MessageNotFound,
     NotFound,
     SessionNotFound,
+    StopReason,
     Store,
     StoredMessage,
     TurnId,
@@ -430,10 +431,15 @@ def test_last_never_starts_with_a_tool_result_without_its_call(store: Store, ses
     ]
 
 
-def test_last_never_ends_with_a_call_without_results(store: Store, session_id: str, loop_id: str) -> None:
+def test_last_answers_a_call_without_results(store: Store, session_id: str, loop_id: str) -> None:
     store.messages.append_turn(loop_id, 0, [user("q"), assistant("call", calls=("c1", "c2")), tool_result("c1", "one")])
-    # c2 has no result yet: the call and its partial results are left out.
-    assert texts(store.messages.last(session_id, 10)) == [("user", "q")]
+    # c2 has no result yet: a synthetic error result stands in for it.
+    assert texts(store.messages.last(session_id, 10)) == [
+        ("user", "q"),
+        ("assistant", "call"),
+        ("toolResult", "one"),
+        ("toolResult", "No result provided"),
+    ]
     store.messages.append(tool_result("c2", "two"), loop_id=loop_id, turn_index=0)
     assert texts(store.messages.last(session_id, 10)) == [
         ("user", "q"),
@@ -463,10 +469,90 @@ def test_last_may_hold_fewer_than_n_but_never_more(store: Store, session_id: str
         assert calls == results
 
 
-@pytest.mark.parametrize("n", [0, -1, -10])
-def test_last_non_positive_n_is_empty(store: Store, session_id: str, loop_id: str, n: int) -> None:
+def test_last_follows_the_newest_loops_path_not_the_sessions_rows(store: Store, session_id: str, loop_id: str) -> None:
+    ids = store.messages.append_turn(loop_id, 0, [user("q0"), assistant("a0")])
+    store.messages.append_turn(loop_id, 1, [user("q1"), assistant("a1")])
+    branch = new_loop(store, session_id, "branch", parent_loop_id=loop_id, continuation="branch", fork_after=ids[1])
+    store.messages.append_turn(branch, 0, [user("b"), extension("ui"), assistant("b answer")])
+    assert texts(store.messages.last(session_id, 10)) == [
+        ("user", "q0"),
+        ("assistant", "a0"),
+        ("user", "b"),
+        ("assistant", "b answer"),
+    ]
+    assert store.messages.last(session_id, 10) == store.messages.context(branch)
+    # Writing to the first loop again makes its path the current one.
+    store.messages.append_turn(loop_id, 2, [user("q2")])
+    assert texts(store.messages.last(session_id, 3)) == [("user", "q1"), ("assistant", "a1"), ("user", "q2")]
+    assert texts(store.messages.last(session_id, 2, loop_id=branch)) == [("user", "b"), ("assistant", "b answer")]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 9, 100])
+def test_last_is_the_tail_of_the_context(store: Store, session_id: str, loop_id: str, n: int) -> None:
+    store.messages.append_turn(loop_id, 0, [user("q"), assistant("call", calls=("c1", "c2")), tool_result("c2", "two")])
+    store.messages.append_turn(loop_id, 1, [user("again"), assistant("", stop=StopReason.ABORTED)])
+    store.messages.append(extension("ui"), loop_id=loop_id)
+    store.messages.append_turn(loop_id, 2, [user("once more"), assistant("done")])
+    context = store.messages.context(loop_id)
+    window = store.messages.last(session_id, n)
+    assert window == context[len(context) - len(window):]
+    assert not window or window[0].role != "toolResult"
+    assert len(window) == min(n, len(context)) or context[len(context) - n].role == "toolResult"
+
+
+def test_last_reads_across_a_compaction(store: Store, session_id: str, loop_id: str) -> None:
+    ids = store.messages.append_turn(loop_id, 0, [user("q0"), assistant("a0"), user("q1"), assistant("a1")])
+    compacted = store.loops.compact(loop_id, "what happened", keep_from=ids[2]).loop_id
+    store.messages.append_turn(compacted, 0, [user("q2"), assistant("a2")])
+    context = store.messages.context(compacted)
+    assert texts(context)[1:] == [("user", "q1"), ("assistant", "a1"), ("user", "q2"), ("assistant", "a2")]
+    for n in range(1, 8):
+        assert store.messages.last(session_id, n) == context[-n:]
+
+
+def test_last_renders_a_summary_message_of_a_plain_loop_where_it_stands(
+    store: Store, session_id: str, loop_id: str
+) -> None:
+    store.messages.append_turn(loop_id, 0, [user("q0"), assistant("a0")])
+    store.messages.append(extension("compaction_summary", {"summary": "earlier"}), loop_id=loop_id)
+    store.messages.append_turn(loop_id, 1, [user("q1"), assistant("a1")])
+    context = store.messages.context(loop_id)
+    assert [m.role for m in context] == ["user", "assistant", "user", "user", "assistant"]
+    assert "earlier" in context[2].text()
+    for n in range(1, 7):
+        assert store.messages.last(session_id, n) == context[-n:]
+
+
+def test_last_with_a_model_is_the_tail_of_that_models_context(store: Store, session_id: str, loop_id: str) -> None:
+    store.messages.append_turn(loop_id, 0, [user("q"), assistant("a", thinking="hmm", signature="sig==")])
+    window = store.messages.last(session_id, 5, model="gpt-5", provider="openai")
+    assert window == store.messages.context(loop_id, model="gpt-5", provider="openai")
+    assert [block.type for block in window[1].content] == ["text", "text"]
+    assert store.messages.last(session_id, 5, model="claude-sonnet-4-5") == store.messages.context(loop_id)
+
+
+def test_last_of_a_loop_of_another_session_raises_loop_not_found(store: Store, session_id: str, loop_id: str) -> None:
+    store.sessions.create("other")
+    other = store.loops.start("other", config=SONNET).loop_id
+    with pytest.raises(LoopNotFound, match="not found in session"):
+        store.messages.last(session_id, 5, loop_id=other)
+    with pytest.raises(LoopNotFound):
+        store.messages.last(session_id, 5, loop_id="missing")
+    with pytest.raises(SessionNotFound):
+        store.messages.last("missing", 5, loop_id=loop_id)
+
+
+def test_last_zero_is_empty(store: Store, session_id: str, loop_id: str) -> None:
     store.messages.append_turn(loop_id, 0, [user(), assistant()])
-    assert store.messages.last(session_id, n) == []
+    assert store.messages.last(session_id, 0) == []
+
+
+@pytest.mark.parametrize("n", [-1, -10, 2.0, True, "5", None])
+def test_last_n_must_be_a_non_negative_integer(store: Store, session_id: str, loop_id: str, n: Any) -> None:
+    store.messages.append_turn(loop_id, 0, [user(), assistant()])
+    with pytest.raises(InvalidMessage, match="n must be a non-negative integer") as raised:
+        store.messages.last(session_id, n)
+    assert "\n" not in str(raised.value)
 
 
 def test_last_unknown_session_raises_session_not_found(store: Store) -> None:
@@ -481,6 +567,84 @@ def test_last_of_an_empty_session_is_empty(store: Store, session_id: str) -> Non
 
 
 # --- context ----------------------------------------------------------------------
+
+
+def test_context_leaves_out_failed_turns_and_answers_unanswered_calls(store: Store, loop_id: str) -> None:
+    store.messages.append_turn(loop_id, 0, [user("q"), assistant("", stop=StopReason.ERROR, error="overloaded")])
+    store.messages.append_turn(loop_id, 1, [assistant("call", calls=("c1",))])
+    store.messages.append_turn(loop_id, 2, [user("go on"), assistant("half", calls=("c2",), stop=StopReason.ABORTED)])
+    store.messages.append(tool_result("c2", "late"), loop_id=loop_id, turn_index=2)
+    context = store.messages.context(loop_id)
+    assert texts(context) == [
+        ("user", "q"),
+        ("assistant", "call"),
+        ("toolResult", "No result provided"),
+        ("user", "go on"),
+    ]
+    assert context[2].is_error and context[2].tool_call_id == "c1"
+    # The synthetic result is not stored.
+    assert len(list(store.messages.records(loop_id=loop_id))) == 6
+
+
+def test_context_for_another_model(store: Store, loop_id: str) -> None:
+    store.messages.append_turn(loop_id, 0, [user("q"), assistant("a", thinking="hmm", signature="sig==")])
+    same = store.messages.context(loop_id, model="claude-sonnet-4-5", provider="anthropic")
+    assert [m.model_dump_json() for m in same] == [m.model_dump_json() for m in store.messages.context(loop_id)]
+    moved = store.messages.context(loop_id, model="gpt-5", provider="openai")
+    assert moved[1].model_dump(mode="json")["content"] == [{"type": "text", "text": "hmm"}, {"type": "text", "text": "a"}]
+
+
+@pytest.mark.parametrize(
+    ("model", "provider", "message"),
+    [(None, "openai", "provider is given without model"), (5, None, "model must be a string"),
+     ("gpt-5", b"openai", "provider must be a string")],
+)
+def test_context_and_last_refuse_a_bad_model(
+    store: Store, session_id: str, loop_id: str, model: Any, provider: Any, message: str
+) -> None:
+    store.messages.append_turn(loop_id, 0, [user("q"), assistant("a")])
+    with pytest.raises(InvalidMessage, match=message):
+        store.messages.context(loop_id, model=model, provider=provider)
+    with pytest.raises(InvalidMessage, match=message):
+        store.messages.last(session_id, 5, model=model, provider=provider)
+
+
+# --- path -------------------------------------------------------------------------
+
+
+def test_path_is_the_rows_the_context_is_built_from(store: Store, session_id: str, loop_id: str) -> None:
+    ids = store.messages.append_turn(loop_id, 0, [user("q0"), extension("ui"), assistant("a0"), user("q1")])
+    compacted = store.loops.compact(loop_id, "summary", keep_from=ids[2]).loop_id
+    store.messages.append_turn(compacted, 0, [user("q2"), assistant("", stop=StopReason.ERROR)])
+    path = store.messages.path(compacted)
+    assert all(isinstance(row, StoredMessage) for row in path)
+    kinds = [(row.loop_id, row.message.role, getattr(row.message, "kind", None)) for row in path]
+    assert kinds == [
+        (compacted, "extension", "compaction_summary"),
+        (loop_id, "assistant", None),
+        (loop_id, "user", None),
+        (compacted, "user", None),
+        (compacted, "assistant", None),
+    ]
+    assert [row.id for row in path][1:3] == ids[2:]
+    assert {row.session_id for row in path} == {session_id}
+    assert [row.seq for row in path if row.loop_id == loop_id] == [store.messages.get(i).seq for i in ids[2:]]
+    context = store.messages.context(compacted)
+    assert context[1:] == [row.message for row in path[1:4]]  # the errored turn is in the path only
+
+
+def test_path_includes_extension_messages_and_sources(store: Store, loop_id: str) -> None:
+    store.messages.append_turn(loop_id, 0, [user("q"), extension("ui"), assistant("a")])
+    path = store.messages.path(loop_id)
+    assert [row.message.role for row in path] == ["user", "extension", "assistant"]
+    assert [row.turn_index for row in path] == [0, 0, 0]
+    assert all(row.source is None for row in path)
+
+
+def test_path_of_an_empty_and_an_unknown_loop(store: Store, loop_id: str) -> None:
+    assert store.messages.path(loop_id) == []
+    with pytest.raises(LoopNotFound):
+        store.messages.path("missing")
 
 
 def test_context_of_an_initial_loop_is_its_own_messages_without_extensions(store: Store, loop_id: str) -> None:
@@ -544,13 +708,18 @@ def test_context_branch_without_fork_point_takes_the_parent_to_its_end(
     assert texts(store.messages.context(branch)) == [("user", "q0"), ("assistant", "a0"), ("user", "b")]
 
 
-def test_context_branch_forking_between_a_call_and_its_result_drops_the_call(
+def test_context_branch_forking_between_a_call_and_its_result_answers_the_call(
     store: Store, session_id: str, loop_id: str
 ) -> None:
     ids = store.messages.append_turn(loop_id, 0, [user("q"), assistant("call", calls=("c",)), tool_result("c")])
     branch = new_loop(store, session_id, "branch", parent_loop_id=loop_id, continuation="branch", fork_after=ids[1])
     store.messages.append_turn(branch, 0, [user("instead")])
-    assert texts(store.messages.context(branch)) == [("user", "q"), ("user", "instead")]
+    assert texts(store.messages.context(branch)) == [
+        ("user", "q"),
+        ("assistant", "call"),
+        ("toolResult", "No result provided"),
+        ("user", "instead"),
+    ]
 
 
 def test_context_rerun_replaces_the_parent(store: Store, session_id: str, loop_id: str) -> None:
@@ -768,11 +937,13 @@ def test_round_trip_is_equal_and_byte_exact(store: Store, session_id: str, loop_
         "turns": store.messages.turns(loop_id)[0].messages,
         "loop": store.messages.loop(loop_id),
         "records": [r.message for r in store.messages.records(session_id)],
-        "last": store.messages.last(session_id, 10),
     }
     for how, got in reads.items():
         assert got == expected, how
         assert [m.model_dump_json() for m in got] == [m.model_dump_json() for m in expected], how
+    sent = [m for m in expected if not isinstance(m, ExtensionMessage)]
+    for how, got in {"last": store.messages.last(session_id, 10), "context": store.messages.context(loop_id)}.items():
+        assert [m.model_dump_json() for m in got] == [m.model_dump_json() for m in sent], how
 
 
 def test_round_trip_keeps_signature_arguments_and_unknown_keys(store: Store, loop_id: str) -> None:

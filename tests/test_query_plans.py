@@ -27,10 +27,15 @@ HOT = [
     ("turn(loop, k)", q.turn_messages(), {**LOOP, "turn_index": 3}),
     ("turns(loop, a, b)", q.turn_range_messages(True), {**LOOP, "start": 1, "stop": 4}),
     ("loop(loop)", q.loop_messages(), LOOP),
-    ("last(session, n)", q.last_messages(), {**SESSION, "limit": 50}),
+    ("last: the newest loop of a session", q.newest_loop(), SESSION),
+    ("last: a session's newest rows", q.session_tail(), {**SESSION, "limit": 50}),
+    ("last: a loop's rows backwards", q.loop_messages_backwards(False), {**SESSION, **LOOP, "upper": 10**9, "lower": 0, "limit": 54}),
+    ("last: a compaction loop's rows backwards", q.loop_messages_backwards(True), {**SESSION, **LOOP, "upper": 10**9, "lower": 0, "limit": 54}),
+    ("last: a compaction loop's summaries", q.compaction_summaries(), LOOP),
     ("context: loop tree", q.loop_tree(), SESSION),
     ("context: messages from an id", q.context_messages(), {**SESSION, "min_id": 10}),
     ("context: first message of a loop", q.first_message_of_loop(), LOOP),
+    ("path: messages from an id", q.path_messages(), {**SESSION, "min_id": 10}),
     ("usage of a session", uq.message_usage("session", "none"), SESSION),
     ("usage of a loop", uq.message_usage("loop", "none"), LOOP),
     ("usage of a turn", uq.message_usage("turn", "none"), {**LOOP, "turn_index": 2}),
@@ -146,3 +151,12 @@ def test_reported_cost_reads_the_partial_cost_index_on_sqlite(tmp_path: Any, lev
     with Store(tmp_path / "p.db") as store:
         lines = _sqlite_plan(store, uq.message_reported_cost(level, "none"), params)
     assert any("COVERING INDEX ix_messages_cost (session_id=?" in line for line in lines), lines
+
+
+def test_last_reads_a_loop_backwards_without_a_sort_on_sqlite(tmp_path: Any) -> None:
+    # last(n) stops after n rows: the (session_id, id) index hands them over newest first, no sort of the loop.
+    params = {**SESSION, **LOOP, "upper": 10**9, "lower": 0, "limit": 54}
+    with Store(tmp_path / "p.db") as store:
+        for without_summaries in (False, True):
+            lines = _sqlite_plan(store, q.loop_messages_backwards(without_summaries), params)
+            assert not any("TEMP B-TREE" in line for line in lines), lines

@@ -10,8 +10,11 @@ message is replaced by that summary (rendered as a user message, as pi and
 Tau do), the history from ``keep_from`` on is kept after it. Other extension
 messages never enter the context.
 
-Providers reject a tool result without its tool call and a tool call without
-its results, so :func:`pair_tool_calls` removes both kinds of orphan.
+Providers reject a tool result without its tool call, a tool call without its
+results, and replayed incomplete turns, so :func:`provider_safe` makes the
+history one they accept, as pi does; :func:`for_model` prepares it for another
+model than the one that wrote it. ``docs/context.md`` says where this differs
+from pi.
 """
 
 from __future__ import annotations
@@ -19,19 +22,38 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from .collector import collector_paused
-from .models import AGENT_MESSAGE, ExtensionMessage, TextContent, ToolCallContent, UserMessage
+from .models import (
+    AGENT_MESSAGE,
+    AssistantMessage,
+    ExtensionMessage,
+    StopReason,
+    TextContent,
+    ThinkingContent,
+    ToolCallContent,
+    ToolResultMessage,
+    UserMessage,
+)
 
 __all__ = [
+    "NO_RESULT",
     "SUMMARY_KINDS",
     "LoopNode",
+    "Piece",
     "Segment",
     "assemble",
-    "pair_tool_calls",
+    "choose",
+    "for_model",
+    "path_pieces",
+    "pieces",
     "plan",
+    "provider_safe",
     "render_summary",
+    "tail",
+    "to_messages",
 ]
 
 COMPACTION_SUMMARY = "compaction_summary"
@@ -101,40 +123,88 @@ def plan(tree: Mapping[str, LoopNode], loop_id: str) -> tuple[list[Segment], int
     return segments, (None if lower in (None, _EXCLUDE_ALL) else lower)
 
 
+@dataclass(frozen=True)
+class Piece:
+    """A run of one loop's rows in a context: ids from ``lower`` to ``upper`` (None: unbounded).
+
+    ``summaries`` True selects a compaction loop's compaction summaries only (it
+    opens with them, above the history it keeps), False its other rows; None
+    (a loop that is not a compaction) every row, a summary where it stands.
+    """
+
+    loop_id: str
+    lower: int | None
+    upper: int | None
+    summaries: bool | None = None
+
+    def admits(self, row: Sequence[Any]) -> bool:
+        """Whether an ``(id, loop_id, role, kind, ...)`` row of this piece's loop belongs to it."""
+        if self.summaries is not None and _is_summary(row) != self.summaries:
+            return False
+        return (self.lower is None or row[0] >= self.lower) and (self.upper is None or row[0] <= self.upper)
+
+
+def pieces(segments: Sequence[Segment]) -> list[Piece]:
+    """The order a context takes its rows in: each piece's rows in id order, one piece after another.
+
+    A plain segment is one piece. A compaction segment puts its summaries first,
+    then what came before it from ``keep_from`` on, then its own other rows.
+    """
+    result: list[Piece] = []
+    for segment in segments:
+        if not segment.compaction:
+            result.append(Piece(segment.loop_id, None, segment.upper))
+            continue
+        keep = segment.keep_from
+        kept = (
+            []
+            if keep is None
+            else [Piece(p.loop_id, keep if p.lower is None else max(p.lower, keep), p.upper, p.summaries) for p in result]
+        )
+        result = [
+            Piece(segment.loop_id, None, None, summaries=True),
+            *kept,
+            Piece(segment.loop_id, None, segment.upper, summaries=False),
+        ]
+    return [piece for piece in result if piece.upper is None or piece.upper >= 0]
+
+
+@lru_cache(maxsize=256)
+def path_pieces(tree: tuple[tuple[Any, ...], ...], loop_id: str) -> tuple[Piece, ...]:
+    """:func:`pieces` of ``loop_id``'s path in a tree given as ``loop_tree`` rows (cached: ``last()`` asks often)."""
+    return tuple(pieces(plan({row[0]: LoopNode(*row) for row in tree}, loop_id)[0]))
+
+
+def choose(pieces: Sequence[Piece], rows: Iterable[Sequence[Any]]) -> list[Any]:
+    """The rows of a context's path in order, from ``(id, loop_id, role, kind, ...)`` rows in id order."""
+    by_loop: dict[str, list[Sequence[Any]]] = {piece.loop_id: [] for piece in pieces}
+    for row in rows:
+        own = by_loop.get(row[1])
+        if own is not None:
+            own.append(row)
+    return [row for piece in pieces for row in by_loop[piece.loop_id] if piece.admits(row)]
+
+
+def to_messages(rows: Iterable[Sequence[Any]]) -> list[Any]:
+    """The stored messages of ``(id, loop_id, role, kind, message_json, ...)`` path rows that can reach the model.
+
+    Extension rows other than summaries are left out unread.
+    """
+    with collector_paused():
+        return [
+            AGENT_MESSAGE.validate_json(row[4])
+            for row in rows
+            if row[2] != "extension" or row[3] in SUMMARY_KINDS
+        ]
+
+
 def assemble(segments: Sequence[Segment], rows: Iterable[tuple[Any, ...]]) -> list[Any]:
     """Build the context from ``(id, loop_id, role, kind, message_json)`` rows in id order."""
-    wanted = {segment.loop_id: segment for segment in segments}
-    by_loop: dict[str, list[tuple[Any, ...]]] = {loop_id: [] for loop_id in wanted}
-    for row in rows:
-        segment = wanted.get(row[1])
-        if segment is None:
-            continue
-        # A compaction loop starts from its summary, even when the loop itself is cut
-        # (a rerun of a compaction loop starts from the summary too).
-        if segment.upper is None or row[0] <= segment.upper or (segment.compaction and _is_summary(row)):
-            by_loop[row[1]].append(row)
-    chosen: list[tuple[Any, ...]] = []
-    for segment in segments:
-        own = by_loop[segment.loop_id]
-        if not segment.compaction:
-            chosen.extend(own)
-            continue
-        summaries = [row for row in own if _is_summary(row)]
-        rest = [row for row in own if not _is_summary(row)]
-        kept = [row for row in chosen if segment.keep_from is not None and row[0] >= segment.keep_from]
-        chosen = summaries + kept + rest
-    messages = []
-    with collector_paused():
-        for row in chosen:
-            if row[2] != "extension":
-                messages.append(AGENT_MESSAGE.validate_json(row[4]))
-            elif row[3] in SUMMARY_KINDS:
-                messages.append(render_summary(AGENT_MESSAGE.validate_json(row[4])))
-    return pair_tool_calls(messages)
+    return provider_safe(to_messages(choose(pieces(segments), rows)))
 
 
-def _is_summary(row: tuple[Any, ...]) -> bool:
-    return row[2] == "extension" and row[3] == COMPACTION_SUMMARY
+def _is_summary(row: Sequence[Any]) -> bool:
+    return bool(row[2] == "extension" and row[3] == COMPACTION_SUMMARY)
 
 
 def render_summary(message: ExtensionMessage) -> UserMessage:
@@ -152,34 +222,124 @@ def render_summary(message: ExtensionMessage) -> UserMessage:
     )
 
 
-def pair_tool_calls(messages: Sequence[Any]) -> list[Any]:
-    """Drop tool results without their call and assistant messages whose calls lack results.
+NO_RESULT = "No result provided"
+"""The text of the tool result that stands in for one that was never written (pi's words)."""
 
-    A tool result answers the nearest earlier unanswered call with its id (ids
-    may repeat across turns). An assistant message is kept only if every call
-    it makes is answered; a result is kept only if the call it answers is kept.
+DROPPED_STOPS = frozenset({StopReason.ERROR, StopReason.ABORTED})
+"""Stop reasons of assistant messages a provider should never see again: incomplete turns."""
+
+
+def provider_safe(messages: Iterable[Any]) -> list[Any]:
+    """Stored messages as a provider accepts them, made the way pi's ``transformMessages`` makes them.
+
+    * Compaction and branch summaries become user text; other extension
+      messages are left out.
+    * An assistant message that stopped with ``error`` or ``aborted`` is left
+      out, and so are the results of its calls.
+    * The results of an assistant message's calls are the tool results after
+      it, up to the next user or assistant message. A call without one gets a
+      synthetic result (``isError``, text :data:`NO_RESULT`) at the end of that
+      run, or at the end of the context.
+    * Any other tool result (its call is not in the context, is not the
+      nearest assistant's, or already has a result) is left out.
     """
-    open_calls: dict[str, int] = {}  # call id -> index of the assistant message that made it
-    answers: dict[int, int] = {}  # tool result index -> assistant index
-    unanswered: dict[int, int] = {}  # assistant index -> calls still without a result
-    for index, message in enumerate(messages):
-        role = message.role
-        if role == "assistant":
-            calls = [block.id for block in message.content if isinstance(block, ToolCallContent)]
-            unanswered[index] = len(calls)
-            for call in calls:
-                open_calls[call] = index
-        elif role == "toolResult":
-            caller = open_calls.pop(message.tool_call_id, None)
-            if caller is not None:
-                answers[index] = caller
-                unanswered[caller] -= 1
     result: list[Any] = []
-    for index, message in enumerate(messages):
+    caller: AssistantMessage | None = None  # the kept assistant message whose results may follow
+    calls: set[str] = set()  # its call ids
+    answered: set[str] = set()
+    for message in messages:
         role = message.role
-        if role == "assistant" and unanswered[index]:
+        if role == "extension":
+            if message.kind not in SUMMARY_KINDS:
+                continue
+            message, role = render_summary(message), "user"
+        elif role == "toolResult":
+            call_id = message.tool_call_id
+            if call_id in calls and call_id not in answered:
+                answered.add(call_id)
+                result.append(message)
             continue
-        if role == "toolResult" and (index not in answers or unanswered[answers[index]]):
-            continue
+        if caller is not None:
+            if len(answered) < len(calls):
+                result.extend(_no_results(caller, answered))
+            caller, calls = None, set()
+        if role == "assistant":
+            if message.stop_reason in DROPPED_STOPS:
+                continue
+            ids = {block.id for block in message.content if isinstance(block, ToolCallContent)}
+            if ids:
+                caller, calls, answered = message, ids, set()
         result.append(message)
+    if caller is not None:
+        result.extend(_no_results(caller, answered))
     return result
+
+
+def _no_results(caller: AssistantMessage, answered: set[str]) -> list[ToolResultMessage]:
+    """Synthetic results for the calls of ``caller`` that have none, in call order."""
+    missing: list[ToolResultMessage] = []
+    for call in caller.tool_calls():
+        if call.id in answered:
+            continue
+        answered.add(call.id)
+        missing.append(
+            ToolResultMessage(
+                tool_call_id=call.id,
+                tool_name=call.name,
+                content=[TextContent(text=NO_RESULT)],
+                is_error=True,
+                timestamp=caller.timestamp,
+                turn=caller.turn,
+            )
+        )
+    return missing
+
+
+def for_model(messages: Sequence[Any], model: str | None, provider: str | None = None) -> list[Any]:
+    """The messages prepared for ``model`` (of ``provider``, when given), as pi prepares another model's.
+
+    An assistant message written by another model (a different ``model``, or
+    ``provider`` when one is given) keeps its text as plain text blocks (text
+    signatures dropped), its thinking as text (empty thinking dropped), its
+    tool calls without ``thoughtSignature``; redacted thinking is dropped.
+    Messages of the same model are returned as they are, signatures and all.
+    """
+    if model is None:
+        return list(messages)
+    result: list[Any] = []
+    for message in messages:
+        if message.role != "assistant" or (
+            message.model == model and (provider is None or message.provider == provider)
+        ):
+            result.append(message)
+            continue
+        content: list[Any] = []
+        for block in message.content:
+            if isinstance(block, ThinkingContent):
+                if not _extra(block).get("redacted") and block.thinking.strip():
+                    content.append(TextContent(text=block.thinking))
+            elif isinstance(block, TextContent):
+                content.append(TextContent(text=block.text))
+            elif isinstance(block, ToolCallContent) and FOREIGN_SIGNATURE in _extra(block):
+                extra = {key: value for key, value in _extra(block).items() if key != FOREIGN_SIGNATURE}
+                content.append(ToolCallContent(id=block.id, name=block.name, arguments=block.arguments, **extra))
+            else:
+                content.append(block)
+        result.append(message.model_copy(update={"content": content}))
+    return result
+
+
+FOREIGN_SIGNATURE = "thoughtSignature"
+"""The key of a tool call's provider signature (Gemini), meaningless to another model."""
+
+
+def _extra(block: Any) -> dict[str, Any]:
+    return block.__pydantic_extra__ or {}
+
+
+def tail(messages: Sequence[Any], n: int) -> list[Any]:
+    """The last ``n`` messages, without tool results cut from their call at the front."""
+    start = max(len(messages) - n, 0)
+    while start < len(messages) and messages[start].role == "toolResult":
+        start += 1
+    return list(messages[start:])

@@ -53,6 +53,16 @@ STORED_COLUMNS = (
     messages.c.message,
 )
 
+PATH_COLUMNS = (
+    messages.c.id,
+    messages.c.loop_id,
+    messages.c.role,
+    messages.c.kind,
+    messages.c.message,
+)
+"""What the context walk reads of a row (``context.choose`` and ``context.to_messages`` take rows in this shape)."""
+
+
 # --- sessions -----------------------------------------------------------------
 
 
@@ -324,16 +334,6 @@ def loop_messages() -> sa.Select:
 
 
 @cache
-def last_messages() -> sa.Select:
-    return (
-        sa.select(messages.c.message)
-        .where(messages.c.session_id == bp("session_id"))
-        .order_by(messages.c.id.desc())
-        .limit(bp("limit"))
-    )
-
-
-@cache
 def first_message_of_loop() -> sa.Select:
     return sa.select(messages.c.id).where(messages.c.loop_id == bp("loop_id")).order_by(messages.c.seq).limit(1)
 
@@ -342,8 +342,78 @@ def first_message_of_loop() -> sa.Select:
 def context_messages() -> sa.Select:
     """Messages of a session from a lower id bound; the context walk filters them by loop."""
     return (
-        sa.select(messages.c.id, messages.c.loop_id, messages.c.role, messages.c.kind, messages.c.message)
+        sa.select(*PATH_COLUMNS)
         .where(messages.c.session_id == bp("session_id"), messages.c.id >= bp("min_id"))
+        .order_by(messages.c.id)
+    )
+
+
+@cache
+def path_messages() -> sa.Select:
+    """Like :func:`context_messages`, plus the rest of a ``StoredMessage``: session, turn, seq, source."""
+    return (
+        sa.select(*PATH_COLUMNS, messages.c.session_id, messages.c.turn_index, messages.c.seq, messages.c.source)
+        .where(messages.c.session_id == bp("session_id"), messages.c.id >= bp("min_id"))
+        .order_by(messages.c.id)
+    )
+
+
+@cache
+def newest_loop() -> sa.Select:
+    """The loop of a session's newest message: the one written most recently."""
+    return (
+        sa.select(messages.c.loop_id)
+        .where(messages.c.session_id == bp("session_id"))
+        .order_by(messages.c.id.desc())
+        .limit(1)
+    )
+
+
+@cache
+def loop_tree_and_newest() -> sa.Select:
+    """:func:`loop_tree` with :func:`newest_loop` in every row: ``last()``'s first read, in one statement."""
+    return loop_tree().add_columns(newest_loop().scalar_subquery())
+
+
+@cache
+def session_tail() -> sa.Select:
+    """A session's newest ``limit`` messages, newest first, with their loop and kind (``last()``'s first read)."""
+    return (
+        sa.select(messages.c.loop_id, messages.c.kind, messages.c.message)
+        .where(messages.c.session_id == bp("session_id"))
+        .order_by(messages.c.id.desc())
+        .limit(bp("limit"))
+    )
+
+
+@cache
+def loop_messages_backwards(without_summaries: bool) -> sa.Select:
+    """Up to ``limit`` rows of one loop with ids from ``lower`` to ``upper``, newest first (``last()`` reads back).
+
+    ``without_summaries``: compaction summaries left out, for a compaction loop, whose summaries
+    open its share of a context, ahead of the history it keeps.
+    """
+    conditions = [
+        messages.c.session_id == bp("session_id"),
+        messages.c.loop_id == bp("loop_id"),
+        messages.c.id <= bp("upper"),
+        messages.c.id >= bp("lower"),
+    ]
+    if without_summaries:
+        conditions.append(sa.or_(messages.c.kind.is_(None), messages.c.kind != "compaction_summary"))
+    return sa.select(messages.c.id, messages.c.message).where(*conditions).order_by(messages.c.id.desc()).limit(bp("limit"))
+
+
+@cache
+def compaction_summaries() -> sa.Select:
+    """A compaction loop's summary rows, in order."""
+    return (
+        sa.select(*PATH_COLUMNS)
+        .where(
+            messages.c.loop_id == bp("loop_id"),
+            messages.c.role == "extension",
+            messages.c.kind == "compaction_summary",
+        )
         .order_by(messages.c.id)
     )
 

@@ -265,48 +265,165 @@ class MessageRepository:
             self._require_loop(loop_id)
         return parse_rows(row[0] for row in rows)
 
-    def last(self, session_id: str, n: int) -> list[Message | ExtensionMessage]:
-        """The session's last ``n`` messages, oldest first, never splitting a tool call from its results.
+    def last(
+        self,
+        session_id: str,
+        n: int,
+        *,
+        loop_id: str | None = None,
+        model: str | None = None,
+        provider: str | None = None,
+    ) -> list[Message]:
+        """The last ``n`` messages of the session's current path, oldest first, ready to send.
 
-        A tool result whose call falls before the window, and an assistant
-        message whose tool calls lack results, are left out, so the window
-        can be sent to a provider as it is; it may hold fewer than ``n``.
+        The path is that of the loop written most recently (the loop of the
+        session's newest message), or of ``loop_id``: the result is the tail
+        of ``context(loop_id, model=model, provider=provider)``, without a
+        tool result cut from its call at the front (so it may hold fewer
+        than ``n``). Reads the path backwards, only as far as the tail needs.
 
         Raises:
+            InvalidMessage: ``n`` is not a non-negative integer; ``provider`` without ``model``.
             SessionNotFound: no such session.
+            LoopNotFound: ``loop_id`` is not a loop of that session.
         """
-        if n <= 0:
-            return []
-        rows = self._db.fetchall(q.last_messages(), {"session_id": session_id, "limit": n})
-        if not rows:
-            self._require_session(session_id)
-            return []
-        rows.reverse()
-        return ctx.pair_tool_calls(parse_rows(row[0] for row in rows))
+        _check_count(n)
+        _check_model(model, provider)
+        if loop_id is None and n > 0:
+            messages = self._newest_tail(session_id, n)
+            if messages is not None:
+                return ctx.for_model(ctx.tail(messages, n), model, provider)
+        with self._db.read():
+            tree = self._db.fetchall(q.loop_tree_and_newest(), {"session_id": session_id})
+            if loop_id is None:
+                loop_id = tree[0][5] if tree else None
+                if loop_id is None:
+                    self._require_session(session_id)
+                    return []
+            elif not any(row[0] == loop_id for row in tree):
+                self._require_session(session_id)
+                raise LoopNotFound(f"loop {loop_id!r} not found in session {session_id!r}")
+            if n == 0:
+                return []
+            messages = self._tail(session_id, ctx.path_pieces(tuple(row[:5] for row in tree), loop_id), n)
+        return ctx.for_model(ctx.tail(messages, n), model, provider)
 
-    def context(self, loop_id: str) -> list[Message]:
-        """What the next model call of ``loop_id`` should see.
+    def _newest_tail(self, session_id: str, n: int) -> list[Any] | None:
+        """The context tail of the newest loop from the session's newest ``n`` rows alone, or None.
+
+        Every loop's path ends with all of the loop's own rows, so when the
+        newest ``n`` rows are all one loop's (no compaction summary among
+        them, which opens its loop's share) and their context holds ``n``
+        messages (or they are all the session holds), they decide the tail:
+        one statement, as the session is being written. Otherwise (a branch
+        just forked, a short loop) the caller walks the path.
+        """
+        rows = self._db.fetchall(q.session_tail(), {"session_id": session_id, "limit": n})
+        if not rows:
+            return None
+        loop_id = rows[0][0]
+        if not all(row[0] == loop_id and row[1] != ctx.COMPACTION_SUMMARY for row in rows):
+            return None
+        messages = ctx.provider_safe(reversed(parse_rows(row[2] for row in rows)))
+        # Fewer than n rows: the session holds no other row, so no ancestor adds to the context.
+        return messages if len(messages) >= n or len(rows) < n else None
+
+    def _tail(self, session_id: str, pieces: Sequence[ctx.Piece], n: int) -> list[Any]:
+        """At least the last ``n`` context messages of a path (all of it when shorter), read newest first.
+
+        The context of the messages read back from the end is a tail of the
+        whole context once its leading tool results are left out (what
+        decides a message's fate comes after it), so reading stops as soon
+        as that tail holds ``n`` messages. Each row is validated once.
+        """
+        newest_first: list[Any] = []
+        messages: list[Any] = []
+        for piece in reversed(pieces):
+            for batch in self._backwards(session_id, piece, n):
+                newest_first.extend(batch)
+                messages = ctx.provider_safe(reversed(newest_first))
+                if len(messages) >= n:
+                    return messages
+        return messages
+
+    def _backwards(self, session_id: str, piece: ctx.Piece, limit: int) -> Iterator[list[Any]]:
+        """A piece's messages, newest first, in batches of ``limit`` rows, then twice as many each time."""
+        if piece.summaries:
+            rows = self._db.fetchall(q.compaction_summaries(), {"loop_id": piece.loop_id})
+            yield list(reversed(parse_rows(row[4] for row in rows if piece.admits(row))))
+            return
+        params = {
+            "session_id": session_id,
+            "loop_id": piece.loop_id,
+            "upper": MAX_INT if piece.upper is None else piece.upper,
+            "lower": 0 if piece.lower is None else piece.lower,
+            "limit": limit,
+        }
+        while True:
+            rows = self._db.fetchall(q.loop_messages_backwards(piece.summaries is False), params)
+            yield parse_rows(row[1] for row in rows)
+            if len(rows) < params["limit"]:
+                return
+            params["upper"] = rows[-1][0] - 1
+            params["limit"] *= 2
+
+    def context(self, loop_id: str, *, model: str | None = None, provider: str | None = None) -> list[Message]:
+        """What the next model call of ``loop_id`` should see, in a form every provider accepts.
 
         The ancestors' messages up to each fork point, then the loop's own;
         a compaction replaces what it summarised; extension messages are left
-        out (compaction and branch summaries become user text); tool calls are
-        never split from their results.
+        out (compaction and branch summaries become user text). As pi sends
+        history: an assistant message that stopped with ``error`` or
+        ``aborted`` is left out with its results; a tool call that was never
+        answered gets a synthetic error result (``No result provided``, not
+        stored); a tool result without its call is left out.
+
+        With ``model`` (and optionally ``provider``), the history is prepared
+        for that model: assistant messages another model wrote keep their
+        thinking as text and lose that model's signatures; messages of the
+        same model are returned byte for byte. See ``docs/context.md``.
+
+        Raises:
+            LoopNotFound: no such loop.
+            InvalidMessage: ``provider`` without ``model``, or either not a string.
+        """
+        _check_model(model, provider)
+        with self._db.read():
+            session_id, segments, min_id = self._locate(loop_id)
+            rows = self._db.fetchall(q.context_messages(), {"session_id": session_id, "min_id": min_id})
+        return ctx.for_model(ctx.assemble(segments, rows), model, provider)
+
+    def path(self, loop_id: str) -> list[StoredMessage]:
+        """The stored messages ``context(loop_id)`` is built from, in context order, extension messages included.
+
+        Each context message is one of these rows (a summary row rendered as
+        user text), except the synthetic results of unanswered calls.
 
         Raises:
             LoopNotFound: no such loop.
         """
         with self._db.read():
-            session_id = self._db.scalar(q.loop_session(), {"loop_id": loop_id})
-            if session_id is None:
-                raise LoopNotFound(f"loop {loop_id!r} not found")
-            tree = {
-                row[0]: ctx.LoopNode(*row) for row in self._db.fetchall(q.loop_tree(), {"session_id": session_id})
-            }
-            segments, min_id = ctx.plan(tree, loop_id)
-            if min_id is None:
-                min_id = self._db.scalar(q.first_message_of_loop(), {"loop_id": segments[0].loop_id}) or 0
-            rows = self._db.fetchall(q.context_messages(), {"session_id": session_id, "min_id": min_id})
-        return ctx.assemble(segments, rows)
+            session_id, segments, min_id = self._locate(loop_id)
+            rows = self._db.fetchall(q.path_messages(), {"session_id": session_id, "min_id": min_id})
+        with collector_paused():
+            return [
+                stored_message((row[0], row[5], row[1], row[6], row[7], row[4], row[8]))
+                for row in ctx.choose(ctx.pieces(segments), rows)
+            ]
+
+    def _locate(self, loop_id: str) -> tuple[str, list[ctx.Segment], int]:
+        """A loop's session, the segments of its path and the smallest message id they can hold."""
+        session_id = self._db.scalar(q.loop_session(), {"loop_id": loop_id})
+        if session_id is None:
+            raise LoopNotFound(f"loop {loop_id!r} not found")
+        segments, min_id = self._plan(session_id, loop_id)
+        if min_id is None:
+            min_id = self._db.scalar(q.first_message_of_loop(), {"loop_id": segments[0].loop_id}) or 0
+        return session_id, segments, min_id
+
+    def _plan(self, session_id: str, loop_id: str) -> tuple[list[ctx.Segment], int | None]:
+        tree = {row[0]: ctx.LoopNode(*row) for row in self._db.fetchall(q.loop_tree(), {"session_id": session_id})}
+        return ctx.plan(tree, loop_id)
 
     def get(self, message_id: int) -> StoredMessage:
         """One stored message by id, with its loop, turn and seq.
@@ -342,6 +459,19 @@ class MessageRepository:
     def _require_session(self, session_id: str) -> None:
         if self._db.fetchone(q.session_exists(), {"session_id": session_id}) is None:
             raise SessionNotFound(f"session {session_id!r} not found")
+
+
+def _check_count(n: object) -> None:
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise InvalidMessage(f"n must be a non-negative integer, got {n!r}", [("n", "not a count")])
+
+
+def _check_model(model: object, provider: object) -> None:
+    for name, value in (("model", model), ("provider", provider)):
+        if value is not None and not isinstance(value, str):
+            raise InvalidMessage(f"{name} must be a string, got {type(value).__name__}", [(name, "wrong type")])
+    if provider is not None and model is None:
+        raise InvalidMessage("provider is given without model: name the model to prepare the history for", [("model", "missing")])
 
 
 _TURN_JSON: dict[tuple[str, int], str] = {}
