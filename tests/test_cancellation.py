@@ -570,3 +570,45 @@ def test_random_cancellation_loses_no_acknowledged_write(url: str, tmp_path: Pat
             assert len(stored_texts(reopened, session_id)) == IMPORT_MESSAGES
         for session_id in ledger.import_cancelled:
             assert len(stored_texts(reopened, session_id)) in (0, IMPORT_MESSAGES)
+
+
+@pytest.mark.parametrize("workers", [1, 4])
+def test_a_task_that_outlives_its_transaction_writes_outside_it(url: str, workers: int) -> None:
+    """A task created inside a transaction (fire-and-forget logging) appends after the transaction
+    ended; meanwhile another task's transaction on the same worker rolls back. The late append was
+    acknowledged, so it must be stored: it may not join the other task's transaction."""
+    acknowledged: list[str] = []
+
+    async def scenario() -> None:
+        store = await AsyncStore.open(url, workers=workers)
+        session = await store.sessions.create(session_id="outlives")
+        loop_id = (await store.loops.start(session.session_id)).loop_id
+        started: list[asyncio.Task[None]] = []
+
+        async def log_later() -> None:
+            await asyncio.sleep(0.05)
+            await store.messages.append(user("late"), loop_id=loop_id, turn_index=2)
+            acknowledged.append("late")
+
+        async def first() -> None:
+            async with store.transaction():
+                await store.messages.append(user("a"), loop_id=loop_id, turn_index=0)
+                started.append(asyncio.create_task(log_later()))
+
+        async def second() -> None:
+            await asyncio.sleep(0.01)
+            with contextlib.suppress(ValueError):
+                async with store.transaction():
+                    await store.messages.append(user("b"), loop_id=loop_id, turn_index=1)
+                    await asyncio.sleep(0.1)
+                    raise ValueError("rolled back on purpose")
+
+        await asyncio.gather(first(), second())
+        await asyncio.gather(*started)
+        await store.close()
+
+    asyncio.run(scenario())
+    with Store(url) as store:
+        texts = [stored.message.content[0].text for stored in store.messages.records("outlives")]
+    assert acknowledged == ["late"]
+    assert texts == ["a", "late"]

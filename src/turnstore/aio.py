@@ -48,9 +48,30 @@ __all__ = [
 
 T = TypeVar("T")
 
-_PINNED: contextvars.ContextVar[ThreadPoolExecutor | None] = contextvars.ContextVar(
-    "turnstore_pinned_worker", default=None
-)
+class _Pin:
+    """A worker lent to one transaction, while the transaction is open.
+
+    Tasks created inside a transaction copy the context, and so the pin: while
+    the transaction is open their calls join it (same worker, same
+    connection); once it has ended the pin is closed, and a call from such a
+    task that outlived it goes to the pool — never into whatever transaction
+    the worker serves next.
+    """
+
+    __slots__ = ("worker", "open")
+
+    def __init__(self, worker: ThreadPoolExecutor) -> None:
+        self.worker = worker
+        self.open = True
+
+
+_PINNED: contextvars.ContextVar[_Pin | None] = contextvars.ContextVar("turnstore_pinned_worker", default=None)
+
+
+def _pinned_worker() -> ThreadPoolExecutor | None:
+    """The worker of the open transaction this task is in, if any."""
+    pin = _PINNED.get()
+    return pin.worker if pin is not None and pin.open else None
 
 STREAM_BATCH = 500
 """Items a streamed read (``records()``) fetches per thread hop."""
@@ -97,7 +118,7 @@ class _Workers:
         it has started (the commit or rollback that ends a transaction). A pool
         worker goes back to the pool only once the thread work is over.
         """
-        pinned = _PINNED.get()
+        pinned = _pinned_worker()
         if pinned is not None:
             return await _complete(pinned.submit(call), on_cancel, droppable)
         await self._acquire_slot(asyncio.get_running_loop())
@@ -146,16 +167,17 @@ class _Workers:
     @contextmanager
     def pinned(self) -> Iterator[bool]:
         """Pin this task's calls to one worker thread; yields False if already pinned."""
-        if _PINNED.get() is not None:
+        if _pinned_worker() is not None:
             yield False
             return
-        worker = self._take()
-        token = _PINNED.set(worker)
+        pin = _Pin(self._take())
+        token = _PINNED.set(pin)
         try:
             yield True
         finally:
+            pin.open = False  # tasks that copied the context while it was open no longer use it
             _PINNED.reset(token)
-            self._give(worker)
+            self._give(pin.worker)
 
     def for_stream(self) -> tuple[ThreadPoolExecutor, bool]:
         """The worker a streamed read runs on, and whether it was borrowed from the pool for it.
@@ -166,7 +188,7 @@ class _Workers:
         async generator's cleanup may run in another task and context (when it
         is garbage collected), where a context variable cannot be reset.
         """
-        pinned = _PINNED.get()
+        pinned = _pinned_worker()
         if pinned is not None:
             return pinned, False
         return self._take(), True
