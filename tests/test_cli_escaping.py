@@ -248,7 +248,7 @@ def test_visible_escapes_every_unsafe_code_point() -> None:
 def test_visible_keeps_ordinary_text() -> None:
     from turnstore.cli.escaping import visible
 
-    text = "plain ASCII ~ é 中文 👩‍💻 zero\u200bwidth C:\\path [b]x[/b] \u00a0"
+    text = "plain ASCII ~ é 中文 👩‍💻 zero\u200cwidth C:\\path [b]x[/b] \u00a0"
 
     assert visible(text) == text
 
@@ -262,3 +262,24 @@ def test_json_safe_reads_back_as_the_same_characters() -> None:
 
     assert raw_unsafe(text) == []
     assert json.loads(text) == value
+
+
+def test_import_json_report_of_a_name_that_is_not_utf8_is_valid_utf8_json(tmp_path: Path) -> None:
+    folder = tmp_path / "src"
+    folder.mkdir()
+    raw_name = b"x\x9b\xe2\x80\xaey\xff.jsonl"
+    (folder / os.fsdecode(raw_name)).write_text("{not json\n")
+
+    result = run_cli("--db", tmp_path / "in.db", "--json", "import", "clark", folder)
+
+    assert result.code == 1
+    result.out.encode("utf-8")  # no lone surrogate left raw: the report is UTF-8 text
+    place = result.json()["errors"][0]["place"]
+    assert os.fsencode(place).endswith(raw_name + b":1")
+
+
+def test_zero_width_characters_are_shown_as_escapes() -> None:
+    from turnstore.cli.escaping import json_safe, visible
+
+    assert visible("s\u200bi\u2060d\ufeff") == "s\\u200bi\\u2060d\\ufeff"
+    assert json.loads(json_safe(json.dumps("s\u200bid", ensure_ascii=False))) == "s\u200bid"

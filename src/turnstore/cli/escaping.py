@@ -11,7 +11,7 @@ clipboard (OSC 52), hide a link (OSC 8) or reorder what the reader sees.
   ``[bold red]`` prints as written.
 * :func:`json_safe` is for ``--json`` and exports to stdout: JSON itself escapes
   only C0 controls; the same characters beyond C0 (DEL, C1, bidi controls,
-  line and paragraph separators) become ``\\uXXXX`` escapes, which every JSON
+  zero-width characters, line and paragraph separators, lone surrogates) become ``\\uXXXX`` escapes, which every JSON
   parser reads back as the original character. They only ever occur inside
   JSON strings, so the text stays valid JSON with the same value.
 """
@@ -23,8 +23,18 @@ __all__ = ["UNSAFE", "json_safe", "visible"]
 _BIDI = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
 """Arabic letter mark, LRM/RLM, embeddings and overrides (LRE..RLO), isolates (LRI..PDI)."""
 
-UNSAFE: frozenset[int] = frozenset((*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0), *_BIDI, 0x2028, 0x2029))
-"""Code points that never reach the terminal raw: C0, DEL, C1, bidi controls, line/paragraph separators."""
+_INVISIBLE = (0x200B, 0x2060, 0xFEFF)
+"""Zero-width space, word joiner, BOM: they make ``s\\u200bid`` look like ``sid``. (The zero-width
+(non-)joiners stay: emoji sequences and several scripts need them.)"""
+
+_SURROGATES = range(0xD800, 0xE000)
+"""Lone surrogates: file names that are not UTF-8 reach Python as ``\\udcXX``; written raw they are not UTF-8."""
+
+UNSAFE: frozenset[int] = frozenset(
+    (*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0), *_BIDI, *_INVISIBLE, 0x2028, 0x2029, *_SURROGATES)
+)
+"""Code points that never reach the terminal raw: C0, DEL, C1, bidi controls, zero-width characters,
+line/paragraph separators, lone surrogates."""
 
 _NAMED = {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}
 
