@@ -12,6 +12,7 @@ from factories import assistant, extension, tool_result, user
 from turnstore import (
     AssistantMessage,
     ExtensionMessage,
+    InvalidArgument,
     InvalidMessage,
     LimitExceeded,
     Limits,
@@ -87,7 +88,7 @@ def test_append_dict_is_validated_and_stored(store: Store, loop_id: str) -> None
 @pytest.mark.parametrize(
     "raw",
     [
-        {"role": "user", "content": "not a list", "timestamp": 1},
+        {"role": "user", "content": 5, "timestamp": 1},
         {"role": "user", "content": [{"type": "text", "text": "no timestamp"}]},
         {"role": "robot", "content": [], "timestamp": 1},
         {"role": "assistant", "content": [], "model": "m", "provider": "p", "timestamp": 1},
@@ -173,9 +174,10 @@ def test_turn_id_mismatch_is_an_invalid_message() -> None:
     assert issubclass(TurnIdMismatch, InvalidMessage)
 
 
-def test_append_without_loop_raises_invalid_message(store: Store, loop_id: str) -> None:
-    with pytest.raises(InvalidMessage):
+def test_append_without_loop_raises_invalid_argument(store: Store, loop_id: str) -> None:
+    with pytest.raises(InvalidArgument) as caught:
         store.messages.append(user(), turn_index=0)
+    assert caught.value.argument == "loop_id"
     assert store.messages.loop(loop_id) == []
 
 
@@ -195,10 +197,10 @@ def test_append_extension_gets_no_turn_id(store: Store, loop_id: str) -> None:
 
 
 @pytest.mark.parametrize("turn_index", [-1, -100])
-def test_append_negative_turn_index_raises_invalid_message(store: Store, loop_id: str, turn_index: int) -> None:
-    with pytest.raises(InvalidMessage):
+def test_append_negative_turn_index_raises_invalid_argument(store: Store, loop_id: str, turn_index: int) -> None:
+    with pytest.raises(InvalidArgument, match="^turn_index: "):
         store.messages.append(user(), loop_id=loop_id, turn_index=turn_index)
-    with pytest.raises(InvalidMessage):
+    with pytest.raises(InvalidArgument, match="^turn_index: "):
         store.messages.append_turn(loop_id, turn_index, [user()])
     assert store.messages.loop(loop_id) == []
 
@@ -206,7 +208,7 @@ def test_append_negative_turn_index_raises_invalid_message(store: Store, loop_id
 def test_append_bool_turn_index_never_writes_unreadable_json(store: Store, loop_id: str) -> None:
     try:
         store.messages.append(user(), loop_id=loop_id, turn_index=True)
-    except InvalidMessage:
+    except InvalidArgument:
         assert list(store.messages.records(loop_id=loop_id)) == []
     else:
         (stored,) = store.messages.records(loop_id=loop_id)
@@ -535,11 +537,11 @@ def test_context_branch_forks_after_the_given_message(store: Store, session_id: 
     assert texts(store.messages.context(loop_id))[-1] == ("assistant", "a1")
 
 
-def test_context_branch_without_fork_point_takes_the_parent_to_its_end(
+def test_context_branch_at_the_parents_last_message_takes_the_parent_to_its_end(
     store: Store, session_id: str, loop_id: str
 ) -> None:
-    store.messages.append_turn(loop_id, 0, [user("q0"), assistant("a0")])
-    branch = new_loop(store, session_id, "branch", parent_loop_id=loop_id, continuation="branch")
+    ids = store.messages.append_turn(loop_id, 0, [user("q0"), assistant("a0")])
+    branch = new_loop(store, session_id, "branch", parent_loop_id=loop_id, continuation="branch", fork_after=ids[-1])
     store.messages.append_turn(branch, 0, [user("b")])
     assert texts(store.messages.context(branch)) == [("user", "q0"), ("assistant", "a0"), ("user", "b")]
 

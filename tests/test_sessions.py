@@ -13,6 +13,7 @@ from factories import assistant, user
 
 from turnstore import (
     AlreadyExists,
+    InvalidArgument,
     InvalidMessage,
     LimitExceeded,
     Limits,
@@ -85,14 +86,14 @@ def test_create_exist_ok_creates_when_missing(store: Store) -> None:
 
 
 @pytest.mark.parametrize("metadata", [["a", 1], "text", 42, [("key", "value")]])
-def test_create_non_mapping_metadata_raises_invalid_message(store: Store, metadata: object) -> None:
-    with pytest.raises(InvalidMessage):
+def test_create_non_mapping_metadata_raises_invalid_argument(store: Store, metadata: object) -> None:
+    with pytest.raises(InvalidArgument):
         store.sessions.create("s", metadata=metadata)  # type: ignore[arg-type]
     assert not store.sessions.exists("s")
 
 
-def test_create_metadata_that_is_not_json_raises_invalid_message(store: Store) -> None:
-    with pytest.raises(InvalidMessage):
+def test_create_metadata_that_is_not_json_raises_invalid_argument(store: Store) -> None:
+    with pytest.raises(InvalidArgument):
         store.sessions.create("s", metadata={"values": {1, 2}})
     assert not store.sessions.exists("s")
 
@@ -254,8 +255,8 @@ def test_list_filters_by_agent(store: Store) -> None:
 
 
 @pytest.mark.parametrize(("limit", "offset"), [(-1, 0), (0, -1), (-5, -5)])
-def test_list_negative_limit_or_offset_raises_invalid_message(store: Store, limit: int, offset: int) -> None:
-    with pytest.raises(InvalidMessage):
+def test_list_negative_limit_or_offset_raises_invalid_argument(store: Store, limit: int, offset: int) -> None:
+    with pytest.raises(InvalidArgument):
         store.sessions.list(limit=limit, offset=offset)
 
 

@@ -13,6 +13,7 @@ from .aio import AsyncStore
 from .errors import (
     AlreadyExists,
     ImportFailed,
+    InvalidArgument,
     InvalidMessage,
     InvalidRecord,
     LimitExceeded,
@@ -72,6 +73,7 @@ __all__ = [
     "FileContent",
     "ImageContent",
     "ImportFailed",
+    "InvalidArgument",
     "InvalidMessage",
     "InvalidRecord",
     "LimitExceeded",
