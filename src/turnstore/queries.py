@@ -345,7 +345,8 @@ def loops_depending_on_tail() -> sa.Select:
     from_end = sa.and_(
         loops.c.parent_loop_id == bp("loop_id"),
         loops.c.fork_after.is_(None),
-        loops.c.continuation_kind.not_in(["rerun", "initial"]),
+        loops.c.continuation_kind != "rerun",
+        loops.c.continuation_kind != "initial",
     )
     return (
         sa.select(loops.c.loop_id, sa.func.coalesce(loops.c.fork_after, loops.c.keep_from))

@@ -78,11 +78,17 @@ USAGE_PART_TOTAL, USAGE_PART_REPORTED, USAGE_PART_LOOP = 0, 1, 2
 
 
 def _sums(table: sa.Table, cost: ColumnElement, part: int) -> list[ColumnElement]:
-    """Six token sums, a cost, the record count and the row's part (see USAGE_PART_*)."""
+    """Six token sums, a cost, the record count, the row's part (see USAGE_PART_*) and the requests.
+
+    A message's usage record is one model call. A loop's reported usage is as many as
+    its ``requests`` column says (the source's or app's count), or one when it says none.
+    """
+    requests = sa.func.count() if table is messages else sa.func.sum(sa.func.coalesce(table.c.requests, 1))
     return [sa.func.coalesce(sa.func.sum(table.c[name]), 0) for name in USAGE_COLUMNS] + [
         cost,
         sa.func.count(),
         sa.literal(part, sa.Integer),
+        requests,
     ]
 
 
