@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 from factories import assistant, tool_result, usage, user
@@ -581,3 +582,46 @@ def test_store_usable_after_a_rolled_back_transaction(store: Store, session_id: 
     loop = store.loops.start(session_id, config=SONNET)
     assert loop.loop_id == f"{session_id}.anthropic.claude-sonnet-4-5.1"
     assert loop.continuation_kind == ContinuationKind.INITIAL
+
+
+# --- refused arguments name themselves ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "argument"),
+    [
+        pytest.param({"continuation": "branch"}, "fork_after", id="branch-without-fork-after"),
+        pytest.param({"continuation": "fork"}, "continuation", id="unknown-continuation"),
+        pytest.param({"status": "done"}, "status", id="unknown-status"),
+        pytest.param({"continuation": "branch", "fork_after": "1"}, "fork_after", id="fork-after-not-an-id"),
+        pytest.param({"continuation": "branch", "fork_after": 10**30}, "fork_after", id="fork-after-over-64-bits"),
+        pytest.param({"continuation": "branch", "fork_after": 10**9}, "fork_after", id="fork-after-unknown"),
+        pytest.param({"keep_from": "x", "continuation": "compaction"}, "keep_from", id="keep-from-not-an-id"),
+        pytest.param({"config": ["model"]}, "config", id="config-not-an-object"),
+        pytest.param({"config": {"model": 5}}, "config", id="config-bad-model"),
+    ],
+)
+def test_start_refuses_a_bad_argument_naming_it(
+    store: Store, session_id: str, loop_id: str, kwargs: dict[str, Any], argument: str
+) -> None:
+    store.messages.append(user(), loop_id=loop_id, turn_index=0)
+    with pytest.raises(InvalidArgument) as caught:
+        store.loops.start(session_id, parent_loop_id=loop_id, **kwargs)
+    assert caught.value.argument == argument
+    assert str(caught.value).startswith(f"{argument}: ") and "\n" not in str(caught.value)
+    assert [loop.loop_id for loop in store.loops.list(session_id)] == [loop_id]
+
+
+def test_fork_after_a_message_of_the_parents_parent_is_refused(store: Store, session_id: str, loop_id: str) -> None:
+    first = store.messages.append(user("q"), loop_id=loop_id, turn_index=0)
+    child = store.loops.start(session_id, config=SONNET, loop_id="child").loop_id
+    with pytest.raises(InvalidArgument, match="^fork_after: .* not a message of the parent loop 'child'"):
+        store.loops.start(session_id, parent_loop_id=child, continuation="branch", fork_after=first)
+    branch = store.messages.rewind(child, after=first)  # rewind finds the loop that holds it
+    assert (branch.parent_loop_id, branch.fork_after) == (loop_id, first)
+
+
+def test_end_with_usage_and_requests_is_read_back(store: Store, loop_id: str) -> None:
+    ended = store.loops.end(loop_id, usage=usage(10, 2), requests=4)
+    assert (ended.reported_usage, ended.reported_requests) == (usage(10, 2), 4)
+    assert store.loops.get(loop_id) == ended
