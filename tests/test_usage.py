@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import tempfile
@@ -808,17 +807,9 @@ def test_end_with_bad_arguments_raises_invalid_argument_and_writes_nothing(
 # --- requests reported by a source ----------------------------------------------------------------
 
 
-def _appam_fixture() -> Any:
-    path = Path(__file__).parent / "fixtures" / "appam" / "make_fixture.py"
-    spec = importlib.util.spec_from_file_location("appam_make_fixture", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_requests_are_appams_request_count(store: Store, tmp_path: Path) -> None:
-    fx = _appam_fixture()
+    from test_import_appam import fx  # the appam fixture builder, loaded once
+
     store.import_("appam", fx.build(tmp_path / "sessions.db"))
     # request_count in each session's usage column (the fixture's rows); a row without one counts none
     assert [store.usage.session(s).requests for s in (fx.RICH, fx.LEGACY, fx.OLD)] == [3, 2, 0]
