@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import re
 import time
-from enum import Enum
 from collections.abc import Mapping, Sequence
+from enum import Enum
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar, Union
 
 from pydantic import (

@@ -9,6 +9,7 @@ stores run these same statements.
 from __future__ import annotations
 
 from functools import cache
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -144,7 +145,7 @@ def rename_session() -> sa.Update:
 @cache
 def update_session(fields: tuple[str, ...]) -> sa.Update:
     """Set the named columns (``title``, ``metadata``) of :session_id, and its ``updated_at``."""
-    values = {name: bp(name) for name in (*fields, "updated_at")}
+    values: dict[str, Any] = {name: bp(name) for name in (*fields, "updated_at")}
     return sa.update(sessions).where(sessions.c.session_id == bp("session_id")).values(values)
 
 

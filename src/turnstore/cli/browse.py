@@ -138,7 +138,7 @@ def _describe(stored: StoredMessage) -> str:
     if message.role == "assistant":
         used = message.usage  # type: ignore[union-attr]
         tokens = f"{used.input}+{used.output} tok" if used is not None else "usage unknown"
-        text += f"  [dim]{message.stop_reason.value}, {tokens}[/dim]"  # type: ignore[union-attr]
+        text += f"  [dim]{message.stop_reason.value}, {tokens}[/dim]"
         if message.error_message:  # type: ignore[union-attr]
             text += f"  [red]{escape(short(message.error_message, 60))}[/red]"  # type: ignore[union-attr]
     if message.role == "toolResult" and message.is_error:  # type: ignore[union-attr]

@@ -16,7 +16,14 @@ from pydantic import ValidationError
 from typing_extensions import TypedDict
 
 from ..errors import InvalidRecord
-from ..models import MAX_INT, AgentMessage, ExtensionMessage, Message, Usage, WireAdapter
+from ..models import (
+    MAX_INT,
+    AgentMessage,
+    ExtensionMessage,
+    Message,
+    Usage,
+    WireAdapter,
+)
 from ..records import ContinuationKind, LoopStatus
 from .base import (
     ImportOptions,

@@ -397,7 +397,7 @@ def _usage(usage: Usage | Mapping[str, Any] | None) -> Usage | None:
     if not isinstance(usage, Mapping):
         raise InvalidArgument("usage", f"must be a Usage or a dict of its fields, not {type(usage).__name__}")
     try:
-        return Usage.model_validate(usage)
+        return Usage.model_validate(dict(usage))  # type: ignore[no-any-return]
     except ValidationError as error:
         raise InvalidArgument("usage", _problems(error)) from None
 
