@@ -3,7 +3,7 @@
 A message is one of four shapes, told apart by ``role``:
 
 * ``user`` — :class:`UserMessage`
-* ``assistant`` — :class:`AssistantMessage` (carries :class:`Usage`)
+* ``assistant`` — :class:`AssistantMessage` (carries :class:`Usage`, unless only a run's usage is known)
 * ``toolResult`` — :class:`ToolResultMessage`
 * ``extension`` — :class:`ExtensionMessage` (never enters the model's context)
 
@@ -18,6 +18,10 @@ know (phi-core's ``nodeId``, ``parentId``, ``tags``, fields of a future
 version) are kept and dumped back, so a record round-trips equal. yoagent's
 spellings (``cacheRead``, ``errorMessage``, stop reason ``refusal``) are
 accepted on read.
+
+``Message.user/assistant/tool_result/system`` build messages from plain
+strings; :func:`from_input` turns a hand-written dict (Python field names, a
+string ``content``) into a wire record.
 """
 
 from __future__ import annotations

@@ -345,13 +345,13 @@ class LoopRepository:
         if kind == ContinuationKind.BRANCH and fork_after is None:
             raise InvalidArgument("fork_after", "a branch forks after a message of its parent: give its id")
         if fork_after is not None:
-            row = self._db.fetchone(q.get_message(), {"id": fork_after}) if _is_id(fork_after) else None
+            row = self._db.fetchone(q.get_message(), {"id": fork_after}) if is_message_id(fork_after) else None
             if row is None or row[2] != parent:
                 raise InvalidArgument("fork_after", f"{fork_after!r} is not a message of the parent loop {parent!r}")
         if keep_from is not None:
             if kind != ContinuationKind.COMPACTION:
                 raise InvalidArgument("keep_from", "applies to compaction loops only")
-            row = self._db.fetchone(q.get_message(), {"id": keep_from}) if _is_id(keep_from) else None
+            row = self._db.fetchone(q.get_message(), {"id": keep_from}) if is_message_id(keep_from) else None
             if row is None or row[1] != session_id:
                 raise InvalidArgument("keep_from", f"{keep_from!r} is not a message of session {session_id!r}")
 
@@ -385,7 +385,7 @@ def _enum(kind: Any, value: Any, what: str) -> Any:
         raise InvalidArgument(what, f"unknown {what} {value!r}; one of: {allowed}") from None
 
 
-def _is_id(value: Any) -> bool:
+def is_message_id(value: Any) -> bool:
     """Whether ``value`` could be a message id (an integer a 64-bit column holds)."""
     return isinstance(value, int) and not isinstance(value, bool) and -MAX_INT - 1 <= value <= MAX_INT
 

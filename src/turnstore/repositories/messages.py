@@ -35,7 +35,7 @@ from ..models import (
 )
 from ..records import ContinuationKind, Loop, LoopConfig, StoredMessage, Turn
 from ._shared import Settings, utcnow
-from .loops import LoopRepository, usage_params
+from .loops import LoopRepository, is_message_id, usage_params
 from .message_json import READ_DEPTH, deeper_than, dump_message, find, shorten
 
 __all__ = ["READ_DEPTH", "MessageRepository", "dump_message", "parse_message"]
@@ -217,7 +217,7 @@ class MessageRepository:
                 ``with_later`` is not set), or another loop's history depends on it;
                 nothing is deleted.
         """
-        if not _is_message_id(message_id):
+        if not is_message_id(message_id):
             raise InvalidArgument("message_id", f"must be a message id (an integer), got {message_id!r}")
         with self._db.write():
             row = self._db.fetchone(q.get_message(), {"id": message_id})
@@ -247,7 +247,7 @@ class MessageRepository:
 
     def _owner_in_history(self, loop: Loop, message_id: int) -> str:
         """The loop of ``loop``'s history that holds ``message_id`` (refused if none does)."""
-        row = self._db.fetchone(q.get_message(), {"id": message_id}) if _is_message_id(message_id) else None
+        row = self._db.fetchone(q.get_message(), {"id": message_id}) if is_message_id(message_id) else None
         if row is not None and row[2] == loop.loop_id:
             return loop.loop_id
         if row is not None and row[1] == loop.session_id:
@@ -452,10 +452,6 @@ class MessageRepository:
     def _require_session(self, session_id: str) -> None:
         if self._db.fetchone(q.session_exists(), {"session_id": session_id}) is None:
             raise SessionNotFound(f"session {session_id!r} not found")
-
-
-def _is_message_id(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and -MAX_INT - 1 <= value <= MAX_INT
 
 
 def _refused(loop_id: str, turn_index: int | None, state: Sequence[Any] | None) -> TurnstoreError | None:
