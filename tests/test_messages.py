@@ -981,3 +981,12 @@ def test_delete_unknown_or_bad_message_id(store: Store) -> None:
         store.messages.delete(10**9)
     with pytest.raises(InvalidArgument, match="^message_id: "):
         store.messages.delete("1")  # type: ignore[arg-type]
+
+
+def test_a_turn_index_out_of_range_in_the_messages_turn_id_is_an_invalid_message(store: Store, loop_id: str) -> None:
+    message = user().with_turn_id(TurnId(loop_id=loop_id, turn_index=2**31))
+    with pytest.raises(InvalidMessage) as caught:
+        store.messages.append(message)
+    assert not isinstance(caught.value, InvalidArgument)
+    assert [path for path, _ in caught.value.errors] == ["turnId.turnIndex"]
+    assert store.messages.loop(loop_id) == []

@@ -290,7 +290,10 @@ class MessageRepository:
         if turn_index is not None and (
             not isinstance(turn_index, int) or isinstance(turn_index, bool) or not 0 <= turn_index <= MAX_TURN_INDEX
         ):
-            raise InvalidArgument("turn_index", f"must be an integer from 0 to {MAX_TURN_INDEX}, got {turn_index!r}")
+            problem = f"must be an integer from 0 to {MAX_TURN_INDEX}, got {turn_index!r}"
+            if turn is not None:  # the message's own turnId carries it
+                raise InvalidMessage(f"turnId.turnIndex {problem}", [("turnId.turnIndex", "too large")])
+            raise InvalidArgument("turn_index", problem)
         stamp = turn is None and turn_index is not None and role != "extension"
         if stamp and model.__pydantic_extra__:
             # Stamp the row's turn into the message, as phi-core would have...
