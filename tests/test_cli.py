@@ -18,7 +18,7 @@ from cli_runner import Result
 from factories import assistant, extension, tool_result, usage, user
 
 import turnstore
-from turnstore import Store, migrate
+from turnstore import Message, Store, migrate
 from turnstore.cli import cli, main
 from turnstore.demo import DEMO_SESSIONS
 from turnstore.migrate import head
@@ -886,3 +886,19 @@ def test_python_dash_m(tmp_path: Path) -> None:
 
     assert completed.returncode == 0
     assert turnstore.__version__ in completed.stdout
+
+
+def test_an_invalid_argument_is_one_line_naming_it(run: Any, db: Path) -> None:
+    result = run("--db", db, "sessions", "--limit", "-1")
+    assert result.code == 1 and one_line(result.err)
+    assert result.err.startswith("error: limit: ")
+
+
+def test_show_marks_an_assistant_message_without_usage(run: Any, tmp_path: Path) -> None:
+    path = tmp_path / "run.db"
+    with Store(path) as store:
+        store.sessions.create("run")
+        loop = store.loops.start("run", config={"model": "gpt-5", "provider": "openai"})
+        store.messages.append_turn(loop.loop_id, 0, [Message.user("q"), Message.assistant("a", model="gpt-5")])
+    result = run("--db", path, "show", "run")
+    assert result.code == 0 and "usage unknown" in result.out

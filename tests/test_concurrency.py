@@ -48,12 +48,15 @@ def _writer(url: str, session_id: str, shared_loop: str, worker: int, appends: i
             ]
             for i in range(appends):
                 loop_id = shared_loop if i % 2 == 0 else own[i % 4 // 2]
+                # A loop refuses a turn index below one it holds: the writers interleave in the shared
+                # loop, so they all write its turn 0; in their own loops turns rise with i.
+                turn = 0 if loop_id == shared_loop else i
                 if i % 5 == 4:
                     store.messages.append_turn(
-                        loop_id, i, [user(f"w{worker}-{i}-prompt"), assistant(f"w{worker}-{i}-reply", u=ASSISTANT_USAGE)]
+                        loop_id, turn, [user(f"w{worker}-{i}-prompt"), assistant(f"w{worker}-{i}-reply", u=ASSISTANT_USAGE)]
                     )
                 else:
-                    store.messages.append(user(f"w{worker}-{i}"), loop_id=loop_id, turn_index=i)
+                    store.messages.append(user(f"w{worker}-{i}"), loop_id=loop_id, turn_index=turn)
     except BaseException:
         errors.put(f"writer {worker}: {traceback.format_exc()}")
 

@@ -12,6 +12,7 @@ from turnstore import errors
 from turnstore.errors import (
     AlreadyExists,
     ImportFailed,
+    InvalidArgument,
     InvalidMessage,
     InvalidRecord,
     LimitExceeded,
@@ -33,7 +34,7 @@ ALL_ERRORS = [getattr(errors, name) for name in errors.__all__]
 
 
 def test_all_lists_every_error() -> None:
-    assert len(ALL_ERRORS) == 22
+    assert len(ALL_ERRORS) == 23
     assert all(isinstance(cls, type) and issubclass(cls, Exception) for cls in ALL_ERRORS)
 
 
@@ -74,6 +75,14 @@ def test_subclasses(child: type[Exception], parent: type[Exception]) -> None:
 @pytest.mark.parametrize("cls", [AlreadyExists, SchemaError, StoreBusy, ImportFailed])
 def test_other_errors_are_not_lookup_or_value_errors(cls: type[Exception]) -> None:
     assert not issubclass(cls, (LookupError, ValueError))
+
+
+def test_invalid_argument_is_a_value_error_naming_the_argument_and_not_an_invalid_message() -> None:
+    error = InvalidArgument("fork_after", "a branch forks after a message of its parent: give its id")
+    assert isinstance(error, ValueError) and not isinstance(error, InvalidMessage)
+    assert error.argument == "fork_after"
+    assert str(error) == "fork_after: a branch forks after a message of its parent: give its id"
+    assert "InvalidArgument" in (errors.__doc__ or "")
 
 
 def test_invalid_message_carries_errors() -> None:

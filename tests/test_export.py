@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from factories import assistant, extension, tool_result, usage, user
 
-from turnstore import ExportFailed, SessionNotFound, StopReason, Store, parse_message
+from turnstore import ExportFailed, Message, SessionNotFound, StopReason, Store, parse_message
 from turnstore.cli import main
 from turnstore.export import EXPORT_FORMATS, SESSION_KEY, _Exporter
 
@@ -617,3 +617,50 @@ def test_turnstore_export_carries_what_the_store_holds_verbatim(store: Store, tm
     assert message_line["source"] == verbatim  # the source record's own text, 1.10 and all
     assert message_line["message"]["content"][0]["arguments"] == {"ratio": 1.1, "count": 100000.0,
                                                                    "id": 12345678901234567890123, "note": "café"}
+# --- messages without usage, run usage --------------------------------------------------------------
+
+
+def run_usage_session(store: Store) -> tuple[str, list[dict[str, Any]]]:
+    """A session whose assistant messages carry no usage; the run's usage went to ``loops.end``."""
+    session_id = store.sessions.create("run-usage").session_id
+    loop_id = store.loops.start(session_id, config={"model": "gpt-5", "provider": "openai"}).loop_id
+    turn = [
+        Message.user("q", timestamp=1_000),
+        Message.assistant("a", model="gpt-5", provider="openai", timestamp=2_000),
+    ]
+    store.messages.append_turn(loop_id, 0, turn)
+    store.loops.end(loop_id, usage=usage(1_000, 100), requests=3)
+    return session_id, [m.message.model_dump(mode="json") for m in store.messages.records(session_id)]
+
+
+@pytest.mark.parametrize("fmt", ["phi-core", "phi-core-session", "turnstore"])
+def test_messages_without_usage_round_trip_through_every_export(store: Store, tmp_path: Path, fmt: str) -> None:
+    session_id, messages = run_usage_session(store)
+    assert "usage" not in messages[1]
+    path = tmp_path / ("run-usage.jsonl" if fmt == "turnstore" else "run-usage.json")
+    store.export(session_id, fmt, path)
+    store.sessions.delete(session_id)
+
+    report = store.import_("turnstore" if fmt == "turnstore" else "phi-core", path)
+
+    (imported,) = report.sessions_written
+    assert [m.message.model_dump(mode="json") for m in store.messages.records(imported)] == messages
+    totals = store.usage.session(imported)
+    if fmt == "phi-core":  # a message array has no place for a run's usage
+        assert (totals.total_tokens, totals.requests) == (0, 0)
+    else:  # the loop record's usage: the run's, with its count of requests where the format keeps one
+        assert (totals.usage, totals.requests) == (usage(1_000, 100), 3 if fmt == "turnstore" else 1)
+
+
+def test_turnstore_export_keeps_run_usage_and_its_requests(store: Store, tmp_path: Path) -> None:
+    session_id, _ = run_usage_session(store)
+    before = store.usage.session(session_id)
+    path = tmp_path / "run-usage.jsonl"
+    store.export(session_id, "turnstore", path)
+    store.sessions.delete(session_id)
+
+    store.import_("turnstore", path)
+
+    (loop,) = store.loops.list(session_id)
+    assert (loop.reported_usage, loop.reported_requests) == (usage(1_000, 100), 3)
+    assert store.usage.session(session_id) == before

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 from factories import assistant, tool_result, usage, user
@@ -12,6 +13,7 @@ from turnstore import (
     AlreadyExists,
     ContinuationKind,
     ExtensionMessage,
+    InvalidArgument,
     InvalidMessage,
     LimitExceeded,
     Limits,
@@ -75,17 +77,18 @@ def test_parent_none_starts_a_fresh_root(store: Store, session_id: str) -> None:
 
 @pytest.mark.parametrize("kind", ["default", "rerun", "branch", "compaction"])
 def test_non_initial_continuation_needs_a_parent(store: Store, session_id: str, kind: str) -> None:
-    with pytest.raises(InvalidMessage):
+    with pytest.raises(InvalidArgument):
         store.loops.start(session_id, config=SONNET, continuation=kind)
     store.loops.start(session_id, config=SONNET, loop_id="root")
-    with pytest.raises(InvalidMessage):
+    with pytest.raises(InvalidArgument):
         store.loops.start(session_id, config=SONNET, continuation=kind, parent_loop_id=None)
     assert [loop.loop_id for loop in store.loops.list(session_id)] == ["root"]
 
 
 @pytest.mark.parametrize("kind", ["rerun", "branch"])
 def test_continuation_kinds_are_stored(store: Store, loop_id: str, session_id: str, kind: str) -> None:
-    child = store.loops.start(session_id, config=SONNET, parent_loop_id=loop_id, continuation=kind)
+    fork = store.messages.append(user(), loop_id=loop_id, turn_index=0) if kind == "branch" else None
+    child = store.loops.start(session_id, config=SONNET, parent_loop_id=loop_id, continuation=kind, fork_after=fork)
     assert child.continuation_kind == ContinuationKind(kind)
     assert child.parent_loop_id == loop_id
     assert store.loops.get(child.loop_id).continuation_kind == ContinuationKind(kind)
@@ -96,8 +99,8 @@ def test_continuation_accepts_the_enum(store: Store, loop_id: str, session_id: s
     assert (child.parent_loop_id, child.continuation_kind) == (loop_id, ContinuationKind.RERUN)
 
 
-def test_initial_continuation_with_a_parent_raises_invalid_message(store: Store, loop_id: str, session_id: str) -> None:
-    with pytest.raises(InvalidMessage):
+def test_initial_continuation_with_a_parent_raises_invalid_argument(store: Store, loop_id: str, session_id: str) -> None:
+    with pytest.raises(InvalidArgument):
         store.loops.start(session_id, config=SONNET, parent_loop_id=loop_id, continuation="initial")
     assert len(store.loops.list(session_id)) == 1
 
@@ -230,9 +233,9 @@ def test_unknown_parent_raises_loop_not_found(store: Store, session_id: str) -> 
     assert store.loops.list(session_id) == []
 
 
-def test_parent_from_another_session_raises_invalid_message(store: Store, loop_id: str) -> None:
+def test_parent_from_another_session_raises_invalid_argument(store: Store, loop_id: str) -> None:
     store.sessions.create("other")
-    with pytest.raises(InvalidMessage):
+    with pytest.raises(InvalidArgument):
         store.loops.start("other", config=SONNET, parent_loop_id=loop_id)
     assert store.loops.list("other") == []
 
@@ -250,25 +253,25 @@ def test_branch_with_fork_after(store: Store, session_id: str, loop_id: str) -> 
     assert store.loops.get(branch.loop_id).fork_after == ids[0]
 
 
-def test_fork_after_a_message_of_another_loop_raises_invalid_message(
+def test_fork_after_a_message_of_another_loop_raises_invalid_argument(
     store: Store, session_id: str, loop_id: str
 ) -> None:
     own = store.messages.append(user(), loop_id=loop_id, turn_index=0)
     other = store.loops.start(session_id, config=SONNET, loop_id="other", continuation="initial").loop_id
     store.messages.append(user(), loop_id=other, turn_index=0)
-    with pytest.raises(InvalidMessage):
+    with pytest.raises(InvalidArgument):
         store.loops.start(session_id, config=SONNET, parent_loop_id=other, continuation="branch", fork_after=own)
     assert len(store.loops.list(session_id)) == 2
 
 
-def test_fork_after_unknown_message_raises_invalid_message(store: Store, session_id: str, loop_id: str) -> None:
-    with pytest.raises(InvalidMessage):
+def test_fork_after_unknown_message_raises_invalid_argument(store: Store, session_id: str, loop_id: str) -> None:
+    with pytest.raises(InvalidArgument):
         store.loops.start(session_id, config=SONNET, parent_loop_id=loop_id, continuation="branch", fork_after=999)
 
 
-def test_fork_after_without_parent_raises_invalid_message(store: Store, session_id: str, loop_id: str) -> None:
+def test_fork_after_without_parent_raises_invalid_argument(store: Store, session_id: str, loop_id: str) -> None:
     message = store.messages.append(user(), loop_id=loop_id, turn_index=0)
-    with pytest.raises(InvalidMessage):
+    with pytest.raises(InvalidArgument):
         store.loops.start(session_id, config=SONNET, continuation="initial", fork_after=message)
 
 
@@ -280,23 +283,23 @@ def test_keep_from_on_a_compaction_loop(store: Store, session_id: str, loop_id: 
 
 
 @pytest.mark.parametrize("kind", [None, "default", "branch", "rerun"])
-def test_keep_from_on_a_non_compaction_loop_raises_invalid_message(
+def test_keep_from_on_a_non_compaction_loop_raises_invalid_argument(
     store: Store, session_id: str, loop_id: str, kind: str | None
 ) -> None:
     message = store.messages.append(user(), loop_id=loop_id, turn_index=0)
-    with pytest.raises(InvalidMessage):
+    with pytest.raises(InvalidArgument):
         store.loops.start(session_id, config=SONNET, continuation=kind, keep_from=message)
     assert len(store.loops.list(session_id)) == 1
 
 
-def test_keep_from_outside_the_session_raises_invalid_message(store: Store, loop_id: str) -> None:
+def test_keep_from_outside_the_session_raises_invalid_argument(store: Store, loop_id: str) -> None:
     foreign = store.messages.append(user(), loop_id=loop_id, turn_index=0)
     store.sessions.create("other")
     other_loop = store.loops.start("other", config=SONNET).loop_id
     store.messages.append(user(), loop_id=other_loop, turn_index=0)
-    with pytest.raises(InvalidMessage):
+    with pytest.raises(InvalidArgument):
         store.loops.start("other", config=SONNET, continuation="compaction", keep_from=foreign)
-    with pytest.raises(InvalidMessage):
+    with pytest.raises(InvalidArgument):
         store.loops.start("other", config=SONNET, continuation="compaction", keep_from=12345)
     assert len(store.loops.list("other")) == 1
 
@@ -326,15 +329,15 @@ def test_config_mapping_keeps_extra_keys(store: Store, session_id: str) -> None:
         "gpt-5",
     ],
 )
-def test_invalid_config_raises_invalid_message(store: Store, session_id: str, config: object) -> None:
-    with pytest.raises(InvalidMessage):
+def test_invalid_config_raises_invalid_argument(store: Store, session_id: str, config: object) -> None:
+    with pytest.raises(InvalidArgument):
         store.loops.start(session_id, config=config)  # type: ignore[arg-type]
     assert store.loops.list(session_id) == []
 
 
 @pytest.mark.parametrize("field", ["continuation", "status"])
-def test_unknown_continuation_or_status_raises_invalid_message(store: Store, session_id: str, field: str) -> None:
-    with pytest.raises(InvalidMessage):
+def test_unknown_continuation_or_status_raises_invalid_argument(store: Store, session_id: str, field: str) -> None:
+    with pytest.raises(InvalidArgument):
         store.loops.start(session_id, config=SONNET, **{field: "sideways"})
 
 
@@ -411,7 +414,7 @@ def test_compact_with_keep_from_outside_the_session_creates_nothing(store: Store
     store.sessions.create("other")
     other_loop = store.loops.start("other", config=SONNET).loop_id
     foreign = store.messages.append(user(), loop_id=other_loop, turn_index=0)
-    with pytest.raises(InvalidMessage):
+    with pytest.raises(InvalidArgument):
         store.loops.compact(loop_id, "summary", keep_from=foreign)
     assert [loop.loop_id for loop in store.loops.list(session_id)] == [loop_id]
 
@@ -579,3 +582,46 @@ def test_store_usable_after_a_rolled_back_transaction(store: Store, session_id: 
     loop = store.loops.start(session_id, config=SONNET)
     assert loop.loop_id == f"{session_id}.anthropic.claude-sonnet-4-5.1"
     assert loop.continuation_kind == ContinuationKind.INITIAL
+
+
+# --- refused arguments name themselves ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "argument"),
+    [
+        pytest.param({"continuation": "branch"}, "fork_after", id="branch-without-fork-after"),
+        pytest.param({"continuation": "fork"}, "continuation", id="unknown-continuation"),
+        pytest.param({"status": "done"}, "status", id="unknown-status"),
+        pytest.param({"continuation": "branch", "fork_after": "1"}, "fork_after", id="fork-after-not-an-id"),
+        pytest.param({"continuation": "branch", "fork_after": 10**30}, "fork_after", id="fork-after-over-64-bits"),
+        pytest.param({"continuation": "branch", "fork_after": 10**9}, "fork_after", id="fork-after-unknown"),
+        pytest.param({"keep_from": "x", "continuation": "compaction"}, "keep_from", id="keep-from-not-an-id"),
+        pytest.param({"config": ["model"]}, "config", id="config-not-an-object"),
+        pytest.param({"config": {"model": 5}}, "config", id="config-bad-model"),
+    ],
+)
+def test_start_refuses_a_bad_argument_naming_it(
+    store: Store, session_id: str, loop_id: str, kwargs: dict[str, Any], argument: str
+) -> None:
+    store.messages.append(user(), loop_id=loop_id, turn_index=0)
+    with pytest.raises(InvalidArgument) as caught:
+        store.loops.start(session_id, parent_loop_id=loop_id, **kwargs)
+    assert caught.value.argument == argument
+    assert str(caught.value).startswith(f"{argument}: ") and "\n" not in str(caught.value)
+    assert [loop.loop_id for loop in store.loops.list(session_id)] == [loop_id]
+
+
+def test_fork_after_a_message_of_the_parents_parent_is_refused(store: Store, session_id: str, loop_id: str) -> None:
+    first = store.messages.append(user("q"), loop_id=loop_id, turn_index=0)
+    child = store.loops.start(session_id, config=SONNET, loop_id="child").loop_id
+    with pytest.raises(InvalidArgument, match="^fork_after: .* not a message of the parent loop 'child'"):
+        store.loops.start(session_id, parent_loop_id=child, continuation="branch", fork_after=first)
+    branch = store.messages.rewind(child, after=first)  # rewind finds the loop that holds it
+    assert (branch.parent_loop_id, branch.fork_after) == (loop_id, first)
+
+
+def test_end_with_usage_and_requests_is_read_back(store: Store, loop_id: str) -> None:
+    ended = store.loops.end(loop_id, usage=usage(10, 2), requests=4)
+    assert (ended.reported_usage, ended.reported_requests) == (usage(10, 2), 4)
+    assert store.loops.get(loop_id) == ended

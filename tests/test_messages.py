@@ -12,10 +12,12 @@ from factories import assistant, extension, tool_result, user
 from turnstore import (
     AssistantMessage,
     ExtensionMessage,
+    InvalidArgument,
     InvalidMessage,
     LimitExceeded,
     Limits,
     LoopNotFound,
+    Message,
     MessageNotFound,
     NotFound,
     SessionNotFound,
@@ -88,7 +90,7 @@ def test_append_dict_is_validated_and_stored(store: Store, loop_id: str) -> None
 @pytest.mark.parametrize(
     "raw",
     [
-        {"role": "user", "content": "not a list", "timestamp": 1},
+        {"role": "user", "content": 5, "timestamp": 1},
         {"role": "user", "content": [{"type": "text", "text": "no timestamp"}]},
         {"role": "robot", "content": [], "timestamp": 1},
         {"role": "assistant", "content": [], "model": "m", "provider": "p", "timestamp": 1},
@@ -174,9 +176,10 @@ def test_turn_id_mismatch_is_an_invalid_message() -> None:
     assert issubclass(TurnIdMismatch, InvalidMessage)
 
 
-def test_append_without_loop_raises_invalid_message(store: Store, loop_id: str) -> None:
-    with pytest.raises(InvalidMessage):
+def test_append_without_loop_raises_invalid_argument(store: Store, loop_id: str) -> None:
+    with pytest.raises(InvalidArgument) as caught:
         store.messages.append(user(), turn_index=0)
+    assert caught.value.argument == "loop_id"
     assert store.messages.loop(loop_id) == []
 
 
@@ -196,10 +199,10 @@ def test_append_extension_gets_no_turn_id(store: Store, loop_id: str) -> None:
 
 
 @pytest.mark.parametrize("turn_index", [-1, -100])
-def test_append_negative_turn_index_raises_invalid_message(store: Store, loop_id: str, turn_index: int) -> None:
-    with pytest.raises(InvalidMessage):
+def test_append_negative_turn_index_raises_invalid_argument(store: Store, loop_id: str, turn_index: int) -> None:
+    with pytest.raises(InvalidArgument, match="^turn_index: "):
         store.messages.append(user(), loop_id=loop_id, turn_index=turn_index)
-    with pytest.raises(InvalidMessage):
+    with pytest.raises(InvalidArgument, match="^turn_index: "):
         store.messages.append_turn(loop_id, turn_index, [user()])
     assert store.messages.loop(loop_id) == []
 
@@ -207,7 +210,7 @@ def test_append_negative_turn_index_raises_invalid_message(store: Store, loop_id
 def test_append_bool_turn_index_never_writes_unreadable_json(store: Store, loop_id: str) -> None:
     try:
         store.messages.append(user(), loop_id=loop_id, turn_index=True)
-    except InvalidMessage:
+    except InvalidArgument:
         assert list(store.messages.records(loop_id=loop_id)) == []
     else:
         (stored,) = store.messages.records(loop_id=loop_id)
@@ -550,7 +553,7 @@ def test_last_zero_is_empty(store: Store, session_id: str, loop_id: str) -> None
 @pytest.mark.parametrize("n", [-1, -10, 2.0, True, "5", None])
 def test_last_n_must_be_a_non_negative_integer(store: Store, session_id: str, loop_id: str, n: Any) -> None:
     store.messages.append_turn(loop_id, 0, [user(), assistant()])
-    with pytest.raises(InvalidMessage, match="n must be a non-negative integer") as raised:
+    with pytest.raises(InvalidArgument, match="n must be a non-negative integer") as raised:
         store.messages.last(session_id, n)
     assert "\n" not in str(raised.value)
 
@@ -603,9 +606,9 @@ def test_context_and_last_refuse_a_bad_model(
     store: Store, session_id: str, loop_id: str, model: Any, provider: Any, message: str
 ) -> None:
     store.messages.append_turn(loop_id, 0, [user("q"), assistant("a")])
-    with pytest.raises(InvalidMessage, match=message):
+    with pytest.raises(InvalidArgument, match=message):
         store.messages.context(loop_id, model=model, provider=provider)
-    with pytest.raises(InvalidMessage, match=message):
+    with pytest.raises(InvalidArgument, match=message):
         store.messages.last(session_id, 5, model=model, provider=provider)
 
 
@@ -699,11 +702,11 @@ def test_context_branch_forks_after_the_given_message(store: Store, session_id: 
     assert texts(store.messages.context(loop_id))[-1] == ("assistant", "a1")
 
 
-def test_context_branch_without_fork_point_takes_the_parent_to_its_end(
+def test_context_branch_at_the_parents_last_message_takes_the_parent_to_its_end(
     store: Store, session_id: str, loop_id: str
 ) -> None:
-    store.messages.append_turn(loop_id, 0, [user("q0"), assistant("a0")])
-    branch = new_loop(store, session_id, "branch", parent_loop_id=loop_id, continuation="branch")
+    ids = store.messages.append_turn(loop_id, 0, [user("q0"), assistant("a0")])
+    branch = new_loop(store, session_id, "branch", parent_loop_id=loop_id, continuation="branch", fork_after=ids[-1])
     store.messages.append_turn(branch, 0, [user("b")])
     assert texts(store.messages.context(branch)) == [("user", "q0"), ("assistant", "a0"), ("user", "b")]
 
@@ -1000,3 +1003,161 @@ def test_a_dict_nested_200_levels_is_stored(store: Any, loop_id: str) -> None:
     store.messages.append(record, loop_id=loop_id, turn_index=0)
     [stored] = store.messages.loop(loop_id)
     assert stored.model_dump(mode="json", by_alias=True)["extra"] == nested
+
+
+# --- append: refused mistakes ---------------------------------------------------------------------
+
+
+def test_append_to_an_ended_loop_raises_invalid_argument_and_writes_nothing(store: Store, loop_id: str) -> None:
+    store.messages.append_turn(loop_id, 0, [user("q"), assistant("a")])
+    store.loops.end(loop_id)
+    with pytest.raises(InvalidArgument) as caught:
+        store.messages.append(user("late"), loop_id=loop_id, turn_index=1)
+    assert caught.value.argument == "loop_id" and "has ended" in str(caught.value)
+    with pytest.raises(InvalidArgument, match="^loop_id: "):
+        store.messages.append_turn(loop_id, 1, [user("late"), assistant("late")])
+    assert texts(store.messages.loop(loop_id)) == [("user", "q"), ("assistant", "a")]
+
+
+def test_append_turn_index_going_backwards_raises_invalid_argument(store: Store, loop_id: str) -> None:
+    store.messages.append_turn(loop_id, 0, [user("q0"), assistant("a0")])
+    store.messages.append_turn(loop_id, 2, [user("q2")])
+    with pytest.raises(InvalidArgument) as caught:
+        store.messages.append(assistant("back"), loop_id=loop_id, turn_index=1)
+    assert caught.value.argument == "turn_index" and "already holds turn 2" in str(caught.value)
+    with pytest.raises(InvalidArgument, match="^turn_index: "):
+        store.messages.append_turn(loop_id, 0, [user("again")])
+    assert texts(store.messages.loop(loop_id)) == [("user", "q0"), ("assistant", "a0"), ("user", "q2")]
+    store.messages.append(assistant("a2"), loop_id=loop_id, turn_index=2)  # the same turn goes on
+    store.messages.append(extension(), loop_id=loop_id)  # no turn: never backwards
+    assert len(store.messages.loop(loop_id)) == 5
+
+
+def test_append_dict_with_python_names_and_string_content_is_stored_in_wire_form(store: Store, loop_id: str) -> None:
+    raw = {"role": "assistant", "content": "hi", "stop_reason": "stop", "model": "m", "provider": "p", "timestamp": 1}
+    message_id = store.messages.append(raw, loop_id=loop_id, turn_index=0)
+    (record,) = store.messages.records(loop_id=loop_id)
+    assert record.id == message_id
+    assert record.message.model_dump(mode="json") == {
+        "role": "assistant", "content": [{"type": "text", "text": "hi"}], "stopReason": "stop", "model": "m",
+        "provider": "p", "timestamp": 1, "turnId": {"loopId": loop_id, "turnIndex": 0},
+    }
+
+
+def test_assistant_without_usage_is_stored_with_unknown_usage(store: Store, loop_id: str) -> None:
+    reply = Message.assistant("no usage known", model="claude-sonnet-4-5", provider="anthropic", timestamp=5)
+    message_id = store.messages.append(reply, loop_id=loop_id, turn_index=0)
+    stored = store.messages.get(message_id).message
+    assert isinstance(stored, AssistantMessage) and stored.usage is None
+    assert "usage" not in stored.model_dump(mode="json")
+    totals = store.usage.loop(loop_id)
+    assert (totals.total_tokens, totals.requests, totals.cost) == (0, 0, None)
+
+
+# --- rewind ---------------------------------------------------------------------------------------
+
+
+def test_rewind_starts_a_branch_whose_context_ends_at_the_message(store: Store, session_id: str, loop_id: str) -> None:
+    ids = store.messages.append_turn(loop_id, 0, [user("q0"), assistant("a0")])
+    store.messages.append_turn(loop_id, 1, [user("bad prompt"), assistant("bad answer")])
+    branch = store.messages.rewind(loop_id, after=ids[1])
+    assert (branch.parent_loop_id, branch.fork_after, branch.continuation_kind.value) == (loop_id, ids[1], "branch")
+    assert branch.session_id == session_id and branch.config == store.loops.get(loop_id).config
+    store.messages.append_turn(branch.loop_id, 1, [user("better prompt"), assistant("better answer")])
+    assert texts(store.messages.context(branch.loop_id)) == [
+        ("user", "q0"), ("assistant", "a0"), ("user", "better prompt"), ("assistant", "better answer")
+    ]
+    assert len(store.messages.loop(loop_id)) == 4  # nothing deleted
+
+
+def test_rewind_to_a_message_of_an_earlier_loop_forks_from_that_loop(
+    store: Store, session_id: str, loop_id: str
+) -> None:
+    first = store.messages.append_turn(loop_id, 0, [user("q0"), assistant("a0"), user("q0b"), assistant("a0b")])
+    second = new_loop(store, session_id, "second")
+    store.messages.append_turn(second, 0, [user("q1"), assistant("a1")])
+    branch = store.messages.rewind(second, after=first[1], new_loop_id="edit")
+    assert (branch.loop_id, branch.parent_loop_id, branch.fork_after) == ("edit", loop_id, first[1])
+    assert texts(store.messages.context("edit")) == [("user", "q0"), ("assistant", "a0")]
+
+
+def test_rewind_to_a_message_outside_the_history_raises_invalid_argument(
+    store: Store, session_id: str, loop_id: str
+) -> None:
+    ids = store.messages.append_turn(loop_id, 0, [user("q0"), assistant("a0")])
+    fresh = new_loop(store, session_id, "fresh", continuation="initial")
+    foreign = store.messages.append(user("other root"), loop_id=fresh, turn_index=0)
+    for after in (foreign, 10**9, "x", True):
+        with pytest.raises(InvalidArgument) as caught:
+            store.messages.rewind(loop_id, after=after)  # type: ignore[arg-type]
+        assert caught.value.argument == "after"
+    with pytest.raises(InvalidArgument, match="^after: "):
+        store.messages.rewind(fresh, after=ids[0])  # an initial loop's history holds nothing before it
+    with pytest.raises(LoopNotFound):
+        store.messages.rewind("missing", after=ids[0])
+    assert [loop.loop_id for loop in store.loops.list(session_id)] == [loop_id, "fresh"]
+
+
+# --- delete ---------------------------------------------------------------------------------------
+
+
+def test_delete_the_last_message_pops_it(store: Store, session_id: str, loop_id: str) -> None:
+    ids = store.messages.append_turn(loop_id, 0, [user("q"), assistant("a")])
+    before = store.sessions.get(session_id).updated_at
+    assert store.messages.delete(ids[1]) == [ids[1]]
+    assert texts(store.messages.loop(loop_id)) == [("user", "q")]
+    assert store.sessions.get(session_id).updated_at >= before
+    with pytest.raises(MessageNotFound):
+        store.messages.get(ids[1])
+    again = store.messages.append(assistant("again"), loop_id=loop_id, turn_index=0)
+    assert store.messages.get(again).seq == 1  # seq stays gap-free
+
+
+def test_delete_with_later_removes_the_tail_and_its_usage(store: Store, loop_id: str) -> None:
+    ids = store.messages.append_turn(loop_id, 0, [user("q0"), assistant("a0")])
+    tail = store.messages.append_turn(loop_id, 1, [user("q1"), assistant("a1")])
+    assert store.usage.loop(loop_id).requests == 2
+    assert store.messages.delete(tail[0], with_later=True) == tail
+    assert [m.id for m in store.messages.records(loop_id=loop_id)] == ids
+    assert store.usage.loop(loop_id).requests == 1
+    store.messages.append(user("q1 again"), loop_id=loop_id, turn_index=1)  # the turn is free again
+
+
+def test_delete_from_the_middle_raises_invalid_argument_and_deletes_nothing(store: Store, loop_id: str) -> None:
+    ids = store.messages.append_turn(loop_id, 0, [user("q"), assistant("a"), user("more")])
+    with pytest.raises(InvalidArgument) as caught:
+        store.messages.delete(ids[0])
+    assert caught.value.argument == "message_id" and "2 later" in str(caught.value)
+    assert [m.id for m in store.messages.records(loop_id=loop_id)] == ids
+
+
+@pytest.mark.parametrize("kind", ["branch", "default", "compaction"])
+def test_delete_a_message_another_loop_continues_from_is_refused(
+    store: Store, session_id: str, loop_id: str, kind: str
+) -> None:
+    ids = store.messages.append_turn(loop_id, 0, [user("q"), assistant("a")])
+    if kind == "branch":
+        store.messages.rewind(loop_id, after=ids[1])
+    elif kind == "default":
+        new_loop(store, session_id, "next")
+    else:
+        store.loops.compact(loop_id, "summary", keep_from=ids[1])
+    with pytest.raises(InvalidArgument, match="^message_id: loop .* continues from message"):
+        store.messages.delete(ids[1])
+    assert [m.id for m in store.messages.records(loop_id=loop_id)] == ids
+
+
+def test_delete_unknown_or_bad_message_id(store: Store) -> None:
+    with pytest.raises(MessageNotFound):
+        store.messages.delete(10**9)
+    with pytest.raises(InvalidArgument, match="^message_id: "):
+        store.messages.delete("1")  # type: ignore[arg-type]
+
+
+def test_a_turn_index_out_of_range_in_the_messages_turn_id_is_an_invalid_message(store: Store, loop_id: str) -> None:
+    message = user().with_turn_id(TurnId(loop_id=loop_id, turn_index=2**31))
+    with pytest.raises(InvalidMessage) as caught:
+        store.messages.append(message)
+    assert not isinstance(caught.value, InvalidArgument)
+    assert [path for path, _ in caught.value.errors] == ["turnId.turnIndex"]
+    assert store.messages.loop(loop_id) == []

@@ -494,7 +494,7 @@ def test_cache_hit_rate_zero_denominator() -> None:
         pytest.param(minimal_user(content=[{"text": "no type"}]), id="content-without-type"),
         pytest.param(minimal_user(content=[{"type": "text"}]), id="text-missing"),
         pytest.param(minimal_user(content=[{"type": "text", "text": 5}]), id="text-not-str"),
-        pytest.param(minimal_user(content="hello"), id="content-not-list"),
+        pytest.param(minimal_user(content=5), id="content-not-list"),
         pytest.param(minimal_user(content=[{"type": "toolCall", "id": "c", "name": "n"}]), id="arguments-missing"),
         pytest.param(minimal_user(content=[{"type": "image", "data": "x"}]), id="mime-type-missing"),
         pytest.param(minimal_user(timestamp="1767225600000"), id="timestamp-str"),
@@ -526,7 +526,7 @@ def test_cache_hit_rate_zero_denominator() -> None:
         ),
         pytest.param({"role": "extension", "data": {}}, id="extension-kind-missing"),
         pytest.param(minimal_assistant(stopReason=None), id="stop-reason-null"),
-        pytest.param({k: v for k, v in minimal_assistant().items() if k != "usage"}, id="usage-missing"),
+        pytest.param(minimal_assistant(usage="none"), id="usage-not-object"),
         pytest.param({k: v for k, v in minimal_assistant().items() if k != "model"}, id="model-missing"),
         pytest.param(
             {"role": "toolResult", "toolName": "b", "content": [], "isError": False, "timestamp": 1},
@@ -746,3 +746,106 @@ def test_json_schemas_of_the_messages_are_made_without_warnings() -> None:
     assert roles["UserMessage"] == {"const": "user", "default": "user", "title": "Role", "type": "string"}
     assert {role["const"] for role in roles.values()} == {"user", "assistant", "toolResult", "system", "extension"}
     assert UserMessage.model_validate_json('{"role":"user","content":[],"timestamp":1}').role() == "user"
+
+
+# --- optional usage, helpers, hand-written dicts ------------------------------------------------------
+
+
+def test_assistant_without_usage_dumps_no_usage_key_and_reads_back() -> None:
+    record = {k: v for k, v in minimal_assistant().items() if k != "usage"}
+    message = AGENT_MESSAGE.validate_python(record)
+    assert isinstance(message, AssistantMessage) and message.usage is None
+    assert "usage" not in json.loads(message.model_dump_json())
+    assert AGENT_MESSAGE.validate_json(message.model_dump_json()) == message
+
+
+def test_assistant_with_usage_dumps_as_before() -> None:
+    record = minimal_assistant()
+    assert json.loads(AGENT_MESSAGE.validate_python(record).model_dump_json()) == record
+
+
+def test_message_user_and_system_take_a_string_or_blocks() -> None:
+    assert Message.user("hi", timestamp=5) == UserMessage(content=[TextContent(text="hi")], timestamp=5)
+    blocks = [TextContent(text="a"), {"type": "image", "data": "eA==", "mime_type": "image/png"}]
+    user_message = Message.user(blocks, timestamp=5)
+    assert user_message.content[1] == ImageContent(data="eA==", mime_type="image/png")
+    system = Message.system("be brief", timestamp=7)
+    assert isinstance(system, SystemMessage)
+    assert json.loads(system.model_dump_json()) == {
+        "role": "system", "content": [{"type": "text", "text": "be brief"}], "timestamp": 7
+    }
+
+
+def test_message_assistant_defaults_its_stop_reason_from_the_content() -> None:
+    call = ToolCallContent(id="c1", name="bash", arguments={"command": "ls"})
+    assert Message.assistant("done", model="m").stop_reason == StopReason.STOP
+    assert Message.assistant([call], model="m").stop_reason == StopReason.TOOL_USE
+    as_dict = Message.assistant([{"type": "toolCall", "id": "c1", "name": "bash", "arguments": {}}], model="m")
+    assert as_dict.stop_reason == StopReason.TOOL_USE
+    stopped = Message.assistant("cut", model="m", stop_reason="length", usage={"input": 3, "output": 1})
+    assert (stopped.stop_reason, stopped.usage) == (StopReason.LENGTH, Usage(input=3, output=1))
+
+
+def test_message_assistant_dumps_phi_core_wire_json() -> None:
+    message = Message.assistant(
+        "hi", model="m", provider="p", usage=Usage(input=1, output=2, total_tokens=3), timestamp=1
+    )
+    assert message.model_dump_json() == (
+        '{"role":"assistant","content":[{"type":"text","text":"hi"}],"stopReason":"stop","model":"m",'
+        '"provider":"p","usage":{"input":1,"output":2,"reasoning":0,"cache_read":0,"cache_write":0,'
+        '"total_tokens":3},"timestamp":1}'
+    )
+    assert "usage" not in json.loads(Message.assistant("hi", model="m").model_dump_json())
+
+
+def test_message_tool_result_answers_a_call_block_or_an_id() -> None:
+    call = ToolCallContent(id="c1", name="bash", arguments={})
+    result = Message.tool_result(call, "out", timestamp=9)
+    assert (result.tool_call_id, result.tool_name, result.text(), result.is_error) == ("c1", "bash", "out", False)
+    failed = Message.tool_result("c2", [TextContent(text="boom")], tool_name="grep", is_error=True, timestamp=9)
+    assert (failed.tool_call_id, failed.tool_name, failed.is_error) == ("c2", "grep", True)
+
+
+@pytest.mark.parametrize(
+    ("build", "field"),
+    [
+        pytest.param(lambda: Message.tool_result("c1", "out"), "tool_name", id="tool-result-without-name"),
+        pytest.param(lambda: Message.assistant("x", model="m", stop_reason="nope"), "stop_reason", id="stop-reason"),
+        pytest.param(lambda: Message.assistant("x", model="m", usage={"input": -1, "output": 0}), "usage.input",
+                     id="negative-usage"),
+        pytest.param(lambda: Message.user(5), "content", id="content-not-blocks"),  # type: ignore[arg-type]
+        pytest.param(lambda: Message.user("x", timestamp=-1), "timestamp", id="negative-timestamp"),
+    ],
+)
+def test_message_helpers_raise_invalid_message_naming_the_field(build: Any, field: str) -> None:
+    with pytest.raises(InvalidMessage) as caught:
+        build()
+    assert "\n" not in str(caught.value)
+    if field:
+        assert field in [path for path, _ in caught.value.errors]
+
+
+def test_parse_message_takes_python_field_names_and_string_content() -> None:
+    wire = {
+        "role": "toolResult", "toolCallId": "c1", "toolName": "bash",
+        "content": [{"type": "text", "text": "out"}], "isError": False, "timestamp": 1,
+        "turnId": {"loopId": "L", "turnIndex": 0},
+    }
+    by_name = {
+        "role": "toolResult", "tool_call_id": "c1", "tool_name": "bash", "content": "out", "is_error": False,
+        "timestamp": 1, "turnId": {"loop_id": "L", "turn_index": 0},
+    }
+    assert parse_message(by_name) == parse_message(wire)
+    assert parse_message(by_name).model_dump_json() == json.dumps(wire, separators=(",", ":"))
+    image = {"role": "user", "content": [{"type": "image", "data": "eA==", "mime_type": "image/png"}], "timestamp": 1}
+    assert parse_message(image).content[0] == ImageContent(data="eA==", mime_type="image/png")
+    assistant_record = {**minimal_assistant(), "stop_reason": "toolUse"}
+    del assistant_record["stopReason"]
+    assert parse_message(assistant_record).stop_reason == StopReason.TOOL_USE
+
+
+def test_parse_message_keeps_a_python_name_given_beside_its_wire_name() -> None:
+    record = {**minimal_assistant(), "stop_reason": "length"}
+    message = parse_message(record)
+    assert message.stop_reason == StopReason.STOP
+    assert json.loads(message.model_dump_json())["stop_reason"] == "length"

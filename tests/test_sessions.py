@@ -13,6 +13,7 @@ from factories import assistant, user
 
 from turnstore import (
     AlreadyExists,
+    InvalidArgument,
     InvalidMessage,
     LimitExceeded,
     Limits,
@@ -85,14 +86,14 @@ def test_create_exist_ok_creates_when_missing(store: Store) -> None:
 
 
 @pytest.mark.parametrize("metadata", [["a", 1], "text", 42, [("key", "value")]])
-def test_create_non_mapping_metadata_raises_invalid_message(store: Store, metadata: object) -> None:
-    with pytest.raises(InvalidMessage):
+def test_create_non_mapping_metadata_raises_invalid_argument(store: Store, metadata: object) -> None:
+    with pytest.raises(InvalidArgument):
         store.sessions.create("s", metadata=metadata)  # type: ignore[arg-type]
     assert not store.sessions.exists("s")
 
 
-def test_create_metadata_that_is_not_json_raises_invalid_message(store: Store) -> None:
-    with pytest.raises(InvalidMessage):
+def test_create_metadata_that_is_not_json_raises_invalid_argument(store: Store) -> None:
+    with pytest.raises(InvalidArgument):
         store.sessions.create("s", metadata={"values": {1, 2}})
     assert not store.sessions.exists("s")
 
@@ -254,8 +255,8 @@ def test_list_filters_by_agent(store: Store) -> None:
 
 
 @pytest.mark.parametrize(("limit", "offset"), [(-1, 0), (0, -1), (-5, -5)])
-def test_list_negative_limit_or_offset_raises_invalid_message(store: Store, limit: int, offset: int) -> None:
-    with pytest.raises(InvalidMessage):
+def test_list_negative_limit_or_offset_raises_invalid_argument(store: Store, limit: int, offset: int) -> None:
+    with pytest.raises(InvalidArgument):
         store.sessions.list(limit=limit, offset=offset)
 
 
@@ -391,3 +392,42 @@ def test_sqlite_times_stored_before_the_year_was_padded_still_read(sqlite_store:
     assert db.load_time("5-01-02 03:04:05.000006") == datetime(5, 1, 2, 3, 4, 5, 6, tzinfo=timezone.utc)
     with pytest.raises(ValueError, match="not a stored time"):
         db.load_time("yesterday")
+
+
+# --- update ---------------------------------------------------------------------------------------
+
+
+def test_update_changes_only_the_given_fields(store: Store) -> None:
+    created = store.sessions.create("s", title="old", agent_id="ag", metadata={"k": [1], "keep": True})
+    titled = store.sessions.update("s", title="new")
+    assert (titled.title, titled.metadata, titled.agent_id) == ("new", {"k": [1], "keep": True}, "ag")
+    assert titled.updated_at > created.updated_at and titled.created_at == created.created_at
+    replaced = store.sessions.update("s", metadata={"k": 2})
+    assert (replaced.title, replaced.metadata) == ("new", {"k": 2})  # metadata is replaced, not merged
+    both = store.sessions.update("s", title=None, metadata=None)
+    assert (both.title, both.metadata) == (None, None)
+    assert store.sessions.get("s") == both
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "argument"),
+    [
+        pytest.param({}, "title", id="nothing-to-change"),
+        pytest.param({"metadata": ["a"]}, "metadata", id="metadata-not-an-object"),
+        pytest.param({"metadata": {"when": object()}}, "metadata", id="metadata-not-json"),
+        pytest.param({"title": 5}, "title", id="title-not-a-string"),
+    ],
+)
+def test_update_with_a_bad_argument_raises_invalid_argument_and_writes_nothing(
+    store: Store, kwargs: dict[str, Any], argument: str
+) -> None:
+    created = store.sessions.create("s", title="old", metadata={"k": 1})
+    with pytest.raises(InvalidArgument) as caught:
+        store.sessions.update("s", **kwargs)
+    assert caught.value.argument == argument and "\n" not in str(caught.value)
+    assert store.sessions.get("s") == created
+
+
+def test_update_unknown_session_raises_session_not_found(store: Store) -> None:
+    with pytest.raises(SessionNotFound):
+        store.sessions.update("missing", title="x")

@@ -36,7 +36,7 @@ import sqlalchemy as sa
 from alembic.script import ScriptDirectory
 from factories import assistant, usage, user
 
-from turnstore import SchemaOutOfDate, Store, migrate
+from turnstore import InvalidArgument, SchemaOutOfDate, Store, migrate
 from turnstore.cli import main
 from turnstore.engine import create_engine
 
@@ -231,9 +231,9 @@ def test_upgraded_store_takes_new_writes(db_copy: Path, fixture_db: Path) -> Non
         loop = store.loops.start("chat", parent_loop_id=chat_loops[0].loop_id)
         ids = store.messages.append_turn(loop.loop_id, 0, [user("after the upgrade"), assistant("still here", u=usage(10, 1))])
         assert ids == [last_id + 1, last_id + 2]
-        first_seq = max(m["seq"] for m in expected["messages"] if m["loop_id"] == chat_loops[0].loop_id)
-        more = store.messages.append_turn(chat_loops[0].loop_id, 9, [user("one more")])
-        assert store.messages.get(more[0]).seq == first_seq + 1
+        assert store.messages.get(ids[1]).seq == 1
+        with pytest.raises(InvalidArgument):  # the fixture's loops have ended: they take no more messages
+            store.messages.append_turn(chat_loops[0].loop_id, 9, [user("one more")])
         totals = store.usage.session("chat", prices=expected["prices"])
         assert totals.input == expected["usage"]["sessions"]["chat"]["input"] + 10
         assert totals.requests == expected["usage"]["sessions"]["chat"]["requests"] + 1

@@ -19,7 +19,9 @@ from hypothesis import strategies as st
 from turnstore import (
     DEFAULT_PRICES,
     CostConfig,
+    InvalidArgument,
     LoopNotFound,
+    Message,
     PriceTable,
     SessionNotFound,
     Store,
@@ -734,3 +736,90 @@ def test_sql_totals_equal_python_sums(transcript: list[list[dict[str, Any]]]) ->
                 for k in range(len(spec["turns"]) + 1):
                     in_turn = [r for r in in_loop if r.turn_index == k]
                     _check(store.usage.turn(loop_id, k), in_turn, f"{loop_id} turn {k}")
+
+
+# --- run usage: loops.end(usage=..., requests=...) ----------------------------------------------------
+
+
+def test_run_usage_given_only_to_end_counts_in_every_total(store: Store, session_id: str, loop_id: str) -> None:
+    stamp = int(datetime(2026, 3, 1, 12, tzinfo=timezone.utc).timestamp() * 1000)
+    calls = [
+        Message.user("q", timestamp=stamp),
+        Message.assistant("call", model="claude-sonnet-4-5", provider="anthropic", timestamp=stamp),
+        Message.assistant("answer", model="claude-sonnet-4-5", provider="anthropic", timestamp=stamp),
+    ]
+    store.messages.append_turn(loop_id, 0, calls)
+    run = usage(input=1_000_000, output=100_000)
+    ended = store.loops.end(loop_id, usage={"input": 1_000_000, "output": 100_000, "total_tokens": 1_100_000})
+    assert (ended.reported_usage, ended.reported_requests) == (run, 2)  # one request per assistant message
+
+    for totals in (store.usage.loop(loop_id), store.usage.session(session_id), store.usage.total()):
+        assert (totals.usage, totals.requests) == (run, 2)
+        assert totals.cost == pytest.approx(3.0 + 1.5)
+    assert [(row.model, row.usage, row.requests) for row in store.usage.by_model(session_id)] == [
+        ("claude-sonnet-4-5", run, 2)
+    ]
+    day = store.loops.get(loop_id).started_at.astimezone(timezone.utc).strftime("%Y-%m-%d")
+    assert [(row.day, row.usage, row.requests) for row in store.usage.by_day(session_id)] == [(day, run, 2)]
+    assert [(row.session_id, row.requests) for row in store.usage.by_session()] == [(session_id, 2)]
+
+
+def test_run_usage_requests_given_to_end_are_counted(store: Store, session_id: str, loop_id: str) -> None:
+    store.messages.append_turn(loop_id, 0, [Message.user("q"), Message.assistant("a", model="claude-sonnet-4-5")])
+    ended = store.loops.end(loop_id, usage=usage(10, 1), requests=7)
+    assert ended.reported_requests == 7
+    assert store.usage.session(session_id).requests == 7
+    empty = store.loops.start(session_id, config=GPT5).loop_id
+    assert store.loops.end(empty, usage=usage(5, 1)).reported_requests is None  # no calls recorded: counts one
+    assert store.usage.session(session_id).requests == 8
+
+
+def test_run_usage_is_never_counted_on_top_of_message_usage(store: Store, session_id: str, loop_id: str) -> None:
+    own = usage(100, 10)
+    store.messages.append_turn(loop_id, 0, [user(), assistant(u=own), assistant(u=own)])
+    store.loops.end(loop_id, usage=usage(200, 20), requests=2)
+    assert (store.usage.session(session_id).usage, store.usage.session(session_id).requests) == (own + own, 2)
+    assert [row.usage for row in store.usage.by_day(session_id)] == [own + own]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "argument"),
+    [
+        pytest.param({"requests": 3}, "requests", id="requests-without-usage"),
+        pytest.param({"usage": usage(1, 1), "requests": -1}, "requests", id="negative-requests"),
+        pytest.param({"usage": usage(1, 1), "requests": True}, "requests", id="bool-requests"),
+        pytest.param({"usage": usage(1, 1), "requests": 2**63}, "requests", id="requests-over-64-bits"),
+        pytest.param({"usage": {"input": -5, "output": 0}}, "usage", id="negative-usage"),
+        pytest.param({"usage": "lots"}, "usage", id="usage-not-a-dict"),
+        pytest.param({"status": "finished"}, "status", id="unknown-status"),
+    ],
+)
+def test_end_with_bad_arguments_raises_invalid_argument_and_writes_nothing(
+    store: Store, loop_id: str, kwargs: dict[str, Any], argument: str
+) -> None:
+    with pytest.raises(InvalidArgument) as caught:
+        store.loops.end(loop_id, **kwargs)
+    assert caught.value.argument == argument and "\n" not in str(caught.value)
+    loop = store.loops.get(loop_id)
+    assert (loop.ended_at, loop.reported_usage, loop.reported_requests) == (None, None, None)
+
+
+# --- requests reported by a source ----------------------------------------------------------------
+
+
+def test_requests_are_appams_request_count(store: Store, tmp_path: Path) -> None:
+    from test_import_appam import fx  # the appam fixture builder, loaded once
+
+    store.import_("appam", fx.build(tmp_path / "sessions.db"))
+    # request_count in each session's usage column (the fixture's rows); a row without one counts none
+    assert [store.usage.session(s).requests for s in (fx.RICH, fx.LEGACY, fx.OLD)] == [3, 2, 0]
+    assert store.loops.get(f"{fx.RICH}.appam.1").reported_requests == 3
+
+
+def test_requests_are_the_openai_agents_turn_usage_requests(store: Store) -> None:
+    store.import_("openai-agents", Path(__file__).parent / "fixtures" / "openai_agents" / "advanced_session.db")
+    # turn_usage rows: main turn 1 made 2 requests, main turn 2 made 1, the "shorter" branch's turn 2 made 2
+    assert [(row.loop_id, row.requests) for row in store.usage.by_loop("trip")] == [
+        ("trip.openai-agents.1", 2), ("trip.openai-agents.2", 1), ("trip.openai-agents.3", 2)
+    ]
+    assert store.usage.session("trip").requests == 5

@@ -5,6 +5,7 @@ The hierarchy::
     TurnstoreError
     ├── InvalidMessage          a message (or a loop/session value) fails validation
     │   └── TurnIdMismatch      a message's turnId disagrees with where it is appended
+    ├── InvalidArgument         an argument that is not a message is wrong (names it)
     ├── NotFound                (also a LookupError)
     │   ├── SessionNotFound
     │   ├── LoopNotFound
@@ -38,6 +39,7 @@ __all__ = [
     "AlreadyExists",
     "ExportFailed",
     "ImportFailed",
+    "InvalidArgument",
     "InvalidMessage",
     "InvalidPrices",
     "InvalidRecord",
@@ -83,6 +85,19 @@ class InvalidMessage(TurnstoreError, ValueError):
 
 class TurnIdMismatch(InvalidMessage):
     """A message's ``turnId`` names a different loop or turn than the one it is appended to."""
+
+
+class InvalidArgument(TurnstoreError, ValueError):
+    """An argument that is not a message is wrong: ``argument`` names it, the message says why.
+
+    Appending to an ended loop, a branch without ``fork_after``, a fork point
+    outside the parent loop, a turn index that goes backwards, deleting a
+    message from the middle of a loop: nothing is written.
+    """
+
+    def __init__(self, argument: str, message: str) -> None:
+        super().__init__(f"{argument}: {message}")
+        self.argument = argument
 
 
 class NotFound(TurnstoreError, LookupError):

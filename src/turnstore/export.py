@@ -144,11 +144,18 @@ def _phi_core_session(exporter: _Exporter) -> dict[str, Any]:
     sources = dict(exporter.db.fetchall(q.loop_sources(), {"session_id": exporter.session_id}))
     header_source = exporter.db.scalar(q.session_source(), {"session_id": exporter.session_id})
     by_loop: dict[str, list[dict[str, Any]]] = {loop.loop_id: [] for loop in loops}
-    usage: dict[str, list[int]] = {loop.loop_id: [0] * 6 for loop in loops}
+    # A loop whose messages carry no usage reports its run usage (loops.end), as the totals count it.
+    usage: dict[str, list[int]] = {
+        loop.loop_id: [getattr(loop.reported_usage, name, 0) for name in _USAGE_FIELDS] for loop in loops
+    }
+    with_usage: set[str] = set()
     for row in exporter.rows():
         by_loop.setdefault(row[2], []).append(exporter.phi_core_message(row))
         if row[8] is not None:
-            totals = usage.setdefault(row[2], [0] * 6)
+            if row[2] not in with_usage:
+                with_usage.add(row[2])
+                usage[row[2]] = [0] * 6
+            totals = usage[row[2]]
             for index in range(6):
                 totals[index] += int(row[8 + index] or 0)
     children: dict[str, list[str]] = {}

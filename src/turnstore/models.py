@@ -3,7 +3,7 @@
 A message is one of four shapes, told apart by ``role``:
 
 * ``user`` — :class:`UserMessage`
-* ``assistant`` — :class:`AssistantMessage` (carries :class:`Usage`)
+* ``assistant`` — :class:`AssistantMessage` (carries :class:`Usage`, unless only a run's usage is known)
 * ``toolResult`` — :class:`ToolResultMessage`
 * ``extension`` — :class:`ExtensionMessage` (never enters the model's context)
 
@@ -18,14 +18,19 @@ know (phi-core's ``nodeId``, ``parentId``, ``tags``, fields of a future
 version) are kept and dumped back, so a record round-trips equal. yoagent's
 spellings (``cacheRead``, ``errorMessage``, stop reason ``refusal``) are
 accepted on read.
+
+``Message.user/assistant/tool_result/system`` build messages from plain
+strings; :func:`from_input` turns a hand-written dict (Python field names, a
+string ``content``) into a wire record.
 """
 
 from __future__ import annotations
 
 import re
 import time
+from collections.abc import Mapping, Sequence
 from enum import Enum
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar, Union
 
 from pydantic import (
     AfterValidator,
@@ -37,8 +42,11 @@ from pydantic import (
     SerializeAsAny,
     StrictBool,
     TypeAdapter,
+    ValidationError,
 )
 from pydantic_core import core_schema
+
+from .errors import InvalidMessage
 
 __all__ = [
     "AgentMessage",
@@ -67,6 +75,9 @@ MAX_INT = 2**63 - 1
 
 U64 = Annotated[int, Field(strict=True, ge=0, le=MAX_INT)]
 """A non-negative integer that fits the database's 64-bit integer columns."""
+
+
+_M = TypeVar("_M", bound=BaseModel)
 
 
 def now_ms() -> int:
@@ -333,9 +344,74 @@ class Message(WireModel):
         turn: TurnId | None
 
     @staticmethod
-    def user(text: str, *, timestamp: int | None = None) -> UserMessage:
-        """A user message with one text block, stamped now unless ``timestamp`` is given."""
-        return UserMessage(content=[TextContent(text=text)], timestamp=now_ms() if timestamp is None else timestamp)
+    def user(content: str | Sequence[Any], *, timestamp: int | None = None) -> UserMessage:
+        """A user message, stamped now unless ``timestamp`` is given; a string becomes one text block."""
+        return _build(UserMessage, content=_blocks(content), timestamp=_stamp(timestamp))
+
+    @staticmethod
+    def system(content: str | Sequence[Any], *, timestamp: int | None = None) -> SystemMessage:
+        """A system prompt (see :class:`SystemMessage`), stamped now unless ``timestamp`` is given."""
+        return _build(SystemMessage, content=_blocks(content), timestamp=_stamp(timestamp))
+
+    @staticmethod
+    def assistant(
+        content: str | Sequence[Any],
+        *,
+        model: str,
+        provider: str = "",
+        usage: Usage | Mapping[str, Any] | None = None,
+        stop_reason: StopReason | str | None = None,
+        timestamp: int | None = None,
+        error_message: str | None = None,
+    ) -> AssistantMessage:
+        """A model response; a string becomes one text block.
+
+        ``stop_reason`` defaults to ``toolUse`` when the content holds a tool
+        call, else ``stop``. ``usage=None`` stores the message with unknown
+        usage (give the run's usage to ``loops.end`` instead).
+        """
+        blocks = _blocks(content)
+        if stop_reason is None:
+            calls = any(isinstance(block, ToolCallContent) or _is_call(block) for block in blocks)
+            stop_reason = StopReason.TOOL_USE if calls else StopReason.STOP
+        return _build(
+            AssistantMessage,
+            content=blocks,
+            stop_reason=stop_reason,
+            model=model,
+            provider=provider,
+            usage=usage,
+            timestamp=_stamp(timestamp),
+            error_message=error_message,
+        )
+
+    @staticmethod
+    def tool_result(
+        call: ToolCallContent | str,
+        content: str | Sequence[Any],
+        *,
+        tool_name: str | None = None,
+        is_error: bool = False,
+        details: JsonValue = None,
+        timestamp: int | None = None,
+    ) -> ToolResultMessage:
+        """A tool's output answering ``call`` (the tool call block, or its id plus ``tool_name``).
+
+        A string ``content`` becomes one text block.
+        """
+        if isinstance(call, ToolCallContent):
+            call_id, tool_name = call.id, call.name if tool_name is None else tool_name
+        else:
+            call_id = call
+        return _build(
+            ToolResultMessage,
+            tool_call_id=call_id,
+            tool_name=tool_name,  # None is refused, naming toolName
+            content=_blocks(content),
+            is_error=is_error,
+            details=details,
+            timestamp=_stamp(timestamp),
+        )
 
     def as_llm(self) -> Message:
         """This message, as it would enter the model's context."""
@@ -394,7 +470,8 @@ class AssistantMessage(Message):
     stop_reason: StopReason = Field(alias="stopReason")
     model: str
     provider: str
-    usage: Usage
+    usage: Usage | None = Field(None, exclude_if=_omit_none)
+    """None when the app knows usage per run only (see ``loops.end(usage=...)``): stored as unknown, not zeros."""
     timestamp: U64
     error_message: str | None = Field(
         None,
@@ -472,6 +549,74 @@ AgentMessage = Annotated[
     Field(discriminator="role"),
 ]
 """Any message an agent loop produces: the LLM lane or the extension lane."""
+
+_WIRE_NAMES = {"stop_reason": "stopReason", "tool_call_id": "toolCallId", "tool_name": "toolName", "is_error": "isError"}
+"""Python field names a hand-written message dict may use, and the wire name each stands for."""
+
+_TURN_WIRE_NAMES = {"loop_id": "loopId", "turn_index": "turnIndex"}
+
+
+def from_input(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A message dict written by hand, in wire form: what ``store.messages.append`` accepts besides wire records.
+
+    A Python field name (``stop_reason``, ``tool_call_id``, ``tool_name``,
+    ``is_error``; ``mime_type`` in a block; ``loop_id``/``turn_index`` in
+    ``turnId``) is renamed to its wire name, unless the wire name is there too
+    (then it stays an unknown key, kept as written); a string ``content``
+    becomes one text block. A dict that needs neither is returned as it is.
+    """
+    content = data.get("content")
+    turn = data.get("turnId")
+    if not (
+        any(key in _WIRE_NAMES for key in data)
+        or isinstance(content, str)
+        or (isinstance(content, list) and any(isinstance(block, dict) and "mime_type" in block for block in content))
+        or (isinstance(turn, dict) and any(key in _TURN_WIRE_NAMES for key in turn))
+    ):
+        return data
+    fixed = {_WIRE_NAMES[key] if key in _WIRE_NAMES and _WIRE_NAMES[key] not in data else key: value for key, value in data.items()}
+    if isinstance(content, str):
+        fixed["content"] = [{"type": "text", "text": content}]
+    elif isinstance(content, list):
+        fixed["content"] = [_renamed(block, {"mime_type": "mimeType"}) for block in content]
+    if isinstance(turn, dict):
+        fixed["turnId"] = _renamed(turn, _TURN_WIRE_NAMES)
+    return fixed
+
+
+def _renamed(value: Any, names: Mapping[str, str]) -> Any:
+    if not isinstance(value, dict) or not any(key in names for key in value):
+        return value
+    return {names[key] if key in names and names[key] not in value else key: item for key, item in value.items()}
+
+
+def _blocks(content: str | Sequence[Any]) -> list[Any]:
+    """A helper's ``content``: a string as one text block, else the blocks as given (models or dicts)."""
+    if isinstance(content, str):
+        return [TextContent(text=content)]
+    if not isinstance(content, Sequence):
+        raise InvalidMessage(
+            f"content must be a string or a list of content blocks, not {type(content).__name__}",
+            [("content", "wrong type")],
+        )
+    return list(content)
+
+
+def _build(kind: type[_M], **fields: Any) -> _M:
+    """``kind(**fields)``, a bad value raised as :class:`~turnstore.errors.InvalidMessage` naming the field."""
+    try:
+        return kind(**fields)
+    except ValidationError as error:
+        raise InvalidMessage.from_pydantic(error) from None
+
+
+def _is_call(block: Any) -> bool:
+    return isinstance(block, Mapping) and block.get("type") == "toolCall"
+
+
+def _stamp(timestamp: int | None) -> int:
+    return now_ms() if timestamp is None else timestamp
+
 
 class WireAdapter:
     """A pydantic TypeAdapter that reads wire records: keys matched by wire name only."""

@@ -9,6 +9,7 @@ stores run these same statements.
 from __future__ import annotations
 
 from functools import cache
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -42,6 +43,7 @@ LOOP_COLUMNS = (
     *(loops.c[name] for name in USAGE_COLUMNS),
     loops.c.cost,
     loops.c["metadata"],
+    loops.c.requests,
 )
 
 STORED_COLUMNS = (
@@ -151,6 +153,13 @@ def rename_session() -> sa.Update:
 
 
 @cache
+def update_session(fields: tuple[str, ...]) -> sa.Update:
+    """Set the named columns (``title``, ``metadata``) of :session_id, and its ``updated_at``."""
+    values: dict[str, Any] = {name: bp(name) for name in (*fields, "updated_at")}
+    return sa.update(sessions).where(sessions.c.session_id == bp("session_id")).values(values)
+
+
+@cache
 def touch_session_of_loop() -> sa.Update:
     """Mark the session of :loop_id as updated at :updated_at (a message was appended)."""
     session = sa.select(loops.c.session_id).where(loops.c.loop_id == bp("loop_id")).scalar_subquery()
@@ -246,11 +255,17 @@ def end_loop() -> sa.Update:
 
 
 @cache
+def count_assistant_messages() -> sa.Select:
+    """How many assistant messages (model calls) a loop holds."""
+    return sa.select(sa.func.count()).where(messages.c.loop_id == bp("loop_id"), messages.c.role == "assistant")
+
+
+@cache
 def set_loop_usage() -> sa.Update:
     return (
         sa.update(loops)
         .where(loops.c.loop_id == bp("loop_id"))
-        .values({name: bp(name) for name in (*USAGE_COLUMNS, "cost")})
+        .values({name: bp(name) for name in (*USAGE_COLUMNS, "cost", "requests")})
     )
 
 
@@ -285,10 +300,16 @@ def insert_message(returning: bool) -> sa.Insert:
         .where(m.c.loop_id == bp("loop_id"))
         .scalar_subquery()
     )
-    loop_session = sa.select(loops.c.session_id).where(loops.c.loop_id == bp("loop_id")).scalar_subquery()
+    later_turn = sa.select(sa.literal(1)).where(m.c.loop_id == bp("loop_id"), m.c.turn_index > bp("turn_index"))
+    loop_session = (
+        sa.select(loops.c.session_id)
+        .where(loops.c.loop_id == bp("loop_id"), loops.c.ended_at.is_(None), ~later_turn.exists())
+        .scalar_subquery()
+    )
     values = {name: bp(name) for name in MESSAGE_VALUES}
     values["seq"] = next_seq
-    # The loop decides the session; a missing loop leaves it NULL, which the NOT NULL refuses.
+    # The loop decides the session. A missing or ended loop, or a turn index below one the loop
+    # already has, leaves it NULL, which the NOT NULL refuses (see MessageRepository._integrity).
     values["session_id"] = loop_session
     statement = sa.insert(messages).values(values)
     return statement.returning(messages.c.id) if returning else statement
@@ -302,9 +323,52 @@ def insert_message_at() -> sa.Insert:
 
 
 @cache
+def append_state() -> sa.Select:
+    """What decides whether a loop takes a message: its session, ``ended_at`` and the highest turn index it holds."""
+    last_turn = sa.select(sa.func.max(messages.c.turn_index)).where(messages.c.loop_id == bp("loop_id")).scalar_subquery()
+    return sa.select(loops.c.session_id, loops.c.ended_at, last_turn).where(loops.c.loop_id == bp("loop_id"))
+
+
+@cache
 def lock_loop() -> sa.Select:
-    """PostgreSQL: hold the loop row so concurrent appends to one loop take seq in turn."""
-    return sa.select(loops.c.session_id).where(loops.c.loop_id == bp("loop_id")).with_for_update()
+    """PostgreSQL: :func:`append_state`, holding the loop row so concurrent appends to one loop take seq in turn."""
+    return append_state().with_for_update(of=loops)
+
+
+@cache
+def loop_tail_ids() -> sa.Select:
+    """Ids of a loop's messages from :seq on, in order."""
+    return (
+        sa.select(messages.c.id)
+        .where(messages.c.loop_id == bp("loop_id"), messages.c.seq >= bp("seq"))
+        .order_by(messages.c.seq)
+    )
+
+
+@cache
+def loops_depending_on_tail() -> sa.Select:
+    """A loop whose history holds a message of :loop_id from :seq on: (its id, the message it forks at, or NULL).
+
+    It forks or keeps from one of those messages, or continues :loop_id from its end
+    (no fork point; a rerun without one replaces its parent and depends on none of it).
+    """
+    tail = sa.select(messages.c.id).where(messages.c.loop_id == bp("loop_id"), messages.c.seq >= bp("seq"))
+    from_end = sa.and_(
+        loops.c.parent_loop_id == bp("loop_id"),
+        loops.c.fork_after.is_(None),
+        loops.c.continuation_kind != "rerun",
+        loops.c.continuation_kind != "initial",
+    )
+    return (
+        sa.select(loops.c.loop_id, sa.func.coalesce(loops.c.fork_after, loops.c.keep_from))
+        .where(sa.or_(loops.c.fork_after.in_(tail), loops.c.keep_from.in_(tail), from_end))
+        .limit(1)
+    )
+
+
+@cache
+def delete_loop_tail() -> sa.Delete:
+    return sa.delete(messages).where(messages.c.loop_id == bp("loop_id"), messages.c.seq >= bp("seq"))
 
 
 @cache

@@ -122,6 +122,8 @@ class Loop(Record):
     """Sub-agent loops: the tool call that started this one."""
     reported_usage: Usage | None = None
     """Usage the source reported for the whole loop (counted only where no message carries usage)."""
+    reported_requests: int | None = None
+    """How many model calls ``reported_usage`` covers, where the source or app said."""
     metadata: dict[str, JsonValue] | None = None
 
     @property

@@ -86,6 +86,7 @@ class Store:
         self.messages = MessageRepository(self._db, self.settings)
         self.usage = UsageRepository(self._db, self.settings)
         self.loops._messages = self.messages
+        self.messages._loops = self.loops
 
     @property
     def dialect(self) -> str:

@@ -260,7 +260,9 @@ class UsageTotals(BaseModel):
     reported_cost: float | None = None
     """USD the sources themselves reported, where they did."""
     requests: int = 0
-    """Number of usage records summed (model calls, plus loop-level and summary records)."""
+    """Model calls: one per message usage record (assistant replies, compaction summaries), plus
+    each counted loop's reported count (``loops.end(requests=...)``, appam ``request_count``,
+    OpenAI Agents ``requests``), or one for a loop that reported usage without a count."""
     cache_hit_rate: float = 0.0
     """``cache_read / (input + cache_read + cache_write)``."""
 
@@ -311,7 +313,7 @@ class Tally:
         self._groups: dict[tuple[str | None, str | None], list[int]] = {}
 
     def add(self, model: str | None, provider: str | None, values: tuple[Any, ...]) -> None:
-        """Add one row: six token sums, a cost, the record count and the part."""
+        """Add one row: six token sums, a cost, the record count, the part and the requests."""
         tokens = [int(v or 0) for v in values[:6]]
         cost, count, part = values[6], int(values[7] or 0), values[8]
         # A REPORTED row is already counted in its TOTAL row: it only moves records out of the priced part.
@@ -319,7 +321,7 @@ class Tally:
         if sign == 1:
             for index, value in enumerate(tokens):
                 self.sums[index] += value
-            self.requests += count
+            self.requests += int(values[9] or 0)
         if cost is not None:
             self.reported = (self.reported or 0.0) + float(cost)
             if part == USAGE_PART_LOOP:

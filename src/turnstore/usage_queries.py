@@ -135,7 +135,12 @@ SPLIT_BITS = 32
 
 
 def _sums(table: sa.Table, cost: ColumnElement, part: int, split: bool) -> list[ColumnElement]:
-    """Six token sums (each as a high and a low half when ``split``), a cost, the record count and the part."""
+    """Six token sums (each as a high and a low half when ``split``), a cost, the record count, the
+    row's part (see USAGE_PART_*) and the requests.
+
+    A message's usage record is one model call. A loop's reported usage is as many as
+    its ``requests`` column says (the source's or app's count), or one when it says none.
+    """
     # Literals, not parameters: PostgreSQL has ``bigint >> integer`` but no ``bigint >> bigint``.
     shift: ColumnElement[int] = sa.literal_column(str(SPLIT_BITS), sa.Integer)
     mask: ColumnElement[int] = sa.literal_column(str(2**SPLIT_BITS - 1), sa.BigInteger)
@@ -144,7 +149,8 @@ def _sums(table: sa.Table, cost: ColumnElement, part: int, split: bool) -> list[
         column = table.c[name]
         halves = [column.op(">>")(shift), column.op("&")(mask)] if split else [column]
         sums.extend(sa.func.coalesce(sa.func.sum(half), 0) for half in halves)
-    return [*sums, cost, sa.func.count(), sa.literal(part, sa.Integer)]
+    requests = sa.func.count() if table is messages else sa.func.sum(sa.func.coalesce(table.c.requests, 1))
+    return [*sums, cost, sa.func.count(), sa.literal(part, sa.Integer), requests]
 
 
 def _cost(table: sa.Table, split: bool) -> ColumnElement:

@@ -145,7 +145,8 @@ def _describe(stored: StoredMessage) -> Text:
             parts.append(f"[image {block.mime_type}]")
     line = Text(short(" ".join(parts), 90))
     if message.role == "assistant":
-        counts = f"{message.usage.input}+{message.usage.output} tok"  # type: ignore[union-attr]
+        used = message.usage  # type: ignore[union-attr]
+        counts = f"{used.input}+{used.output} tok" if used is not None else "usage unknown"
         line.append(f"  {message.stop_reason.value}, {counts}", "dim")  # type: ignore[union-attr]
         if message.error_message:  # type: ignore[union-attr]
             line.append(f"  {short(message.error_message, 60)}", "red")  # type: ignore[union-attr]

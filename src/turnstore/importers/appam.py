@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidRecord
-from ..models import Usage
+from ..models import MAX_INT, Usage
 from .appam_messages import wire_message
 from .base import (
     SQLITE_ERRORS,
@@ -255,6 +255,8 @@ def _add_usage(bundle: SessionBundle, loop: LoopRow, text: str | None, place: st
         bundle.errors.append(RecordError(place, "usage counts are too large for a 64-bit column"))
         return
     loop.metadata = {"request_count": counts["request_count"]}
+    if counts["request_count"] <= MAX_INT:  # else unknown: no column holds it (it stays in the metadata)
+        loop.reported_requests = counts["request_count"]
 
 
 def _elements(bundle: SessionBundle, value: Any, place: str) -> list[Any]:

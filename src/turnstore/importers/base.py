@@ -136,6 +136,8 @@ class LoopRow:
     spawn_loop_id: str | None = None
     spawn_tool_call_id: str | None = None
     reported_usage: Usage | None = None
+    reported_requests: int | None = None
+    """How many model calls ``reported_usage`` covers (appam ``request_count``, OpenAI Agents ``requests``)."""
     metadata: dict[str, Any] | None = None
     source: str | None = None
 

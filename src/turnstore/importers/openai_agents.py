@@ -361,6 +361,7 @@ class _Builder:
             loop.source = compact([record for record, _ in reported])
             requests = sum(_count(record.get("requests")) for record, _ in reported)
             loop.metadata = {**(loop.metadata or {}), "requests": requests}
+            loop.reported_requests = requests if requests <= MAX_INT else None  # a count no column holds: unknown
 
 
 def _trie(lines: list[_Line]) -> tuple[list[list[int]], list[int]]:

@@ -16,7 +16,14 @@ from pydantic import ValidationError
 from typing_extensions import TypedDict
 
 from ..errors import InvalidRecord
-from ..models import AgentMessage, ExtensionMessage, Message, Usage, WireAdapter
+from ..models import (
+    MAX_INT,
+    AgentMessage,
+    ExtensionMessage,
+    Message,
+    Usage,
+    WireAdapter,
+)
 from ..records import ContinuationKind, LoopStatus
 from .base import (
     ImportOptions,
@@ -178,9 +185,19 @@ def _loop(value: dict[str, Any], place: str) -> LoopRow:
         spawn_loop_id=str_or_none(value.get("spawn_loop_id")),
         spawn_tool_call_id=str_or_none(value.get("spawn_tool_call_id")),
         reported_usage=usage,
+        reported_requests=_count_or_none(value.get("reported_requests"), place),
         metadata=value.get("metadata") if isinstance(value.get("metadata"), dict) else None,
         source=str_or_none(value.get("source")),
     )
+
+
+def _count_or_none(value: Any, place: str) -> int | None:
+    """A loop's ``reported_requests``: None, or a count a 64-bit column holds."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INT:
+        raise InvalidRecord(place, f"invalid reported_requests {value!r}: not a count of requests")
+    return value
 
 
 def _one_of(value: dict[str, Any], key: str, choices: type[Enum], default: str, place: str) -> str:

@@ -389,6 +389,7 @@ def _loop_params(
         "spawn_loop_id": loop.spawn_loop_id,
         "spawn_tool_call_id": loop.spawn_tool_call_id,
         **usage_params(loop.reported_usage),
+        "requests": loop.reported_requests,
         "metadata": dumps(loop.metadata),
         "source": loop.source,
     }

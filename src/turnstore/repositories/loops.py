@@ -7,12 +7,14 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
 from .. import queries as q
 from ..database import Database
-from ..errors import AlreadyExists, InvalidMessage, LoopNotFound, SessionNotFound
+from ..errors import AlreadyExists, InvalidArgument, LoopNotFound, SessionNotFound
 from ..ids import mint_loop_id, next_loop_number
 from ..limits import check_json, check_text
-from ..models import ExtensionMessage, Usage
+from ..models import MAX_INT, ExtensionMessage, Usage
 from ..records import ContinuationKind, Loop, LoopConfig, LoopStatus
 from ..schema import USAGE_COLUMNS
 from ._shared import Settings, dumps, loads, utcnow
@@ -82,7 +84,9 @@ class LoopRepository:
             SessionNotFound: no such session.
             LoopNotFound: the parent loop does not exist.
             AlreadyExists: ``loop_id`` is taken.
-            InvalidMessage: the fork point or kept message is not where it must be.
+            InvalidArgument: an unknown ``continuation`` or ``status``, a branch without
+                ``fork_after``, a fork point or kept message not where it must be
+                (the error's ``argument`` names which); nothing is written.
         """
         config_dict = _config_dict(config)
         kind = _enum(ContinuationKind, continuation, "continuation") if continuation is not None else None
@@ -124,7 +128,7 @@ class LoopRepository:
                 "ended_at": None,
                 "spawn_loop_id": spawn_loop_id,
                 "spawn_tool_call_id": spawn_tool_call_id,
-                **{name: None for name in (*USAGE_COLUMNS, "cost")},
+                **{name: None for name in (*USAGE_COLUMNS, "cost", "requests")},
                 "metadata": dumps(dict(metadata)) if metadata is not None else None,
                 "source": None,
             }
@@ -182,18 +186,29 @@ class LoopRepository:
         loop_id: str,
         status: LoopStatus | str = LoopStatus.COMPLETED,
         *,
-        usage: Usage | None = None,
+        usage: Usage | Mapping[str, Any] | None = None,
+        requests: int | None = None,
         ended_at: datetime | None = None,
     ) -> Loop:
-        """Mark a loop finished.
+        """Mark a loop finished; an ended loop takes no more messages.
 
-        ``usage`` records loop-level usage reported by the caller; it counts
-        toward totals only where none of the loop's messages carry usage.
+        ``usage`` is the run's usage, for apps that know it per run only (a
+        ``RunResult``'s usage, pydantic-ai's ``result.usage()``): it counts in
+        every total where none of the loop's messages carry usage of their own,
+        and never on top of theirs. ``requests`` is how many model calls it
+        covers; default: the loop's assistant messages (one call each).
 
         Raises:
             LoopNotFound: no such loop.
+            InvalidArgument: a bad ``status``, ``usage`` or ``requests``; nothing is written.
         """
         status = _enum(LoopStatus, status, "status")
+        reported = _usage(usage)
+        if requests is not None:
+            if reported is None:
+                raise InvalidArgument("requests", "counts the model calls of a run's usage: give usage too")
+            if isinstance(requests, bool) or not isinstance(requests, int) or not 0 <= requests <= MAX_INT:
+                raise InvalidArgument("requests", f"must be a count of model calls (an integer >= 0), got {requests!r}")
         when = ended_at or utcnow()
         with self._db.write():
             session_id = self._db.scalar(q.loop_session(), {"loop_id": loop_id})
@@ -202,8 +217,12 @@ class LoopRepository:
             self._db.execute(
                 q.end_loop(), {"loop_id": loop_id, "status": status.value, "ended_at": self._db.bind_time(when)}
             )
-            if usage is not None:
-                self._db.execute(q.set_loop_usage(), {"loop_id": loop_id, **usage_params(usage)})
+            if reported is not None:
+                if requests is None:
+                    requests = self._db.scalar(q.count_assistant_messages(), {"loop_id": loop_id}) or None
+                self._db.execute(
+                    q.set_loop_usage(), {"loop_id": loop_id, **usage_params(reported), "requests": requests}
+                )
             self._db.execute(q.touch_session(), {"session_id": session_id, "updated_at": self._db.bind_time(when)})
         return self.get(loop_id)
 
@@ -264,6 +283,7 @@ class LoopRepository:
             spawn_loop_id=row[11],
             spawn_tool_call_id=row[12],
             reported_usage=reported,
+            reported_requests=row[21],
             metadata=loads(row[20]),
         )
 
@@ -298,25 +318,23 @@ class LoopRepository:
             latest = self._db.scalar(q.latest_loop(), {"session_id": session_id})
             if latest is None:
                 if kind not in (None, ContinuationKind.INITIAL):
-                    raise InvalidMessage(
-                        f"a {kind.value} loop needs a parent, and session {session_id!r} has no loop yet",
-                        [("parent_loop_id", "missing")],
+                    raise InvalidArgument(
+                        "parent_loop_id", f"a {kind.value} loop needs a parent, and session {session_id!r} has no loop yet"
                     )
                 return None, ContinuationKind.INITIAL
             return latest, kind or ContinuationKind.DEFAULT
         if parent_loop_id is None:
             if kind not in (None, ContinuationKind.INITIAL):
-                raise InvalidMessage(f"a {kind.value} loop needs a parent loop", [("parent_loop_id", "missing")])
+                raise InvalidArgument("parent_loop_id", f"a {kind.value} loop needs a parent loop")
             return None, ContinuationKind.INITIAL
         if kind == ContinuationKind.INITIAL:
-            raise InvalidMessage("an initial loop has no parent", [("parent_loop_id", "set on an initial loop")])
+            raise InvalidArgument("parent_loop_id", "an initial loop has no parent")
         parent_session = self._db.scalar(q.loop_session(), {"loop_id": parent_loop_id})
         if parent_session is None:
             raise LoopNotFound(f"parent loop {parent_loop_id!r} not found")
         if parent_session != session_id:
-            raise InvalidMessage(
-                f"parent loop {parent_loop_id!r} belongs to session {parent_session!r}, not {session_id!r}",
-                [("parent_loop_id", "other session")],
+            raise InvalidArgument(
+                "parent_loop_id", f"parent loop {parent_loop_id!r} belongs to session {parent_session!r}, not {session_id!r}"
             )
         return parent_loop_id, kind or ContinuationKind.DEFAULT
 
@@ -328,22 +346,18 @@ class LoopRepository:
         fork_after: int | None,
         keep_from: int | None,
     ) -> None:
+        if kind == ContinuationKind.BRANCH and fork_after is None:
+            raise InvalidArgument("fork_after", "a branch forks after a message of its parent: give its id")
         if fork_after is not None:
-            row = self._db.fetchone(q.get_message(), {"id": fork_after})
+            row = self._db.fetchone(q.get_message(), {"id": fork_after}) if is_message_id(fork_after) else None
             if row is None or row[2] != parent:
-                raise InvalidMessage(
-                    f"fork_after={fork_after} is not a message of the parent loop {parent!r}",
-                    [("fork_after", "not in parent")],
-                )
+                raise InvalidArgument("fork_after", f"{fork_after!r} is not a message of the parent loop {parent!r}")
         if keep_from is not None:
             if kind != ContinuationKind.COMPACTION:
-                raise InvalidMessage("keep_from applies to compaction loops only", [("keep_from", "not compaction")])
-            row = self._db.fetchone(q.get_message(), {"id": keep_from})
+                raise InvalidArgument("keep_from", "applies to compaction loops only")
+            row = self._db.fetchone(q.get_message(), {"id": keep_from}) if is_message_id(keep_from) else None
             if row is None or row[1] != session_id:
-                raise InvalidMessage(
-                    f"keep_from={keep_from} is not a message of session {session_id!r}",
-                    [("keep_from", "not in session")],
-                )
+                raise InvalidArgument("keep_from", f"{keep_from!r} is not a message of session {session_id!r}")
 
 
 _USAGE_FIELDS = ("input", "output", "reasoning", "cache_read", "cache_write", "total_tokens")
@@ -372,7 +386,32 @@ def _enum(kind: Any, value: Any, what: str) -> Any:
         return kind(value)
     except ValueError:
         allowed = ", ".join(member.value for member in kind)
-        raise InvalidMessage(f"unknown {what} {value!r}; one of: {allowed}", [(what, "unknown")]) from None
+        raise InvalidArgument(what, f"unknown {what} {value!r}; one of: {allowed}") from None
+
+
+def is_message_id(value: Any) -> bool:
+    """Whether ``value`` could be a message id (an integer a 64-bit column holds)."""
+    return isinstance(value, int) and not isinstance(value, bool) and -MAX_INT - 1 <= value <= MAX_INT
+
+
+def _usage(usage: Usage | Mapping[str, Any] | None) -> Usage | None:
+    """``loops.end``'s ``usage``: a :class:`Usage`, or its fields as a dict."""
+    if usage is None or isinstance(usage, Usage):
+        return usage
+    if not isinstance(usage, Mapping):
+        raise InvalidArgument("usage", f"must be a Usage or a dict of its fields, not {type(usage).__name__}")
+    try:
+        return Usage.model_validate(dict(usage))  # type: ignore[no-any-return]
+    except ValidationError as error:
+        raise InvalidArgument("usage", _problems(error)) from None
+
+
+def _problems(error: ValidationError) -> str:
+    """A pydantic error on one line: ``field: problem; ...``."""
+    return "; ".join(
+        f"{'.'.join(map(str, item['loc']))}: {item['msg']}" if item["loc"] else item["msg"]
+        for item in error.errors(include_url=False)
+    )
 
 
 def _config_dict(config: LoopConfig | Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -381,9 +420,11 @@ def _config_dict(config: LoopConfig | Mapping[str, Any] | None) -> dict[str, Any
     if isinstance(config, LoopConfig):
         return config.model_dump(exclude_none=True)
     if not isinstance(config, Mapping):
-        raise InvalidMessage("loop config must be a JSON object", [("config", "not an object")])
+        raise InvalidArgument("config", "a loop config must be a JSON object")
     try:
         LoopConfig(**config)
-    except Exception as error:
-        raise InvalidMessage(f"invalid loop config: {error}", [("config", str(error))]) from error
+    except ValidationError as error:
+        raise InvalidArgument("config", f"invalid loop config: {_problems(error)}") from None
+    except TypeError as error:  # keys that are not strings
+        raise InvalidArgument("config", f"invalid loop config: {error}") from None
     return dict(config)

@@ -12,12 +12,14 @@ from .. import queries as q
 from ..collector import collector_paused
 from ..database import Database
 from ..errors import (
+    InvalidArgument,
     InvalidMessage,
     LoopNotFound,
     MessageNotFound,
     SessionNotFound,
     TurnIdMismatch,
     TurnNotFound,
+    TurnstoreError,
 )
 from ..models import (
     AGENT_MESSAGE,
@@ -28,11 +30,12 @@ from ..models import (
     Message,
     TurnId,
     Usage,
+    from_input,
     now_ms,
 )
-from ..records import StoredMessage, Turn
+from ..records import ContinuationKind, Loop, LoopConfig, StoredMessage, Turn
 from ._shared import Settings, utcnow
-from .loops import usage_params
+from .loops import LoopRepository, is_message_id, usage_params
 from .message_json import READ_DEPTH, deeper_than, dump_message, find, shorten
 
 __all__ = ["READ_DEPTH", "MessageRepository", "dump_message", "parse_message"]
@@ -47,6 +50,9 @@ MAX_TURN_INDEX = 2**31 - 1
 
 def parse_message(value: MessageInput) -> Message | ExtensionMessage:
     """A validated message model from a model or a JSON object.
+
+    A JSON object may use Python field names and a plain-string ``content``
+    (see :func:`turnstore.models.from_input`); it is stored in wire form.
 
     Raises:
         InvalidMessage: the value is not a valid AgentMessage; names the failing fields.
@@ -63,7 +69,7 @@ def parse_message(value: MessageInput) -> Message | ExtensionMessage:
                 [(where, "nested too deeply")],
             )
         try:
-            return AGENT_MESSAGE.validate_python(value)
+            return AGENT_MESSAGE.validate_python(from_input(value))
         except ValidationError as error:
             raise InvalidMessage.from_pydantic(error) from None
     raise InvalidMessage(
@@ -78,6 +84,7 @@ class MessageRepository:
     def __init__(self, db: Database, settings: Settings) -> None:
         self._db = db
         self._settings = settings
+        self._loops: LoopRepository | None = None
 
     # --- writing --------------------------------------------------------------
 
@@ -112,6 +119,8 @@ class MessageRepository:
         Raises:
             InvalidMessage: the message is invalid; nothing is written.
             TurnIdMismatch: its ``turnId`` disagrees with ``loop_id`` / ``turn_index``.
+            InvalidArgument: the loop has ended (``loop_id``), or already holds a later
+                turn (``turn_index``); nothing is written.
             LoopNotFound: no such loop.
         """
         params = self._prepare(message, loop_id, turn_index, usage, timestamp)
@@ -123,10 +132,10 @@ class MessageRepository:
             if self._db.is_sqlite:
                 return self._db.insert(statement, params, touch)
             with self._db.write():
-                self._lock_loop(params["loop_id"])
+                self._lock_loop(params["loop_id"], params["turn_index"])
                 return self._db.insert(statement, params, touch)
         except self._db.IntegrityError as error:
-            raise self._integrity(error, params["loop_id"]) from None
+            raise self._integrity(error, params["loop_id"], params["turn_index"]) from None
 
     def append_turn(self, loop_id: str, turn_index: int, messages: Sequence[MessageInput]) -> list[int]:
         """Append a whole turn (prompt, response, tool results) atomically; returns the ids.
@@ -135,6 +144,8 @@ class MessageRepository:
 
         Raises:
             InvalidMessage / TurnIdMismatch: a message is invalid; nothing is written.
+            InvalidArgument: the loop has ended (``loop_id``), or already holds a later
+                turn (``turn_index``); nothing is written.
             LoopNotFound: no such loop.
         """
         rows = [self._prepare(message, loop_id, turn_index, None, None) for message in messages]
@@ -144,12 +155,110 @@ class MessageRepository:
         try:
             with self._db.write():
                 if self._db.is_postgresql:
-                    self._lock_loop(loop_id)
+                    self._lock_loop(loop_id, turn_index)
                 ids = [self._db.insert(statement, params) for params in rows]
                 self._db.execute(q.touch_session_of_loop(), self._touch_params(loop_id))
                 return ids
         except self._db.IntegrityError as error:
-            raise self._integrity(error, loop_id) from None
+            raise self._integrity(error, loop_id, turn_index) from None
+
+    def rewind(
+        self,
+        loop_id: str,
+        *,
+        after: int,
+        config: LoopConfig | Mapping[str, Any] | None = None,
+        new_loop_id: str | None = None,
+    ) -> Loop:
+        """Start a branch of ``loop_id``'s history that forks after message ``after``; returns the new loop.
+
+        Edit and regenerate: the new loop's context is ``loop_id``'s up to and
+        including ``after``; append the edited prompt and the new reply to it.
+        Nothing is deleted. ``after`` may belong to ``loop_id`` or to a loop
+        its history comes from (the branch then forks from that loop); to
+        edit a session's very first message, start an ``initial`` loop.
+
+        Args:
+            loop_id: the loop whose history is rewound.
+            after: id of the last message to keep.
+            config: the new loop's model settings; default: ``loop_id``'s.
+            new_loop_id: an explicit id for the new loop.
+
+        Raises:
+            LoopNotFound: no such loop.
+            InvalidArgument: ``after`` is not a message of ``loop_id``'s history; nothing is written.
+        """
+        assert self._loops is not None
+        with self._db.write():
+            loop = self._loops.get(loop_id)
+            owner = self._owner_in_history(loop, after)
+            return self._loops.start(
+                loop.session_id,
+                config=config if config is not None else loop.config,
+                parent_loop_id=owner,
+                continuation=ContinuationKind.BRANCH,
+                fork_after=after,
+                loop_id=new_loop_id,
+            )
+
+    def delete(self, message_id: int, *, with_later: bool = False) -> list[int]:
+        """Delete a loop's last message (an undo, a session protocol's ``pop``); returns the ids deleted.
+
+        Only a loop's tail can go: ``message_id`` must be its loop's last
+        message, or, with ``with_later=True``, it and every later message of
+        its loop are deleted. All in one transaction; the loop's ``seq`` stays
+        gap-free. A message another loop forks from, keeps from, or continues
+        after (a child loop continuing from the end) is refused: deleting it
+        would change that loop's history.
+
+        Raises:
+            MessageNotFound: no such message.
+            InvalidArgument: ``message_id`` is not the loop's last message (and
+                ``with_later`` is not set), or another loop's history depends on it;
+                nothing is deleted.
+        """
+        if not is_message_id(message_id):
+            raise InvalidArgument("message_id", f"must be a message id (an integer), got {message_id!r}")
+        with self._db.write():
+            row = self._db.fetchone(q.get_message(), {"id": message_id})
+            if row is None:
+                raise MessageNotFound(f"message {message_id} not found")
+            session_id, loop_id, seq = row[1], row[2], row[4]
+            if self._db.is_postgresql:
+                self._db.fetchone(q.lock_loop(), {"loop_id": loop_id})
+            params = {"loop_id": loop_id, "seq": seq}
+            ids = [found[0] for found in self._db.fetchall(q.loop_tail_ids(), params)]
+            if len(ids) > 1 and not with_later:
+                raise InvalidArgument(
+                    "message_id",
+                    f"message {message_id} is not the last of loop {loop_id!r} ({len(ids) - 1} later); "
+                    "pass with_later=True to delete those too",
+                )
+            dependent = self._db.fetchone(q.loops_depending_on_tail(), params)
+            if dependent is not None:
+                raise InvalidArgument(
+                    "message_id",
+                    f"loop {dependent[0]!r} continues from message {dependent[1] or ids[-1]} of loop {loop_id!r}; "
+                    "delete or rewind that loop instead",
+                )
+            self._db.execute(q.delete_loop_tail(), params)
+            self._db.execute(q.touch_session(), {"session_id": session_id, "updated_at": self._db.bind_time(utcnow())})
+        return ids
+
+    def _owner_in_history(self, loop: Loop, message_id: int) -> str:
+        """The loop of ``loop``'s history that holds ``message_id`` (refused if none does)."""
+        row = self._db.fetchone(q.get_message(), {"id": message_id}) if is_message_id(message_id) else None
+        if row is not None and row[2] == loop.loop_id:
+            return loop.loop_id
+        if row is not None and row[1] == loop.session_id:
+            tree = {
+                node[0]: ctx.LoopNode(*node) for node in self._db.fetchall(q.loop_tree(), {"session_id": loop.session_id})
+            }
+            segments, _ = ctx.plan(tree, loop.loop_id)
+            for segment in segments:
+                if segment.loop_id == row[2] and (segment.upper is None or message_id <= segment.upper):
+                    return segment.loop_id
+        raise InvalidArgument("after", f"{message_id!r} is not a message of loop {loop.loop_id!r}'s history")
 
     def _prepare(
         self,
@@ -175,15 +284,16 @@ class MessageRepository:
                 )
             loop_id, turn_index = turn.loop_id, turn.turn_index
         if loop_id is None:
-            raise InvalidMessage("append needs a loop_id (or a message with a turnId)", [("loop_id", "missing")])
+            raise InvalidArgument("loop_id", "append needs a loop_id (or a message with a turnId)")
         if self._db.is_postgresql and isinstance(loop_id, str) and "\x00" in loop_id:
             raise LoopNotFound(f"loop {loop_id!r} not found")  # PostgreSQL cannot even look a NUL up
         if turn_index is not None and (
             not isinstance(turn_index, int) or isinstance(turn_index, bool) or not 0 <= turn_index <= MAX_TURN_INDEX
         ):
-            raise InvalidMessage(
-                f"turn_index must be an integer from 0 to {MAX_TURN_INDEX}, got {turn_index!r}", [("turn_index", "")]
-            )
+            problem = f"must be an integer from 0 to {MAX_TURN_INDEX}, got {turn_index!r}"
+            if turn is not None:  # the message's own turnId carries it
+                raise InvalidMessage(f"turnId.turnIndex {problem}", [("turnId.turnIndex", "too large")])
+            raise InvalidArgument("turn_index", problem)
         stamp = turn is None and turn_index is not None and role != "extension"
         if stamp and model.__pydantic_extra__:
             # Stamp the row's turn into the message, as phi-core would have...
@@ -203,14 +313,18 @@ class MessageRepository:
     def _touch_params(self, loop_id: str) -> dict[str, Any]:
         return {"loop_id": loop_id, "updated_at": self._db.bind_time(utcnow())}
 
-    def _lock_loop(self, loop_id: str) -> None:
-        if self._db.fetchone(q.lock_loop(), {"loop_id": loop_id}) is None:
-            raise LoopNotFound(f"loop {loop_id!r} not found")
+    def _lock_loop(self, loop_id: str, turn_index: int | None) -> None:
+        """PostgreSQL: hold the loop row, and refuse the append as the insert's guard would."""
+        error = _refused(loop_id, turn_index, self._db.fetchone(q.lock_loop(), {"loop_id": loop_id}))
+        if error is not None:
+            raise error
 
-    def _integrity(self, error: Exception, loop_id: str) -> Exception:
+    def _integrity(self, error: Exception, loop_id: str, turn_index: int | None) -> Exception:
+        """The error to raise for an insert the database refused: why its guard left the session NULL."""
         # On SQLite only the failed statement was undone, so the loop can still be looked up.
-        if self._db.is_sqlite and self._db.scalar(q.loop_session(), {"loop_id": loop_id}) is None:
-            return LoopNotFound(f"loop {loop_id!r} not found")
+        # (PostgreSQL checked the same under the loop's lock, before the insert.)
+        if self._db.is_sqlite:
+            return _refused(loop_id, turn_index, self._db.fetchone(q.append_state(), {"loop_id": loop_id})) or error
         return error
 
     # --- reading ----------------------------------------------------------------
@@ -463,15 +577,26 @@ class MessageRepository:
 
 def _check_count(n: object) -> None:
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-        raise InvalidMessage(f"n must be a non-negative integer, got {n!r}", [("n", "not a count")])
+        raise InvalidArgument("n", f"n must be a non-negative integer, got {n!r}")
 
 
 def _check_model(model: object, provider: object) -> None:
     for name, value in (("model", model), ("provider", provider)):
         if value is not None and not isinstance(value, str):
-            raise InvalidMessage(f"{name} must be a string, got {type(value).__name__}", [(name, "wrong type")])
+            raise InvalidArgument(name, f"{name} must be a string, got {type(value).__name__}")
     if provider is not None and model is None:
-        raise InvalidMessage("provider is given without model: name the model to prepare the history for", [("model", "missing")])
+        raise InvalidArgument("model", "provider is given without model: name the model to prepare the history for")
+def _refused(loop_id: str, turn_index: int | None, state: Sequence[Any] | None) -> TurnstoreError | None:
+    """Why a loop does not take a message at ``turn_index``, from its :func:`~turnstore.queries.append_state` row."""
+    if state is None:
+        return LoopNotFound(f"loop {loop_id!r} not found")
+    if state[1] is not None:
+        return InvalidArgument("loop_id", f"loop {loop_id!r} has ended; start a new loop to continue it")
+    if turn_index is not None and state[2] is not None and turn_index < state[2]:
+        return InvalidArgument(
+            "turn_index", f"turn {turn_index} goes backwards: loop {loop_id!r} already holds turn {state[2]}"
+        )
+    return None
 
 
 _TURN_JSON: dict[tuple[str, int], str] = {}

@@ -9,12 +9,22 @@ from typing import Any
 
 from .. import queries as q
 from ..database import Database
-from ..errors import AlreadyExists, InvalidMessage, SessionNotFound
+from ..errors import AlreadyExists, InvalidArgument, SessionNotFound
 from ..limits import check_json, check_text
 from ..records import Session, SessionSummary
 from ._shared import Settings, dumps, loads, utcnow
 
 __all__ = ["SessionRepository"]
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+"""Default of :meth:`SessionRepository.update`'s fields: leave the field as it is."""
+
 
 
 class SessionRepository:
@@ -47,7 +57,7 @@ class SessionRepository:
         self._settings.limits.check_name("agent_id", agent_id)
         check_text("title", title)
         if metadata is not None and not isinstance(metadata, Mapping):
-            raise InvalidMessage("session metadata must be a JSON object", [("metadata", "not an object")])
+            raise InvalidArgument("metadata", "session metadata must be a JSON object")
         check_json("metadata", metadata)
         now = created_at or utcnow()
         params = {
@@ -104,7 +114,7 @@ class SessionRepository:
             agent_id: only this agent's sessions.
         """
         if limit < 0 or offset < 0:
-            raise InvalidMessage("limit and offset must not be negative", [("limit", "negative")])
+            raise InvalidArgument("limit" if limit < 0 else "offset", "limit and offset must not be negative")
         params: dict[str, Any] = {"limit": limit, "offset": offset}
         if agent_id is not None:
             params["agent_id"] = agent_id
@@ -127,6 +137,44 @@ class SessionRepository:
             cursor = self._db.execute(
                 q.rename_session(),
                 {"session_id": session_id, "title": title, "updated_at": self._db.bind_time(utcnow())},
+            )
+            if cursor.rowcount == 0:
+                raise SessionNotFound(f"session {session_id!r} not found")
+        return self.get(session_id)
+
+    def update(
+        self,
+        session_id: str,
+        *,
+        title: str | None | _Unset = UNSET,
+        metadata: Mapping[str, Any] | None | _Unset = UNSET,
+    ) -> Session:
+        """Change a session's title and/or metadata; only the fields given change.
+
+        ``metadata`` replaces the session's metadata as a whole (None clears
+        it); to change one key, pass the old metadata with that key changed.
+        ``title=None`` clears the title.
+
+        Raises:
+            SessionNotFound: no such session.
+            InvalidArgument: ``metadata`` is not a JSON object, or nothing to change was given;
+                nothing is written.
+        """
+        values: dict[str, Any] = {}
+        if not isinstance(title, _Unset):
+            if title is not None and not isinstance(title, str):
+                raise InvalidArgument("title", f"must be a string or None, not {type(title).__name__}")
+            values["title"] = title
+        if not isinstance(metadata, _Unset):
+            if metadata is not None and not isinstance(metadata, Mapping):
+                raise InvalidArgument("metadata", "session metadata must be a JSON object")
+            values["metadata"] = _metadata_json(metadata)
+        if not values:
+            raise InvalidArgument("title", "update() needs title= or metadata= (or both)")
+        with self._db.write():
+            cursor = self._db.execute(
+                q.update_session(tuple(values)),
+                {"session_id": session_id, **values, "updated_at": self._db.bind_time(utcnow())},
             )
             if cursor.rowcount == 0:
                 raise SessionNotFound(f"session {session_id!r} not found")
@@ -170,4 +218,4 @@ def _metadata_json(metadata: Mapping[str, Any] | None) -> str | None:
     try:
         return dumps(dict(metadata)) if metadata is not None else None
     except (TypeError, ValueError) as error:
-        raise InvalidMessage(f"session metadata is not JSON: {error}", [("metadata", str(error))]) from error
+        raise InvalidArgument("metadata", f"session metadata is not JSON: {error}") from None
