@@ -30,10 +30,10 @@ from ..models import (
     Message,
     TurnId,
     Usage,
-    from_input,
     now_ms,
 )
 from ..records import ContinuationKind, Loop, LoopConfig, StoredMessage, Turn
+from ..wire_input import from_input
 from ._shared import Settings, utcnow
 from .loops import LoopRepository, is_message_id, usage_params
 from .message_json import READ_DEPTH, deeper_than, dump_message, find, shorten
@@ -52,7 +52,7 @@ def parse_message(value: MessageInput) -> Message | ExtensionMessage:
     """A validated message model from a model or a JSON object.
 
     A JSON object may use Python field names and a plain-string ``content``
-    (see :func:`turnstore.models.from_input`); it is stored in wire form.
+    (see :func:`turnstore.wire_input.from_input`); it is stored in wire form.
 
     Raises:
         InvalidMessage: the value is not a valid AgentMessage; names the failing fields.
