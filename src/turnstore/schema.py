@@ -115,7 +115,7 @@ loops = sa.Table(
     sa.Column("spawn_tool_call_id", sa.String, nullable=True),
     # Loop-level usage a source reported without per-message usage (appam).
     *_usage_columns(),
-    # How many model calls that usage covers, where the source or app said (migration 0004).
+    # How many model calls that usage covers, where the source or app said (migration 0003).
     sa.Column("requests", sa.BigInteger, nullable=True),
     sa.Column("metadata", Json, nullable=True),
     # The verbatim loop record of an import (phi-core LoopRecord without its messages).

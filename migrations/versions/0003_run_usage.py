@@ -1,6 +1,6 @@
 """Run usage: a loop's reported request count beside its reported usage.
 
-Revision ID: 0004
+Revision ID: 0003
 Revises: 0002
 Create Date: 2026-11-25
 
@@ -11,7 +11,7 @@ holds that count; usage totals count it as the loop's requests wherever the
 loop's reported usage counts (none of its messages carry usage). NULL means
 the source reported no count: such a loop counts as one request, as before
 this revision. Existing rows stay NULL, so every total of an upgraded
-database is what it was. The revision depends on nothing after 0002.
+database is what it was.
 
 Rollback: downgrade() drops the column; the counts it held are lost (the
 importers keep them in the loop's metadata too).
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0004"
+revision: str = "0003"
 down_revision: str | None = "0002"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
