@@ -275,6 +275,17 @@ def test_fork_after_without_parent_raises_invalid_argument(store: Store, session
         store.loops.start(session_id, config=SONNET, continuation="initial", fork_after=message)
 
 
+@pytest.mark.parametrize("kind", ["default", "rerun", "compaction"])
+def test_fork_after_on_a_loop_that_is_not_a_branch_is_refused(
+    store: Store, session_id: str, loop_id: str, kind: str
+) -> None:
+    message = store.messages.append(user(), loop_id=loop_id, turn_index=0)
+    with pytest.raises(InvalidArgument, match="^fork_after: only a branch forks after a message") as raised:
+        store.loops.start(session_id, config=SONNET, parent_loop_id=loop_id, continuation=kind, fork_after=message)
+    assert raised.value.argument == "fork_after"
+    assert [loop.loop_id for loop in store.loops.list(session_id)] == [loop_id]
+
+
 def test_keep_from_on_a_compaction_loop(store: Store, session_id: str, loop_id: str) -> None:
     ids = store.messages.append_turn(loop_id, 0, [user(), assistant()])
     loop = store.loops.start(session_id, config=SONNET, continuation="compaction", keep_from=ids[1])

@@ -348,6 +348,10 @@ class LoopRepository:
     ) -> None:
         if kind == ContinuationKind.BRANCH and fork_after is None:
             raise InvalidArgument("fork_after", "a branch forks after a message of its parent: give its id")
+        if fork_after is not None and kind != ContinuationKind.BRANCH:
+            raise InvalidArgument(
+                "fork_after", f"only a branch forks after a message; a {kind.value} loop follows its parent's end"
+            )
         if fork_after is not None:
             row = self._db.fetchone(q.get_message(), {"id": fork_after}) if is_message_id(fork_after) else None
             if row is None or row[2] != parent:

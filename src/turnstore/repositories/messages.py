@@ -397,7 +397,7 @@ class MessageRepository:
         than ``n``). Reads the path backwards, only as far as the tail needs.
 
         Raises:
-            InvalidMessage: ``n`` is not a non-negative integer; ``provider`` without ``model``.
+            InvalidArgument: ``n`` is not a non-negative integer; ``provider`` without ``model``.
             SessionNotFound: no such session.
             LoopNotFound: ``loop_id`` is not a loop of that session.
         """
@@ -499,7 +499,7 @@ class MessageRepository:
 
         Raises:
             LoopNotFound: no such loop.
-            InvalidMessage: ``provider`` without ``model``, or either not a string.
+            InvalidArgument: ``provider`` without ``model``, or either not a string.
         """
         _check_model(model, provider)
         with self._db.read():
