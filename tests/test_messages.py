@@ -1161,3 +1161,26 @@ def test_a_turn_index_out_of_range_in_the_messages_turn_id_is_an_invalid_message
     assert not isinstance(caught.value, InvalidArgument)
     assert [path for path, _ in caught.value.errors] == ["turnId.turnIndex"]
     assert store.messages.loop(loop_id) == []
+
+
+def test_last_in_one_loop_reads_one_statement_when_its_window_starts_at_a_tool_result(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Turns of user, call, result, reply: a window of n rows often starts at a result whose call
+    is further back. That result is left out of the tail, so the window must hold a few rows more
+    than n, not send last() the long way (a walk of the loop's path: several times slower)."""
+    store = Store(tmp_path / "store.db")
+    session_id = store.sessions.create().session_id
+    loop_id = store.loops.start(session_id).loop_id
+    for k in range(40):
+        store.messages.append_turn(
+            loop_id, k, [user(f"u{k}"), assistant(f"a{k}", calls=(f"c{k}",)), tool_result(f"c{k}", "r"), assistant(f"b{k}")]
+        )
+    expected = store.messages.context(loop_id)
+    monkeypatch.setattr(type(store.messages), "_tail", lambda *args: pytest.fail("walked the path"))
+    for n in (2, 50, 51, 53):
+        tail = expected[-n:]
+        while tail and tail[0].role == "toolResult":  # last() never starts with a result cut from its call
+            tail = tail[1:]
+        assert [m.model_dump() for m in store.messages.last(session_id, n)] == [m.model_dump() for m in tail]
+    store.close()

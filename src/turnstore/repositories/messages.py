@@ -432,15 +432,18 @@ class MessageRepository:
         one statement, as the session is being written. Otherwise (a branch
         just forked, a short loop) the caller walks the path.
         """
-        rows = self._db.fetchall(q.session_tail(), {"session_id": session_id, "limit": n})
+        # A few rows more than n: the oldest rows read are often tool results whose call is further
+        # back (left out at the front), and one such row would otherwise send the caller the long way.
+        limit = n + TAIL_SLACK
+        rows = self._db.fetchall(q.session_tail(), {"session_id": session_id, "limit": limit})
         if not rows:
             return None
         loop_id = rows[0][0]
         if not all(row[0] == loop_id and row[1] != ctx.COMPACTION_SUMMARY for row in rows):
             return None
         messages = ctx.provider_safe(reversed(parse_rows(row[2] for row in rows)))
-        # Fewer than n rows: the session holds no other row, so no ancestor adds to the context.
-        return messages if len(messages) >= n or len(rows) < n else None
+        # Fewer rows than asked for: the session holds no other row, so no ancestor adds to the context.
+        return messages if len(messages) >= n or len(rows) < limit else None
 
     def _tail(self, session_id: str, pieces: Sequence[ctx.Piece], n: int) -> list[Any]:
         """At least the last ``n`` context messages of a path (all of it when shorter), read newest first.
@@ -573,6 +576,10 @@ class MessageRepository:
     def _require_session(self, session_id: str) -> None:
         if self._db.fetchone(q.session_exists(), {"session_id": session_id}) is None:
             raise SessionNotFound(f"session {session_id!r} not found")
+
+
+TAIL_SLACK = 8
+"""Rows :meth:`MessageRepository.last` reads beyond ``n`` in its one-statement case."""
 
 
 def _check_count(n: object) -> None:
