@@ -26,17 +26,24 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
-import inspect
 import os
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, Generic, TypeVar
 
-from .repositories import LoopRepository, MessageRepository, SessionRepository, UsageRepository
+from typing_extensions import Self
+
+from .aio_repositories import AsyncLoopRepository, AsyncMessageRepository, AsyncSessionRepository, AsyncUsageRepository
+from .errors import StoreClosed, TransactionOpen
 from .store import Store
+
+if TYPE_CHECKING:
+    from .importers import ImportReport
+    from .limits import Limits
+    from .usage import PriceTable
 
 __all__ = [
     "AsyncLoopRepository",
@@ -58,7 +65,7 @@ class _Pin:
     the worker serves next.
     """
 
-    __slots__ = ("worker", "open")
+    __slots__ = ("open", "worker")
 
     def __init__(self, worker: ThreadPoolExecutor) -> None:
         self.worker = worker
@@ -93,6 +100,11 @@ class _Workers:
     A worker goes back to the stack only once the thread work of its call is
     over, cancelled or not (:func:`_complete`), so the next call never queues
     behind a call whose caller has gone.
+
+    Closing (:meth:`shutdown`) refuses new calls and transactions
+    (:class:`~turnstore.errors.StoreClosed`), waits for the transactions
+    already open to end — their own calls still run — then for the calls
+    under way.
     """
 
     def __init__(self, limit: int) -> None:
@@ -102,6 +114,9 @@ class _Workers:
         self._idle: list[ThreadPoolExecutor] = []
         self._all: list[ThreadPoolExecutor] = []
         self._lock = threading.Lock()
+        self._closing = False
+        self._open_transactions = 0
+        self._transaction_ended = threading.Condition(self._lock)
 
     async def run(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``function(*args, **kwargs)`` on a worker thread: the task's pinned one, else one from the pool."""
@@ -131,6 +146,8 @@ class _Workers:
 
     async def _acquire_slot(self, loop: asyncio.AbstractEventLoop) -> None:
         with self._lock:
+            if self._closing:
+                raise StoreClosed("the store is closed; open it again to use it")
             if self._busy < self._limit and not self._waiters:
                 self._busy += 1
                 return
@@ -170,6 +187,10 @@ class _Workers:
         if _pinned_worker() is not None:
             yield False
             return
+        with self._lock:
+            if self._closing:
+                raise StoreClosed("the store is closed; open it again to use it")
+            self._open_transactions += 1
         pin = _Pin(self._take())
         token = _PINNED.set(pin)
         try:
@@ -177,7 +198,10 @@ class _Workers:
         finally:
             pin.open = False  # tasks that copied the context while it was open no longer use it
             _PINNED.reset(token)
-            self._give(pin.worker)
+            with self._lock:
+                self._idle.append(pin.worker)
+                self._open_transactions -= 1
+                self._transaction_ended.notify_all()
 
     def for_stream(self) -> tuple[ThreadPoolExecutor, bool]:
         """The worker a streamed read runs on, and whether it was borrowed from the pool for it.
@@ -191,7 +215,13 @@ class _Workers:
         pinned = _pinned_worker()
         if pinned is not None:
             return pinned, False
+        if self._closing:
+            raise StoreClosed("the store is closed; open it again to use it")
         return self._take(), True
+
+    def stream(self, open: Callable[[], Iterator[T]]) -> _Stream[T]:
+        """A streamed read of the iterator ``open()`` returns, fetched in batches on one worker."""
+        return _Stream(self, open)
 
     async def end_stream(self, worker: ThreadPoolExecutor, borrowed: bool, iterator: Iterator[Any] | None) -> None:
         """Close a streamed read's iterator on its worker, then give a borrowed worker back.
@@ -209,9 +239,53 @@ class _Workers:
         if await _finish(asyncio.wrap_future(closing)):
             raise asyncio.CancelledError
 
+    def check_not_in_transaction(self) -> None:
+        """Raise :class:`~turnstore.errors.TransactionOpen` when this task is inside a transaction of this pool."""
+        if _pinned_worker() is not None:
+            raise TransactionOpen("close() inside a transaction would wait for that transaction: leave it first")
+
     def shutdown(self) -> None:
-        for worker in self._all:
+        """Refuse new work, wait for open transactions to end, then for the calls under way (blocks)."""
+        with self._lock:
+            self._closing = True
+            while self._open_transactions:
+                self._transaction_ended.wait()
+            workers = list(self._all)
+        for worker in workers:
             worker.shutdown(wait=True)
+
+
+class _Stream(Generic[T]):
+    """One streamed read: its iterator opened and read in batches on one worker, closed there.
+
+    The async repositories' streaming methods (``records()``) are async
+    generators around it. Breaking out of ``async for``, ``aclose()``,
+    cancellation and garbage collection all end it the same way (:meth:`close`):
+    the sync iterator is closed on its worker, and the worker goes back to the pool.
+    """
+
+    __slots__ = ("_borrowed", "_iterator", "_open", "_worker", "_workers")
+
+    def __init__(self, workers: _Workers, open: Callable[[], Iterator[T]]) -> None:
+        self._workers = workers
+        self._open = open
+        self._worker: ThreadPoolExecutor | None = None
+        self._borrowed = False
+        self._iterator: Iterator[T] | None = None
+
+    async def batch(self) -> list[T]:
+        """The next items (at most :data:`STREAM_BATCH`, one thread hop); empty at the end."""
+        if self._worker is None:
+            self._worker, self._borrowed = self._workers.for_stream()
+            self._iterator = await _complete(self._worker.submit(self._open))
+        if self._iterator is None:
+            return []
+        return await _complete(self._worker.submit(_take, self._iterator, STREAM_BATCH))
+
+    async def close(self) -> None:
+        """Close the iterator on its worker and give a borrowed worker back."""
+        if self._worker is not None:
+            await self._workers.end_stream(self._worker, self._borrowed, self._iterator)
 
 
 async def _complete(future: Future[T], on_cancel: Callable[[], None] | None = None, droppable: bool = True) -> T:
@@ -275,49 +349,6 @@ def _hand_over(waiter: asyncio.Future[None], workers: _Workers) -> None:
         waiter.set_result(None)
 
 
-class _AsyncRepository:
-    """Base of the async repositories: each public method of the sync twin, awaited."""
-
-    _sync_class: type
-
-    def __init__(self, sync: Any, workers: _Workers) -> None:
-        self._sync = sync
-        self._workers = workers
-
-
-def _awaitable(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(method)
-    async def call(self: _AsyncRepository, *args: Any, **kwargs: Any) -> Any:
-        return await self._workers.run(getattr(self._sync, name), *args, **kwargs)
-
-    return call
-
-
-def _streamed(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
-    """An iterator method, as an async iterator that reads in batches on one worker.
-
-    Breaking out of ``async for``, ``aclose()``, cancellation and garbage
-    collection all end it the same way: the sync iterator is closed on its
-    worker, and the worker goes back to the pool.
-    """
-
-    @functools.wraps(method)
-    async def call(self: _AsyncRepository, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-        workers = self._workers
-        worker, borrowed = workers.for_stream()
-        iterator: Iterator[Any] | None = None
-        try:
-            opened: Iterator[Any] = await _complete(worker.submit(getattr(self._sync, name), *args, **kwargs))
-            iterator = opened
-            while batch := await _complete(worker.submit(_take, opened, STREAM_BATCH)):
-                for item in batch:
-                    yield item
-        finally:
-            await workers.end_stream(worker, borrowed, iterator)
-
-    return call
-
-
 def _take(iterator: Iterator[T], count: int) -> list[T]:
     batch: list[T] = []
     for item in iterator:
@@ -325,29 +356,6 @@ def _take(iterator: Iterator[T], count: int) -> list[T]:
         if len(batch) == count:
             break
     return batch
-
-
-_STREAMING = {"records"}
-
-
-def _async_twin(sync_class: type, name: str) -> type:
-    """A class with an async method for each public method of ``sync_class`` (same name, same docs)."""
-    namespace: dict[str, Any] = {
-        "__doc__": f"Async twin of :class:`{sync_class.__module__}.{sync_class.__name__}`: the same methods, awaited.",
-        "__module__": __name__,
-        "_sync_class": sync_class,
-    }
-    for attribute, method in vars(sync_class).items():
-        if attribute.startswith("_") or not inspect.isfunction(method) or attribute == "from_row":
-            continue
-        namespace[attribute] = (_streamed if attribute in _STREAMING else _awaitable)(attribute, method)
-    return type(name, (_AsyncRepository,), namespace)
-
-
-AsyncSessionRepository = _async_twin(SessionRepository, "AsyncSessionRepository")
-AsyncLoopRepository = _async_twin(LoopRepository, "AsyncLoopRepository")
-AsyncMessageRepository = _async_twin(MessageRepository, "AsyncMessageRepository")
-AsyncUsageRepository = _async_twin(UsageRepository, "AsyncUsageRepository")
 
 
 class AsyncStore:
@@ -362,8 +370,29 @@ class AsyncStore:
     prefer ``store = await AsyncStore.open(url)``.
     """
 
-    def __init__(self, url: str | os.PathLike[str] | None = None, *, workers: int | None = None, **options: Any) -> None:
-        self._store = Store(url, **options)
+    def __init__(
+        self,
+        url: str | os.PathLike[str] | None = None,
+        *,
+        workers: int | None = None,
+        auto_upgrade: bool = True,
+        prices: PriceTable | Mapping[str, Any] | None = None,
+        limits: Limits | None = None,
+        pragmas: Mapping[str, Any] | None = None,
+        busy_budget: float = 60.0,
+        echo: bool = False,
+        read_only: bool = False,
+    ) -> None:
+        self._store = Store(
+            url,
+            auto_upgrade=auto_upgrade,
+            prices=prices,
+            limits=limits,
+            pragmas=pragmas,
+            busy_budget=busy_budget,
+            echo=echo,
+            read_only=read_only,
+        )
         self._workers = _Workers(workers or (4 if self._store.dialect == "sqlite" else 8))
         self.sessions = AsyncSessionRepository(self._store.sessions, self._workers)
         self.loops = AsyncLoopRepository(self._store.loops, self._workers)
@@ -371,12 +400,36 @@ class AsyncStore:
         self.usage = AsyncUsageRepository(self._store.usage, self._workers)
 
     @classmethod
-    async def open(cls, url: str | os.PathLike[str] | None = None, **options: Any) -> AsyncStore:
-        """Open a store without blocking the event loop (schema upgrade included).
+    async def open(
+        cls,
+        url: str | os.PathLike[str] | None = None,
+        *,
+        workers: int | None = None,
+        auto_upgrade: bool = True,
+        prices: PriceTable | Mapping[str, Any] | None = None,
+        limits: Limits | None = None,
+        pragmas: Mapping[str, Any] | None = None,
+        busy_budget: float = 60.0,
+        echo: bool = False,
+        read_only: bool = False,
+    ) -> AsyncStore:
+        """Open a store without blocking the event loop (schema upgrade included); arguments as :class:`AsyncStore`.
 
         Cancelled, it waits for the opening under way and closes the store it opened.
         """
-        opening = asyncio.ensure_future(asyncio.to_thread(cls, url, **options))
+        build = functools.partial(
+            cls,
+            url,
+            workers=workers,
+            auto_upgrade=auto_upgrade,
+            prices=prices,
+            limits=limits,
+            pragmas=pragmas,
+            busy_budget=busy_budget,
+            echo=echo,
+            read_only=read_only,
+        )
+        opening = asyncio.ensure_future(asyncio.to_thread(build))
         try:
             return await _shielded(opening)
         except asyncio.CancelledError:
@@ -407,18 +460,35 @@ class AsyncStore:
         """The schema revision the database is at."""
         return await self._workers.run(self._store.schema_version)
 
-    async def import_(self, format: str, *paths: str | os.PathLike[str], **options: Any) -> Any:
+    async def import_(
+        self,
+        format: str,
+        *paths: str | os.PathLike[str],
+        dry_run: bool = False,
+        skip_invalid: bool = False,
+        replace: bool = False,
+        session_id: str | None = None,
+        progress: Any = None,
+    ) -> ImportReport:
         """Import histories; see :meth:`turnstore.Store.import_`.
 
         Cancelled, the import stops before its next session (each session is
         written whole or not at all) and the cancellation is raised once it has.
         """
         stop = threading.Event()
-        database = self._store._db
+        steps = self._store.steps
 
-        def run() -> Any:
-            with database.stopping(stop):
-                return self._store.import_(format, *paths, **options)
+        def run() -> ImportReport:
+            with steps.stopping(stop):
+                return self._store.import_(
+                    format,
+                    *paths,
+                    dry_run=dry_run,
+                    skip_invalid=skip_invalid,
+                    replace=replace,
+                    session_id=session_id,
+                    progress=progress,
+                )
 
         return await self._workers.call(run, on_cancel=stop.set)
 
@@ -437,12 +507,12 @@ class AsyncStore:
         transaction is rolled back on that worker before ``CancelledError`` is
         raised, unless its commit had begun: then it commits first.
         """
-        database = self._store._db
+        steps = self._store.steps
         began = False
 
         def begin() -> None:
             nonlocal began
-            database.begin()  # inside another transaction of this task, begin/commit just join it
+            steps.begin()  # inside another transaction of this task, begin/commit just join it
             began = True
 
         with self._workers.pinned():
@@ -453,24 +523,34 @@ class AsyncStore:
                 # Cancelled or failed at any await, the begin included: each awaited call has finished
                 # on the worker by now, so this rollback is the worker's next statement.
                 if began:
-                    await self._workers.call(database.rollback, droppable=False)
+                    await self._workers.call(steps.rollback, droppable=False)
                 raise
             # Cancelled meanwhile, the commit still runs (or rolls back, if it fails) before CancelledError.
-            await self._workers.call(database.commit, droppable=False)
+            await self._workers.call(steps.commit, droppable=False)
 
     async def close(self) -> None:
-        """Finish running calls, wait for a WAL checkpoint a large import left running, close every connection.
+        """Refuse new calls, let open transactions end, finish running calls, close every connection.
 
-        The waiting happens on a thread: the event loop goes on meanwhile. A
-        cancelled close still closes the store before it raises.
+        From the moment it is called, a new call or transaction raises
+        :class:`~turnstore.errors.StoreClosed`; transactions already open in
+        other tasks go on (their calls still run) and close waits until each
+        has committed or rolled back, then for the calls under way and for a
+        WAL checkpoint a large import left running. The waiting happens on a
+        thread: the event loop goes on meanwhile. A cancelled close still
+        closes the store before it raises.
+
+        Raises:
+            TransactionOpen: called inside a transaction of this task, which
+                close would wait for forever; nothing is closed.
         """
+        self._workers.check_not_in_transaction()
         await _shielded(asyncio.ensure_future(asyncio.to_thread(self._close)))
 
     def _close(self) -> None:
         self._workers.shutdown()
         self._store.close()
 
-    async def __aenter__(self) -> AsyncStore:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

@@ -151,6 +151,14 @@ class StoreBusy(TurnstoreError):
     """The database stayed locked by other writers for longer than the retry budget."""
 
 
+class StoreClosed(TurnstoreError, RuntimeError):
+    """The store is closed, or closing: it takes no new call or transaction."""
+
+
+class TransactionOpen(TurnstoreError, RuntimeError):
+    """The call would wait for a transaction that only the caller itself can end (closing a store inside one)."""
+
+
 class ExportFailed(TurnstoreError):
     """An export file could not be written (a full disk, a missing folder); the target is left as it was."""
 class StorageError(TurnstoreError):

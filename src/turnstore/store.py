@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import IO, TYPE_CHECKING, Any
 
 from . import migrate
@@ -20,7 +21,7 @@ from .usage import DEFAULT_PRICES, PriceTable
 if TYPE_CHECKING:
     from .importers import ImportReport
 
-__all__ = ["Store"]
+__all__ = ["Store", "TransactionSteps"]
 
 
 class Store:
@@ -165,6 +166,16 @@ class Store:
         with self._db.write():
             yield self
 
+    @property
+    def steps(self) -> TransactionSteps:
+        """Transactions begun and ended in separate calls, for callers that cannot hold a ``with`` block.
+
+        The async store uses it: its transaction spans several awaits, and its
+        import must be stoppable from the event loop between two sessions.
+        Prefer :meth:`transaction`.
+        """
+        return TransactionSteps(self._db)
+
     def close(self) -> None:
         """Close every connection; the store cannot be used afterwards.
 
@@ -181,6 +192,39 @@ class Store:
 
     def __repr__(self) -> str:
         return f"Store({self.engine.url.render_as_string(hide_password=True)!r})"
+
+
+class TransactionSteps:
+    """A store's transactions as separate steps, on the calling thread's connection.
+
+    Pair every :meth:`begin` with one :meth:`commit` or :meth:`rollback`, on
+    the same thread; a ``begin`` inside an open transaction joins it, and only
+    the outermost pair ends it.
+    """
+
+    __slots__ = ("_database",)
+
+    def __init__(self, database: Database) -> None:
+        self._database = database
+
+    def begin(self) -> None:
+        """Open a write transaction on this thread's connection, or join the open one."""
+        self._database.begin()
+
+    def commit(self) -> None:
+        """End one :meth:`begin`; the outermost one commits."""
+        self._database.commit()
+
+    def rollback(self) -> None:
+        """End one :meth:`begin` after an error; the whole transaction is undone."""
+        self._database.rollback()
+
+    def stopping(self, stop: threading.Event) -> AbstractContextManager[None]:
+        """For the block, on this thread: once ``stop`` is set, beginning a transaction raises ``Stopped``.
+
+        A run of transactions (an import, one per session) then ends between two of them.
+        """
+        return self._database.stopping(stop)
 
 
 def _unopenable(url: str, error: OSError) -> Exception:
