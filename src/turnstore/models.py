@@ -30,7 +30,7 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from enum import Enum
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar, Union
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar, Union, cast
 
 from pydantic import (
     AfterValidator,
@@ -115,6 +115,13 @@ _ROLE_NAMES = {name: RoleName(name) for name in ("user", "assistant", "toolResul
 
 _shared_role = _ROLE_NAMES.__getitem__
 
+_Role = TypeVar("_Role", bound=str)
+
+
+def _role(name: _Role) -> _Role:
+    """The shared :class:`RoleName` for ``name``, typed as the literal it equals (a role field's default)."""
+    return cast(_Role, _ROLE_NAMES[name])
+
 UserRole = Annotated[Literal["user"], AfterValidator(_shared_role)]
 AssistantRole = Annotated[Literal["assistant"], AfterValidator(_shared_role)]
 ToolResultRole = Annotated[Literal["toolResult"], AfterValidator(_shared_role)]
@@ -143,14 +150,14 @@ class WireModel(BaseModel):
     )
 
     @classmethod
-    def model_validate(cls, obj: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    def model_validate(cls, obj: Any, **kwargs: Any) -> Any:
         """Validate a wire record (dict), matching keys by their wire names."""
         kwargs.setdefault("by_alias", True)
         kwargs.setdefault("by_name", False)
         return super().model_validate(obj, **kwargs)
 
     @classmethod
-    def model_validate_json(cls, json_data: str | bytes | bytearray, **kwargs: Any) -> Any:  # type: ignore[override]
+    def model_validate_json(cls, json_data: str | bytes | bytearray, **kwargs: Any) -> Any:
         """Validate a wire record (JSON text), matching keys by their wire names."""
         kwargs.setdefault("by_alias", True)
         kwargs.setdefault("by_name", False)
@@ -339,8 +346,9 @@ class Message(WireModel):
     ROLE: ClassVar[str]
 
     if TYPE_CHECKING:
-        # Each subclass declares ``turn`` as its last field, so a dumped message ends
-        # with "turnId" and the store can stamp one onto stored JSON without a copy.
+        # Each subclass declares ``role`` and ``turn`` (as its last field, so a dumped message
+        # ends with "turnId" and the store can stamp one onto stored JSON without a copy).
+        role: str
         turn: TurnId | None
 
     @staticmethod
@@ -443,7 +451,7 @@ class SystemMessage(Message):
 
     ROLE: ClassVar[str] = "system"
 
-    role: SystemRole = _ROLE_NAMES["system"]
+    role: SystemRole = _role("system")
     content: Blocks
     timestamp: U64 = 0
     turn: TurnId | None = Field(None, alias="turnId", exclude_if=_omit_none)
@@ -454,7 +462,7 @@ class UserMessage(Message):
 
     ROLE: ClassVar[str] = "user"
 
-    role: UserRole = _ROLE_NAMES["user"]
+    role: UserRole = _role("user")
     content: Blocks
     timestamp: U64
     turn: TurnId | None = Field(None, alias="turnId", exclude_if=_omit_none)
@@ -465,7 +473,7 @@ class AssistantMessage(Message):
 
     ROLE: ClassVar[str] = "assistant"
 
-    role: AssistantRole = _ROLE_NAMES["assistant"]
+    role: AssistantRole = _role("assistant")
     content: Blocks
     stop_reason: StopReason = Field(alias="stopReason")
     model: str
@@ -495,7 +503,7 @@ class ToolResultMessage(Message):
 
     ROLE: ClassVar[str] = "toolResult"
 
-    role: ToolResultRole = _ROLE_NAMES["toolResult"]
+    role: ToolResultRole = _role("toolResult")
     tool_call_id: str = Field(alias="toolCallId")
     tool_name: str = Field(alias="toolName")
     content: Blocks
@@ -513,7 +521,7 @@ class ExtensionMessage(WireModel):
 
     ROLE: ClassVar[str] = "extension"
 
-    role: ExtensionRole = _ROLE_NAMES["extension"]
+    role: ExtensionRole = _role("extension")
     kind: str
     data: JsonValue = None
 

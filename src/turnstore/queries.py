@@ -82,12 +82,12 @@ def insert_session() -> sa.Insert:
 
 
 @cache
-def get_session() -> sa.Select:
+def get_session() -> sa.Select[Any]:
     return sa.select(*SESSION_COLUMNS).where(sessions.c.session_id == bp("session_id"))
 
 
 @cache
-def lock_session() -> sa.Select:
+def lock_session() -> sa.Select[Any]:
     """The session row, held until the transaction ends (PostgreSQL; SQLite's write lock covers it).
 
     Starting a loop takes it, so concurrent starts in one session see each other's loops.
@@ -96,12 +96,12 @@ def lock_session() -> sa.Select:
 
 
 @cache
-def session_exists() -> sa.Select:
+def session_exists() -> sa.Select[Any]:
     return sa.select(sa.literal(1)).where(sessions.c.session_id == bp("session_id"))
 
 
 @cache
-def list_sessions(by_agent: bool) -> sa.Select:
+def list_sessions(by_agent: bool) -> sa.Select[Any]:
     loop_count = (
         sa.select(sa.func.count()).where(loops.c.session_id == sessions.c.session_id).scalar_subquery()
     )
@@ -125,7 +125,7 @@ def list_sessions(by_agent: bool) -> sa.Select:
 
 
 @cache
-def count_sessions() -> sa.Select:
+def count_sessions() -> sa.Select[Any]:
     return sa.select(sa.func.count()).select_from(sessions)
 
 
@@ -185,12 +185,12 @@ def insert_loop() -> sa.Insert:
 
 
 @cache
-def get_loop() -> sa.Select:
+def get_loop() -> sa.Select[Any]:
     return sa.select(*LOOP_COLUMNS).where(loops.c.loop_id == bp("loop_id"))
 
 
 @cache
-def list_loops() -> sa.Select:
+def list_loops() -> sa.Select[Any]:
     return (
         sa.select(*LOOP_COLUMNS)
         .where(loops.c.session_id == bp("session_id"))
@@ -199,7 +199,7 @@ def list_loops() -> sa.Select:
 
 
 @cache
-def child_loops() -> sa.Select:
+def child_loops() -> sa.Select[Any]:
     return (
         sa.select(*LOOP_COLUMNS)
         .where(sa.or_(loops.c.parent_loop_id == bp("loop_id"), loops.c.spawn_loop_id == bp("loop_id")))
@@ -208,7 +208,7 @@ def child_loops() -> sa.Select:
 
 
 @cache
-def latest_loop() -> sa.Select:
+def latest_loop() -> sa.Select[Any]:
     return (
         sa.select(loops.c.loop_id)
         .where(loops.c.session_id == bp("session_id"))
@@ -218,23 +218,23 @@ def latest_loop() -> sa.Select:
 
 
 @cache
-def loop_ids_for_config(has_config: bool) -> sa.Select:
+def loop_ids_for_config(has_config: bool) -> sa.Select[Any]:
     config = loops.c.config_id == bp("config_id") if has_config else loops.c.config_id.is_(None)
     return sa.select(loops.c.loop_id).where(loops.c.session_id == bp("session_id"), config)
 
 
 @cache
-def loop_exists() -> sa.Select:
+def loop_exists() -> sa.Select[Any]:
     return sa.select(loops.c.loop_id).where(loops.c.loop_id == bp("loop_id"))
 
 
 @cache
-def loop_session() -> sa.Select:
+def loop_session() -> sa.Select[Any]:
     return sa.select(loops.c.session_id).where(loops.c.loop_id == bp("loop_id"))
 
 
 @cache
-def loop_tree() -> sa.Select:
+def loop_tree() -> sa.Select[Any]:
     """The shape of every loop of a session: enough to walk from a loop to its root."""
     return sa.select(
         loops.c.loop_id,
@@ -255,7 +255,7 @@ def end_loop() -> sa.Update:
 
 
 @cache
-def count_assistant_messages() -> sa.Select:
+def count_assistant_messages() -> sa.Select[Any]:
     """How many assistant messages (model calls) a loop holds."""
     return sa.select(sa.func.count()).where(messages.c.loop_id == bp("loop_id"), messages.c.role == "assistant")
 
@@ -306,7 +306,7 @@ def insert_message(returning: bool) -> sa.Insert:
         .where(loops.c.loop_id == bp("loop_id"), loops.c.ended_at.is_(None), ~later_turn.exists())
         .scalar_subquery()
     )
-    values = {name: bp(name) for name in MESSAGE_VALUES}
+    values: dict[str, Any] = {name: bp(name) for name in MESSAGE_VALUES}
     values["seq"] = next_seq
     # The loop decides the session. A missing or ended loop, or a turn index below one the loop
     # already has, leaves it NULL, which the NOT NULL refuses (see MessageRepository._integrity).
@@ -318,25 +318,25 @@ def insert_message(returning: bool) -> sa.Insert:
 @cache
 def insert_message_at() -> sa.Insert:
     """Insert one message with an explicit seq (imports, which number a whole loop at once)."""
-    values = {name: bp(name) for name in (*MESSAGE_VALUES, "session_id", "seq")}
+    values: dict[str, Any] = {name: bp(name) for name in (*MESSAGE_VALUES, "session_id", "seq")}
     return sa.insert(messages).values(values)
 
 
 @cache
-def append_state() -> sa.Select:
+def append_state() -> sa.Select[Any]:
     """What decides whether a loop takes a message: its session, ``ended_at`` and the highest turn index it holds."""
     last_turn = sa.select(sa.func.max(messages.c.turn_index)).where(messages.c.loop_id == bp("loop_id")).scalar_subquery()
     return sa.select(loops.c.session_id, loops.c.ended_at, last_turn).where(loops.c.loop_id == bp("loop_id"))
 
 
 @cache
-def lock_loop() -> sa.Select:
+def lock_loop() -> sa.Select[Any]:
     """PostgreSQL: :func:`append_state`, holding the loop row so concurrent appends to one loop take seq in turn."""
     return append_state().with_for_update(of=loops)
 
 
 @cache
-def loop_tail_ids() -> sa.Select:
+def loop_tail_ids() -> sa.Select[Any]:
     """Ids of a loop's messages from :seq on, in order."""
     return (
         sa.select(messages.c.id)
@@ -346,7 +346,7 @@ def loop_tail_ids() -> sa.Select:
 
 
 @cache
-def loops_depending_on_tail() -> sa.Select:
+def loops_depending_on_tail() -> sa.Select[Any]:
     """A loop whose history holds a message of :loop_id from :seq on: (its id, the message it forks at, or NULL).
 
     It forks or keeps from one of those messages, or continues :loop_id from its end
@@ -372,7 +372,7 @@ def delete_loop_tail() -> sa.Delete:
 
 
 @cache
-def turn_messages() -> sa.Select:
+def turn_messages() -> sa.Select[Any]:
     return (
         sa.select(messages.c.message)
         .where(messages.c.loop_id == bp("loop_id"), messages.c.turn_index == bp("turn_index"))
@@ -381,7 +381,7 @@ def turn_messages() -> sa.Select:
 
 
 @cache
-def turn_range_messages(bounded: bool) -> sa.Select:
+def turn_range_messages(bounded: bool) -> sa.Select[Any]:
     condition = [messages.c.loop_id == bp("loop_id"), messages.c.turn_index >= bp("start")]
     if bounded:
         condition.append(messages.c.turn_index < bp("stop"))
@@ -393,17 +393,17 @@ def turn_range_messages(bounded: bool) -> sa.Select:
 
 
 @cache
-def loop_messages() -> sa.Select:
+def loop_messages() -> sa.Select[Any]:
     return sa.select(messages.c.message).where(messages.c.loop_id == bp("loop_id")).order_by(messages.c.seq)
 
 
 @cache
-def first_message_of_loop() -> sa.Select:
+def first_message_of_loop() -> sa.Select[Any]:
     return sa.select(messages.c.id).where(messages.c.loop_id == bp("loop_id")).order_by(messages.c.seq).limit(1)
 
 
 @cache
-def context_messages() -> sa.Select:
+def context_messages() -> sa.Select[Any]:
     """Messages of a session from a lower id bound; the context walk filters them by loop."""
     return (
         sa.select(*PATH_COLUMNS)
@@ -413,7 +413,7 @@ def context_messages() -> sa.Select:
 
 
 @cache
-def path_messages() -> sa.Select:
+def path_messages() -> sa.Select[Any]:
     """Like :func:`context_messages`, plus the rest of a ``StoredMessage``: session, turn, seq, source."""
     return (
         sa.select(*PATH_COLUMNS, messages.c.session_id, messages.c.turn_index, messages.c.seq, messages.c.source)
@@ -423,7 +423,7 @@ def path_messages() -> sa.Select:
 
 
 @cache
-def newest_loop() -> sa.Select:
+def newest_loop() -> sa.Select[Any]:
     """The loop of a session's newest message: the one written most recently."""
     return (
         sa.select(messages.c.loop_id)
@@ -434,13 +434,13 @@ def newest_loop() -> sa.Select:
 
 
 @cache
-def loop_tree_and_newest() -> sa.Select:
+def loop_tree_and_newest() -> sa.Select[Any]:
     """:func:`loop_tree` with :func:`newest_loop` in every row: ``last()``'s first read, in one statement."""
     return loop_tree().add_columns(newest_loop().scalar_subquery())
 
 
 @cache
-def session_tail() -> sa.Select:
+def session_tail() -> sa.Select[Any]:
     """A session's newest ``limit`` messages, newest first, with their loop and kind (``last()``'s first read)."""
     return (
         sa.select(messages.c.loop_id, messages.c.kind, messages.c.message)
@@ -451,7 +451,7 @@ def session_tail() -> sa.Select:
 
 
 @cache
-def loop_messages_backwards(without_summaries: bool) -> sa.Select:
+def loop_messages_backwards(without_summaries: bool) -> sa.Select[Any]:
     """Up to ``limit`` rows of one loop with ids from ``lower`` to ``upper``, newest first (``last()`` reads back).
 
     ``without_summaries``: compaction summaries left out, for a compaction loop, whose summaries
@@ -469,7 +469,7 @@ def loop_messages_backwards(without_summaries: bool) -> sa.Select:
 
 
 @cache
-def compaction_summaries() -> sa.Select:
+def compaction_summaries() -> sa.Select[Any]:
     """A compaction loop's summary rows, in order."""
     return (
         sa.select(*PATH_COLUMNS)
@@ -483,7 +483,7 @@ def compaction_summaries() -> sa.Select:
 
 
 @cache
-def stored_messages(by_loop: bool) -> sa.Select:
+def stored_messages(by_loop: bool) -> sa.Select[Any]:
     statement = sa.select(*STORED_COLUMNS, messages.c.source)
     if by_loop:
         return statement.where(messages.c.loop_id == bp("loop_id")).order_by(messages.c.seq)
@@ -491,12 +491,12 @@ def stored_messages(by_loop: bool) -> sa.Select:
 
 
 @cache
-def get_message() -> sa.Select:
+def get_message() -> sa.Select[Any]:
     return sa.select(*STORED_COLUMNS, messages.c.source).where(messages.c.id == bp("id"))
 
 
 @cache
-def session_message_ids() -> sa.Select:
+def session_message_ids() -> sa.Select[Any]:
     return sa.select(messages.c.id).where(messages.c.session_id == bp("session_id")).order_by(messages.c.id)
 
 
@@ -510,7 +510,7 @@ def set_loop_fork() -> sa.Update:
 
 
 @cache
-def export_messages() -> sa.Select:
+def export_messages() -> sa.Select[Any]:
     """Every column an export needs, in global order."""
     return (
         sa.select(
@@ -532,7 +532,7 @@ def export_messages() -> sa.Select:
 
 
 @cache
-def get_import() -> sa.Select:
+def get_import() -> sa.Select[Any]:
     return sa.select(imports.c.format, imports.c.origin, imports.c.digest, imports.c.source_format).where(
         imports.c.session_id == bp("session_id")
     )
@@ -552,12 +552,12 @@ def insert_import() -> sa.Insert:
 
 
 @cache
-def session_source() -> sa.Select:
+def session_source() -> sa.Select[Any]:
     return sa.select(sessions.c.source).where(sessions.c.session_id == bp("session_id"))
 
 
 @cache
-def loop_sources() -> sa.Select:
+def loop_sources() -> sa.Select[Any]:
     return (
         sa.select(loops.c.loop_id, loops.c.source)
         .where(loops.c.session_id == bp("session_id"))

@@ -19,6 +19,8 @@ Every hot query filters on ``session_id`` or on a key that implies it
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
@@ -62,7 +64,7 @@ USAGE_COLUMNS = (
 """Typed token columns, in the order of :class:`turnstore.models.Usage`'s fields."""
 
 
-def _usage_columns() -> list[sa.Column]:
+def _usage_columns() -> list[sa.Column[Any]]:
     """The typed usage columns shared by messages (per call) and loops (reported totals)."""
     return [sa.Column(name, sa.BigInteger, nullable=True) for name in USAGE_COLUMNS] + [
         # Provider-reported cost in USD, where the source recorded one (pi, Tau, appam).

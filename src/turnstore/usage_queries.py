@@ -29,7 +29,7 @@ LAST_DAY_MS = 253_402_300_799_999
 """Unix milliseconds of 9999-12-31T23:59:59.999Z, the last instant that has a day."""
 
 
-class utc_day(FunctionElement):
+class utc_day(FunctionElement[str]):
     """The UTC calendar day (``YYYY-MM-DD``) of a unix-milliseconds column; NULL outside years 1 to 9999.
 
     Both engines compute the day the same way, with integer arithmetic: the
@@ -45,7 +45,7 @@ class utc_day(FunctionElement):
     inherit_cache = True
 
 
-def _argument(element: FunctionElement, compiler: object, kw: dict[str, object]) -> str:
+def _argument(element: FunctionElement[Any], compiler: object, kw: dict[str, object]) -> str:
     """The SQL of a one-argument function's argument."""
     (column,) = element.clauses
     return compiler.process(column, **kw)  # type: ignore[attr-defined,no-any-return]
@@ -73,7 +73,7 @@ def _utc_day_postgresql(element: utc_day, compiler: object, **kw: object) -> str
     return _within_days(value, f"to_char(DATE '1970-01-01' + {days}, 'YYYY-MM-DD')")
 
 
-class utc_day_of_time(FunctionElement):
+class utc_day_of_time(FunctionElement[str]):
     """The UTC calendar day (``YYYY-MM-DD``) of a timestamp column."""
 
     type = sa.String()
@@ -91,7 +91,7 @@ def _utc_day_of_time_postgresql(element: utc_day_of_time, compiler: object, **kw
     return f"to_char({_argument(element, compiler, kw)} AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
 
 
-class cost_sum(FunctionElement):
+class cost_sum(FunctionElement[float]):
     """``sum()`` of a cost column that cannot fail, for the second try of a read whose sums overflowed.
 
     PostgreSQL's ``sum(double precision)`` fails with "value out of range:
@@ -134,7 +134,7 @@ SPLIT_BITS = 32
 """The halves of a split sum (see :func:`usage_rows`): ``value >> 32`` and ``value & (2**32 - 1)``."""
 
 
-def _sums(table: sa.Table, cost: ColumnElement, part: int, split: bool) -> list[ColumnElement]:
+def _sums(table: sa.Table, cost: ColumnElement[Any], part: int, split: bool) -> list[ColumnElement[Any]]:
     """Six token sums (each as a high and a low half when ``split``), a cost, the record count, the
     row's part (see USAGE_PART_*) and the requests.
 
@@ -144,7 +144,7 @@ def _sums(table: sa.Table, cost: ColumnElement, part: int, split: bool) -> list[
     # Literals, not parameters: PostgreSQL has ``bigint >> integer`` but no ``bigint >> bigint``.
     shift: ColumnElement[int] = sa.literal_column(str(SPLIT_BITS), sa.Integer)
     mask: ColumnElement[int] = sa.literal_column(str(2**SPLIT_BITS - 1), sa.BigInteger)
-    sums: list[ColumnElement] = []
+    sums: list[ColumnElement[Any]] = []
     for name in USAGE_COLUMNS:
         column = table.c[name]
         halves = [column.op(">>")(shift), column.op("&")(mask)] if split else [column]
@@ -153,7 +153,7 @@ def _sums(table: sa.Table, cost: ColumnElement, part: int, split: bool) -> list[
     return [*sums, cost, sa.func.count(), sa.literal(part, sa.Integer), requests]
 
 
-def _cost(table: sa.Table, split: bool) -> ColumnElement:
+def _cost(table: sa.Table, split: bool) -> ColumnElement[Any]:
     return cost_sum(table.c.cost) if split else sa.func.sum(table.c.cost)
 
 
@@ -165,7 +165,7 @@ def joined(row: Sequence[Any], start: int) -> tuple[Any, ...]:
     return (*row[:start], *sums, *row[start + 2 * len(USAGE_COLUMNS) :])
 
 
-def _group_key(table: sa.Table, group: str) -> list[ColumnElement]:
+def _group_key(table: sa.Table, group: str) -> list[ColumnElement[Any]]:
     if group == "loop":
         return [table.c.loop_id]
     if group == "session":
@@ -175,7 +175,7 @@ def _group_key(table: sa.Table, group: str) -> list[ColumnElement]:
     return []
 
 
-def _by_level(statement: sa.Select, level: str) -> sa.Select:
+def _by_level(statement: sa.Select[Any], level: str) -> sa.Select[Any]:
     """Filter messages by ``level``: all; session (:session_id); loop (:loop_id); turn (:loop_id, :turn_index)."""
     if level == "session":
         statement = statement.where(messages.c.session_id == bp("session_id"))
@@ -187,14 +187,14 @@ def _by_level(statement: sa.Select, level: str) -> sa.Select:
 
 
 @cache
-def message_usage(level: str, group: str, split: bool = False) -> sa.Select:
+def message_usage(level: str, group: str, split: bool = False) -> sa.Select[Any]:
     """Usage sums of messages, grouped by (group key, model, provider) (part TOTAL).
 
     Each level but ``turn`` is served by a covering usage index
     (``ix_messages_usage_*``) in GROUP BY order; a turn by the turn index.
     """
     keys = _group_key(messages, group)
-    statement = sa.select(
+    statement: sa.Select[Any] = sa.select(
         *keys, messages.c.model, messages.c.provider, *_sums(messages, sa.null(), USAGE_PART_TOTAL, split)
     ).where(messages.c.input_tokens.is_not(None))
     statement = _by_level(statement, level)
@@ -207,7 +207,7 @@ def message_usage(level: str, group: str, split: bool = False) -> sa.Select:
 
 
 @cache
-def message_reported_cost(level: str, group: str, split: bool = False) -> sa.Select:
+def message_reported_cost(level: str, group: str, split: bool = False) -> sa.Select[Any]:
     """The usage records with a source-reported cost, grouped like :func:`message_usage` (part REPORTED).
 
     Served by the partial index ``ix_messages_cost`` over those records only, so
@@ -216,7 +216,7 @@ def message_reported_cost(level: str, group: str, split: bool = False) -> sa.Sel
     in the same statement, as the index leads with ``session_id``.
     """
     keys = _group_key(messages, group)
-    statement = sa.select(
+    statement: sa.Select[Any] = sa.select(
         *keys, messages.c.model, messages.c.provider,
         *_sums(messages, _cost(messages, split), USAGE_PART_REPORTED, split),
     ).where(messages.c.cost.is_not(None))  # cost is only ever written with usage (input_tokens)
@@ -228,7 +228,7 @@ def message_reported_cost(level: str, group: str, split: bool = False) -> sa.Sel
 
 
 @cache
-def loop_reported_usage(level: str, group: str, split: bool = False) -> sa.Select:
+def loop_reported_usage(level: str, group: str, split: bool = False) -> sa.Select[Any]:
     """Usage a loop reported for itself, counted only where none of its messages carry usage (part LOOP)."""
     keys = _group_key(loops, group)
     has_message_usage = (
@@ -253,7 +253,7 @@ def loop_reported_usage(level: str, group: str, split: bool = False) -> sa.Selec
 
 
 @cache
-def usage_rows(level: str, group: str, split: bool = False) -> sa.CompoundSelect:
+def usage_rows(level: str, group: str, split: bool = False) -> sa.CompoundSelect[Any]:
     """:func:`message_usage`, :func:`message_reported_cost` and :func:`loop_reported_usage`
     in one statement (one round trip); :class:`turnstore.usage.Tally` adds the parts up.
 

@@ -10,6 +10,15 @@ from rich.text import Text
 from rich.tree import Tree
 
 from ..errors import InvalidMessage
+from ..models import (
+    AssistantMessage,
+    ExtensionMessage,
+    ImageContent,
+    TextContent,
+    ThinkingContent,
+    ToolCallContent,
+    ToolResultMessage,
+)
 from ..records import Loop, StoredMessage
 from .app import Settings, cli, pass_settings, shared_options
 from .output import console, print_json, short, text
@@ -130,26 +139,25 @@ def _print_tree(session_id: str, title: str | None, loops: list[Loop], messages:
 def _describe(stored: StoredMessage) -> Text:
     """One line about a message; every stored value in it escaped and printed as plain text."""
     message = stored.message
-    if message.role == "extension":
-        return Text(short(f"[{message.kind}] {message.data}", 90))  # type: ignore[union-attr]
+    if isinstance(message, ExtensionMessage):
+        return Text(short(f"[{message.kind}] {message.data}", 90))
     parts: list[str] = []
-    for block in message.content:  # type: ignore[union-attr]
-        kind = block.type
-        if kind == "text":
+    for block in message.content:
+        if isinstance(block, TextContent):
             parts.append(block.text)
-        elif kind == "thinking":
+        elif isinstance(block, ThinkingContent):
             parts.append(f"(thinking: {block.thinking})")
-        elif kind == "toolCall":
+        elif isinstance(block, ToolCallContent):
             parts.append(f"{block.name}({block.arguments})")
-        elif kind == "image":
+        elif isinstance(block, ImageContent):
             parts.append(f"[image {block.mime_type}]")
     line = Text(short(" ".join(parts), 90))
-    if message.role == "assistant":
-        used = message.usage  # type: ignore[union-attr]
+    if isinstance(message, AssistantMessage):
+        used = message.usage
         counts = f"{used.input}+{used.output} tok" if used is not None else "usage unknown"
-        line.append(f"  {message.stop_reason.value}, {counts}", "dim")  # type: ignore[union-attr]
-        if message.error_message:  # type: ignore[union-attr]
-            line.append(f"  {short(message.error_message, 60)}", "red")  # type: ignore[union-attr]
-    if message.role == "toolResult" and message.is_error:  # type: ignore[union-attr]
+        line.append(f"  {message.stop_reason.value}, {counts}", "dim")
+        if message.error_message:
+            line.append(f"  {short(message.error_message, 60)}", "red")
+    if isinstance(message, ToolResultMessage) and message.is_error:
         line.append("  (error)", "red")
     return line

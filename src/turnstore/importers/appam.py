@@ -176,7 +176,9 @@ def _session(path: Path, table: _Table, record: dict[str, Any]) -> SessionBundle
     session_id: str = record["id"]
     place = f"{path}: {table.name} id={session_id}"
     header = {key: value for key, value in record.items() if key != "messages"}
-    model = record.get("model") if isinstance(record.get("model"), str) else ""
+    model = record.get("model")
+    if not isinstance(model, str):
+        model = ""
     provider = infer_provider(model)
     bundle = SessionBundle(
         session_id=session_id,

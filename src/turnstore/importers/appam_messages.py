@@ -175,7 +175,7 @@ def _raw_block(block: Any, place: str) -> dict[str, Any] | None:
         if kind == "text":
             return {"type": "text", "text": _need(block, "text"), **_rest(block, "type", "text")}
         if kind == "thinking":
-            mapped = {"type": "thinking", "thinking": _need(block, "thinking")}
+            mapped: dict[str, Any] = {"type": "thinking", "thinking": _need(block, "thinking")}
             if block.get("signature") is not None:
                 mapped["signature"] = block["signature"]
             if block.get("redacted"):

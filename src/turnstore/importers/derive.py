@@ -83,7 +83,9 @@ def asked_tools(message: Any) -> bool:
     if type(message) is SpilledMessage:
         return message.asks_tools
     content = getattr(message, "content", None)
-    return bool(content) and ToolCallContent in map(type, content)
+    if not content:
+        return False
+    return ToolCallContent in map(type, content)
 
 
 def next_loop(loop_id: str, previous: Sequence[LoopRow]) -> LoopRow:

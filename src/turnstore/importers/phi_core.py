@@ -116,7 +116,9 @@ class PhiCoreImporter:
             source=compact(header),
         )
         bundle.add_source(compact(header))
-        spawn = data.get("parent_spawn_ref") if isinstance(data.get("parent_spawn_ref"), dict) else {}
+        spawn = data.get("parent_spawn_ref")
+        if not isinstance(spawn, dict):
+            spawn = {}
         for loop_number, record in enumerate(data["loops"], start=1):
             place = f"{path}: loop {loop_number}"
             bundle.records += 1

@@ -311,7 +311,7 @@ def _tool_call(block: Mapping[str, Any]) -> ToolCallContent:
     args = block.get("args")
     if args is None:
         args = {}
-    if not isinstance(args, Mapping):
+    if not isinstance(args, dict):
         raise BadRecord("tool_call args is not an object")
     extras: dict[str, Any] = {}
     if block.get("kind") is not None:

@@ -205,7 +205,7 @@ def _one_of(value: dict[str, Any], key: str, choices: type[Enum], default: str, 
     found = value.get(key)
     if found is None:
         return default
-    allowed = [choice.value for choice in choices]  # type: ignore[attr-defined]
+    allowed = [choice.value for choice in choices]
     if found not in allowed:
         raise InvalidRecord(place, f"{key} must be one of {', '.join(allowed)}; got {found!r}")
     return str(found)
@@ -227,7 +227,9 @@ def _message(value: dict[str, Any], place: str) -> MessageRow:
             usage = Usage.model_validate(value["usage"])
         except ValueError as error:
             raise InvalidRecord(place, f"invalid usage: {error}") from None
-    priced = value.get("priced_as") if isinstance(value.get("priced_as"), dict) else {}
+    priced = value.get("priced_as")
+    if not isinstance(priced, dict):
+        priced = {}
     timestamp = value.get("timestamp")
     return MessageRow(
         message,
