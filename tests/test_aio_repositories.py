@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from turnstore import AsyncStore, Store
 from turnstore.aio_repositories import (
     AsyncLoopRepository,
     AsyncMessageRepository,
@@ -121,3 +122,14 @@ def test_the_typed_example_runs(tmp_path: Path, capsys: pytest.CaptureFixture[st
     example = _load(EXAMPLE)
     asyncio.run(example.main(f"sqlite:///{tmp_path / 'example.db'}"))
     assert "3 runs, 6 messages stored" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("opener", [AsyncStore.__init__, AsyncStore.open.__func__], ids=["AsyncStore()", "AsyncStore.open"])
+def test_async_store_takes_the_sync_stores_arguments_by_name(opener: Callable[..., Any]) -> None:
+    store_parameters = _parameters(Store.__init__)[1:]
+    async_parameters = [p for p in _parameters(opener)[1:] if p[0] != "workers"]
+    assert async_parameters == store_parameters
+    assert inspect.signature(opener).parameters["workers"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert str(inspect.signature(AsyncStore.import_).return_annotation) == "ImportReport"
+    import_parameters = _parameters(Store.import_)[1:]
+    assert _parameters(AsyncStore.import_)[1:] == import_parameters

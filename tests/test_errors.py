@@ -34,7 +34,7 @@ ALL_ERRORS = [getattr(errors, name) for name in errors.__all__]
 
 
 def test_all_lists_every_error() -> None:
-    assert len(ALL_ERRORS) == 23
+    assert len(ALL_ERRORS) == 25
     assert all(isinstance(cls, type) and issubclass(cls, Exception) for cls in ALL_ERRORS)
 
 
@@ -58,6 +58,11 @@ def test_invalid_message_family_is_value_error(cls: type[Exception]) -> None:
     assert issubclass(cls, ValueError)
     with pytest.raises(ValueError):
         raise cls("bad")
+
+
+@pytest.mark.parametrize("cls", [errors.StoreClosed, errors.TransactionOpen])
+def test_async_store_state_errors_are_runtime_errors(cls: type[Exception]) -> None:
+    assert issubclass(cls, RuntimeError)  # what a closed store's calls raised before they were typed
 
 
 @pytest.mark.parametrize(

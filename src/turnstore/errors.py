@@ -56,6 +56,8 @@ __all__ = [
     "StorageError",
     "StorageFull",
     "StoreBusy",
+    "StoreClosed",
+    "TransactionOpen",
     "TurnIdMismatch",
     "TurnNotFound",
     "TurnstoreError",
