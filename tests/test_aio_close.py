@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 from factories import assistant, user
 
-from turnstore import AsyncStore, StoreClosed, TransactionOpen
+from turnstore import AsyncStore, Store, StoreClosed, TransactionOpen
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -146,3 +147,42 @@ def test_a_cancelled_close_still_waits_for_the_open_transaction_and_closes(url: 
             assert await reopened.sessions.exists("held")
 
     asyncio.run(scenario())
+
+
+def test_a_call_waiting_for_a_free_worker_when_close_begins_is_refused(tmp_path: Path) -> None:
+    """The call under way finishes; the one queued behind it never starts (SQLite: a writer lock held elsewhere)."""
+    path = tmp_path / "queued.db"
+    blocker = Store(path)
+    locked, unlock = threading.Event(), threading.Event()
+
+    def hold_the_write_lock() -> None:
+        with blocker.transaction():
+            blocker.sessions.create("held elsewhere")
+            locked.set()
+            unlock.wait(30)
+
+    holder = threading.Thread(target=hold_the_write_lock)
+
+    async def scenario() -> None:
+        store = await AsyncStore.open(f"sqlite:///{path}", workers=1)
+        holder.start()
+        await asyncio.to_thread(locked.wait, 30)
+        running = asyncio.create_task(store.sessions.create("running"))  # waits for the lock on the one worker
+        await asyncio.sleep(0.2)
+        queued = asyncio.create_task(store.sessions.create("queued"))  # waits for the worker
+        await asyncio.sleep(0.2)
+        closing = asyncio.create_task(store.close())
+        await asyncio.sleep(0.2)
+        unlock.set()
+        await asyncio.wait_for(closing, 30)
+        assert (await running).session_id == "running"
+        with pytest.raises(StoreClosed):
+            await queued
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        unlock.set()
+        holder.join(30)
+        assert {s.session_id for s in blocker.sessions.list()} == {"held elsewhere", "running"}
+        blocker.close()

@@ -137,6 +137,9 @@ class _Workers:
         if pinned is not None:
             return await _complete(pinned.submit(call), on_cancel, droppable)
         await self._acquire_slot(asyncio.get_running_loop())
+        if self._closing:  # waited in line while the store began closing: refused like a new call
+            self._release_slot()
+            raise StoreClosed("the store is closed; open it again to use it")
         worker = self._take()
         try:
             return await _complete(worker.submit(call), on_cancel, droppable)
@@ -243,6 +246,11 @@ class _Workers:
         """Raise :class:`~turnstore.errors.TransactionOpen` when this task is inside a transaction of this pool."""
         if _pinned_worker() is not None:
             raise TransactionOpen("close() inside a transaction would wait for that transaction: leave it first")
+
+    def begin_closing(self) -> None:
+        """Refuse new calls and transactions from now on (:class:`~turnstore.errors.StoreClosed`)."""
+        with self._lock:
+            self._closing = True
 
     def shutdown(self) -> None:
         """Refuse new work, wait for open transactions to end, then for the calls under way (blocks)."""
@@ -531,7 +539,8 @@ class AsyncStore:
     async def close(self) -> None:
         """Refuse new calls, let open transactions end, finish running calls, close every connection.
 
-        From the moment it is called, a new call or transaction raises
+        From the moment it is called, a new call or transaction, and a call
+        still waiting for a free worker, raises
         :class:`~turnstore.errors.StoreClosed`; transactions already open in
         other tasks go on (their calls still run) and close waits until each
         has committed or rolled back, then for the calls under way and for a
@@ -544,6 +553,7 @@ class AsyncStore:
                 close would wait for forever; nothing is closed.
         """
         self._workers.check_not_in_transaction()
+        self._workers.begin_closing()
         await _shielded(asyncio.ensure_future(asyncio.to_thread(self._close)))
 
     def _close(self) -> None:
