@@ -124,7 +124,9 @@ def test_the_typed_example_runs(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert "3 runs, 6 messages stored" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("opener", [AsyncStore.__init__, AsyncStore.open.__func__], ids=["AsyncStore()", "AsyncStore.open"])
+@pytest.mark.parametrize(
+    "opener", [AsyncStore.__init__, AsyncStore.open.__func__], ids=["AsyncStore()", "AsyncStore.open"]
+)
 def test_async_store_takes_the_sync_stores_arguments_by_name(opener: Callable[..., Any]) -> None:
     store_parameters = _parameters(Store.__init__)[1:]
     async_parameters = [p for p in _parameters(opener)[1:] if p[0] != "workers"]

@@ -55,6 +55,7 @@ __all__ = [
 
 T = TypeVar("T")
 
+
 class _Pin:
     """A worker lent to one transaction, while the transaction is open.
 
@@ -79,6 +80,7 @@ def _pinned_worker() -> ThreadPoolExecutor | None:
     """The worker of the open transaction this task is in, if any."""
     pin = _PINNED.get()
     return pin.worker if pin is not None and pin.open else None
+
 
 STREAM_BATCH = 500
 """Items a streamed read (``records()``) fetches per thread hop."""
