@@ -132,8 +132,6 @@ class WireModel(BaseModel):
     """
 
     model_config = ConfigDict(
-        # Schemas are built on first use, not at import (fast start; see turnstore/__init__.py).
-        defer_build=True,
         extra="allow",
         serialize_by_alias=True,
         validate_by_name=True,

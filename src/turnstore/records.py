@@ -60,13 +60,13 @@ class LoopStatus(str, Enum):
 class Record(BaseModel):
     """Base of the store's result models."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)  # built on first use: fast start
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class LoopConfig(BaseModel):
     """The model settings a loop ran with (phi-core's ``LoopConfigSnapshot``); extra keys are kept."""
 
-    model_config = ConfigDict(extra="allow", defer_build=True)  # built on first use: fast start
+    model_config = ConfigDict(extra="allow")
 
     model: str
     provider: str | None = None
