@@ -30,6 +30,7 @@ import pytest
 import sqlalchemy as sa
 from backends import SyncAsyncStore
 from factories import usage
+from helpers import portable_data
 
 from turnstore import (
     AssistantMessage,
@@ -515,26 +516,12 @@ def test_cli_json_output_gives_the_values_back(store: Any, store_url: str, value
     assert_intact(store, {"sessions": 1, "loops": 2, "messages": 5, "imports": 0})
 
 
-def snapshot(store: Any, session_id: str) -> dict[str, Any]:
-    """Everything a session holds, as plain data (message ids left out: an import assigns new ones)."""
-    session = store.sessions.get(session_id).model_dump(mode="json")
-    return {
-        "session": session,
-        "loops": [loop.model_dump(mode="json") for loop in store.loops.list(session_id)],
-        "messages": [
-            (m.loop_id, m.turn_index, m.seq, m.message.model_dump(mode="json")) for m in store.messages.records(session_id)
-        ],
-        "usage": store.usage.session(session_id).model_dump(),
-        "by_model": [row.model_dump() for row in store.usage.by_model(session_id)],
-    }
-
-
 @pytest.mark.parametrize("value", VALUES)
 def test_export_import_round_trip_through_the_cli(
     store: Any, store_url: str, value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     write_hostile_session(store, value)
-    before = snapshot(store, value)
+    before = portable_data(store, value)
     exported = tmp_path / "export.jsonl"
     code, _, err = run_cli(capsys, "--db", store_url, "export", value, "--format", "turnstore", "-o", str(exported))
     assert code == 0, err
@@ -546,12 +533,12 @@ def test_export_import_round_trip_through_the_cli(
     code, out, err = run_cli(capsys, "--db", store_url, "--json", "import", "turnstore", str(exported))
     assert code == 0, err
     assert json.loads(out)["sessions"]["written"] == [value]
-    assert snapshot(store, value) == before
+    assert portable_data(store, value) == before
     # Importing the same file again changes nothing.
     code, out, err = run_cli(capsys, "--db", store_url, "--json", "import", "turnstore", str(exported))
     assert code == 0, err
     assert json.loads(out)["sessions"]["unchanged"] == [value]
-    assert snapshot(store, value) == before
+    assert portable_data(store, value) == before
     assert_intact(store, {"sessions": 1, "loops": 2, "messages": 5, "imports": 1})
 
 

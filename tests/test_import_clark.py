@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import snapshot, tokens
 
 from turnstore import Store
 from turnstore.cli import main
@@ -35,7 +36,6 @@ SID = "conversation-42"
 L1, L2, L3 = (f"{SID}.clark.{n}" for n in (1, 2, 3))
 ARRAY_SID = "support-ticket"
 
-TOKEN_FIELDS = ("input", "output", "reasoning", "cache_read", "cache_write", "total_tokens")
 CLARK_USAGE = {
     "input": "input_tokens",
     "output": "output_tokens",
@@ -54,19 +54,6 @@ def rows() -> list[dict[str, Any]]:
 
 def stored(store: Store, session_id: str = SID) -> list[Any]:
     return [m.message for m in store.messages.records(session_id)]
-
-
-def tokens(totals: Any) -> tuple[int, ...]:
-    return tuple(getattr(totals, name) for name in TOKEN_FIELDS)
-
-
-def snapshot(store: Store, session_id: str) -> dict[str, Any]:
-    return {
-        "session": store.sessions.get(session_id),
-        "loops": store.loops.list(session_id),
-        "messages": list(store.messages.records(session_id)),
-        "usage": store.usage.session(session_id),
-    }
 
 
 def write_rows(path: Path, records: list[Any]) -> Path:
