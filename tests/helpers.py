@@ -9,6 +9,13 @@ from typing import Any
 
 import sqlalchemy as sa
 
+SONNET = {"model": "claude-sonnet-4-5", "provider": "anthropic"}
+GPT5 = {"model": "gpt-5", "provider": "openai"}
+"""Loop configs of two models, for loops started by hand."""
+
+TABLES = ("sessions", "loops", "messages", "imports")
+"""turnstore's tables."""
+
 TOKEN_FIELDS = ("input", "output", "reasoning", "cache_read", "cache_write", "total_tokens")
 """The token counts of a usage total, in the order :func:`tokens` gives them."""
 
@@ -21,6 +28,16 @@ def snapshot(store: Any, session_id: str) -> dict[str, Any]:
         "messages": list(store.messages.records(session_id)),
         "usage": store.usage.session(session_id),
     }
+
+
+def stored(store: Any, session_id: str) -> list[Any]:
+    """A session's messages (the models), in order."""
+    return [m.message for m in store.messages.records(session_id)]
+
+
+def table_counts(store: Any) -> dict[str, int]:
+    """Rows per table, read with plain SQL on the store's own connection."""
+    return {table: int(store._db.scalar(sa.text(f"SELECT count(*) FROM {table}"))) for table in TABLES}
 
 
 def session_data(store: Any, session_id: str) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from factories import assistant, extension, tool_result, usage, user
-from helpers import session_data
+from helpers import TABLES, session_data
 
 from turnstore import SessionNotFound, Store, Usage
 
@@ -28,7 +28,6 @@ PI_RICH = FIXTURES / "pi" / "2026-03-02T09-15-00-000Z_0b8f5c1e-6a2d-4e9b-9f3a-2c
 PI_SMALL_ID = "7d3e9a10-2b4c-4f6d-8e1a-5c9b0d2f4a67"
 PI_RICH_ID = "0b8f5c1e-6a2d-4e9b-9f3a-2c7d1e5b8a40"
 
-TABLES = ("sessions", "loops", "messages", "imports")
 
 ORPHANS = {
     "messages without their loop": "SELECT count(*) FROM messages m WHERE NOT EXISTS "

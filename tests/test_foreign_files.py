@@ -233,7 +233,8 @@ def test_read_only_store_never_creates_or_upgrades(tmp_path: Path) -> None:
     assert not missing.exists()
 
     old = _store_with_a_session(tmp_path / "old.db")
-    migrate.downgrade(Store(old, auto_upgrade=False).engine, "-1")
+    with Store(old, auto_upgrade=False) as writer:  # closed: its WAL is in the file before the snapshot
+        migrate.downgrade(writer.engine, "-1")
     before = file_state(old)
     with pytest.raises(SchemaOutOfDate, match="db upgrade"):
         Store(old, read_only=True)

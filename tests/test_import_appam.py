@@ -19,7 +19,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from helpers import snapshot, tokens
+from helpers import snapshot, stored, tokens
 
 from turnstore import ImportFailed, Store
 from turnstore.cli import main
@@ -54,10 +54,6 @@ def elements(session_id: str) -> list[Any]:
 
 def placed(store: Store, session_id: str) -> list[tuple[int | None, str]]:
     return [(m.turn_index, str(m.message.role)) for m in store.messages.records(session_id)]
-
-
-def stored(store: Store, session_id: str) -> list[Any]:
-    return [m.message for m in store.messages.records(session_id)]
 
 
 def exported(store: Store, session_id: str) -> list[dict[str, Any]]:

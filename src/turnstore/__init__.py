@@ -69,7 +69,16 @@ if TYPE_CHECKING:
         Usage,
         UserMessage,
     )
-    from .records import ContinuationKind, Loop, LoopConfig, LoopStatus, Session, SessionSummary, StoredMessage, Turn
+    from .records import (
+        ContinuationKind,
+        Loop,
+        LoopConfig,
+        LoopStatus,
+        Session,
+        SessionSummary,
+        StoredMessage,
+        Turn,
+    )
     from .repositories import parse_message
     from .store import Store
     from .usage import DEFAULT_PRICES, PriceTable, UsageRow, UsageTotals

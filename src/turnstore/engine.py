@@ -257,12 +257,13 @@ def _refuse_undecodable(url: str) -> None:
     where = ""
     try:
         parsed = make_url(url)
+    except sa.exc.ArgumentError:  # not a URL SQLAlchemy parses: the URL as a whole is to blame
+        parsed = None
+    if parsed is not None:
         query = " ".join(f"{key} {' '.join(value) if isinstance(value, tuple) else value}" for key, value in parsed.query.items())
         parts = {"user name": parsed.username, "password": parsed.password, "host": parsed.host,
                  "database name": parsed.database, "query": query}
-        where = "'s " + next(name for name, value in parts.items() if value and not _is_utf8(value))
-    except Exception:  # not a URL SQLAlchemy parses, or no single part to blame: the URL as a whole
-        pass
+        where = next((f"'s {name}" for name, value in parts.items() if value and not _is_utf8(value)), "")
     raise InvalidArgument("url", f"the database URL{where} holds bytes that are not UTF-8")
 
 

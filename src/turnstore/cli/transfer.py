@@ -60,7 +60,13 @@ def import_(
     show_progress = sys.stderr.isatty() and not settings.json
     if show_progress:
         from rich.markup import escape
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
         with Progress(
             TextColumn("[progress.description]{task.description}"),
