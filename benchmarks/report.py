@@ -35,7 +35,10 @@ TABLES = {
     "peers": "turnstore vs other agent-framework stores",
     "scale": "Scale: the same session in a small and a large store",
     "import": "Importing a pi session",
+    "startup": "Starting: import turnstore, and turnstore sessions",
 }
+NOTES = ROOT / "benchmarks" / "notes.md"
+"""What the results mean and where turnstore's time goes: checked-in text, copied to the end of the document."""
 FLOORS = ("raw", "floor")  # systems a table's ratios are taken against
 NOT_PEERS = {"sync", "async", "async1", "raw", "raw_default", "aiosqlite", "floor"}  # and turnstore's own variants
 
@@ -493,7 +496,7 @@ def document(tables: dict[str, Table], notes: list[str], png: Path | None, md: P
         out.append(f"| {target.name} | {target.goal} | {target.value} | {target.status} |")
     if any(target.met is False for target in targets(tables)):
         out += ["", "Where turnstore's time goes on the missed ones (profiles, and turnstore's own SQL timed "
-                    "against the floor's): [benchmarks/README.md](../benchmarks/README.md#where-turnstores-time-goes)."]
+                    "against the floor's): the notes below, [Where turnstore's time goes](#where-turnstores-time-goes)."]
     if png is not None:
         out += ["", f"![ratio to the floor, per operation and system]({os.path.relpath(png, md.parent)})", "",
                 "Each panel: every system's ratio to its table's floor, per operation (log scale where the "
@@ -528,6 +531,8 @@ def document(tables: dict[str, Table], notes: list[str], png: Path | None, md: P
                             f"(images included)."]
     if notes:
         out += ["", "## Notes on the inputs", "", *(f"* {note}" for note in notes)]
+    if NOTES.is_file():
+        out += ["", "## Notes", "", NOTES.read_text(encoding="utf-8").rstrip()]
     return "\n".join(out) + "\n"
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from factories import assistant, extension, tool_result, usage, user
+from helpers import TABLES, session_data
 
 from turnstore import SessionNotFound, Store, Usage
 
@@ -27,7 +28,6 @@ PI_RICH = FIXTURES / "pi" / "2026-03-02T09-15-00-000Z_0b8f5c1e-6a2d-4e9b-9f3a-2c
 PI_SMALL_ID = "7d3e9a10-2b4c-4f6d-8e1a-5c9b0d2f4a67"
 PI_RICH_ID = "0b8f5c1e-6a2d-4e9b-9f3a-2c7d1e5b8a40"
 
-TABLES = ("sessions", "loops", "messages", "imports")
 
 ORPHANS = {
     "messages without their loop": "SELECT count(*) FROM messages m WHERE NOT EXISTS "
@@ -85,21 +85,6 @@ def usage_rows(store: Any, session_id: str) -> dict[str, int]:
     }
 
 
-def snapshot(store: Any, session_id: str) -> dict[str, Any]:
-    """Everything one session holds, as plain data."""
-    return {
-        "session": store.sessions.get(session_id).model_dump(mode="json"),
-        "loops": [loop.model_dump(mode="json") for loop in store.loops.list(session_id)],
-        "messages": [m.model_dump(mode="json") for m in store.messages.records(session_id)],
-        "usage": store.usage.session(session_id).model_dump(),
-        "by_model": [row.model_dump() for row in store.usage.by_model(session_id)],
-        "by_loop": [row.model_dump() for row in store.usage.by_loop(session_id)],
-        "imports": store._db.fetchall(
-            sa.text("SELECT format, origin, digest FROM imports WHERE session_id = :sid"), {"sid": session_id}
-        ),
-    }
-
-
 def build_api_session(store: Any, session_id: str, model: str = "claude-sonnet-4-5") -> None:
     """A session with every kind of row: turns with usage, a branch, a compaction, an extension, loop-level usage."""
     store.sessions.create(session_id, title=f"{session_id} title", metadata={"k": session_id})
@@ -151,7 +136,7 @@ def test_delete_removes_the_session_and_nothing_else(store: Any, world: dict[str
     assert usage_rows(store, doomed)["messages"] >= 3
     doomed_usage = store.usage.session(doomed)
     total_before = store.usage.total()
-    kept_before = {sid: snapshot(store, sid) for sid in kept}
+    kept_before = {sid: session_data(store, sid) for sid in kept}
     doomed_loops = [loop.loop_id for loop in store.loops.list(doomed)]
 
     store.sessions.delete(doomed)
@@ -170,7 +155,7 @@ def test_delete_removes_the_session_and_nothing_else(store: Any, world: dict[str
         store.loops.list(doomed)
 
     # Every other session is untouched: rows, tree, messages, usage, imports row.
-    assert {sid: snapshot(store, sid) for sid in kept} == kept_before
+    assert {sid: session_data(store, sid) for sid in kept} == kept_before
     assert [row.session_id for row in store.usage.by_session()] == sorted(kept)
 
     # The store's total drops by exactly the session's totals.
@@ -223,7 +208,7 @@ def test_delete_of_an_unknown_session_changes_nothing(store: Any, world: dict[st
 def test_deleted_session_does_not_come_back(store: Any, world: dict[str, Any]) -> None:
     # A new session with the same id starts empty; importing the source again writes it again
     # (the imports row went with the session, so it is not "unchanged").
-    before = snapshot(store, PI_SMALL_ID)
+    before = session_data(store, PI_SMALL_ID)
     store.sessions.delete(PI_SMALL_ID)
     store.sessions.create(PI_SMALL_ID)
     assert counts(store, PI_SMALL_ID) == {"sessions": 1, "loops": 0, "messages": 0, "imports": 0}
@@ -231,21 +216,21 @@ def test_deleted_session_does_not_come_back(store: Any, world: dict[str, Any]) -
     store.sessions.delete(PI_SMALL_ID)
     report = store.import_("pi", PI_SMALL)
     assert report.sessions_written == [PI_SMALL_ID]
-    after = snapshot(store, PI_SMALL_ID)
+    after = session_data(store, PI_SMALL_ID)
     assert [m["message"] for m in after["messages"]] == [m["message"] for m in before["messages"]]
     assert after["usage"] == before["usage"]
 
 
 def test_delete_in_a_rolled_back_transaction_deletes_nothing(store: Any, world: dict[str, Any]) -> None:
     before = counts(store)
-    snapshots = {sid: snapshot(store, sid) for sid in world["sessions"]}
+    snapshots = {sid: session_data(store, sid) for sid in world["sessions"]}
     with pytest.raises(RuntimeError, match="changed my mind"):
         with store.transaction():
             store.sessions.delete("doomed-api")
             store.sessions.delete(PI_RICH_ID)
             raise RuntimeError("changed my mind")
     assert counts(store) == before
-    assert {sid: snapshot(store, sid) for sid in world["sessions"]} == snapshots
+    assert {sid: session_data(store, sid) for sid in world["sessions"]} == snapshots
 
 
 # --- sub-agents across sessions ----------------------------------------------------------
@@ -272,9 +257,9 @@ def parent_and_sub_agent(store: Any) -> tuple[str, str]:
 
 def test_deleting_a_sub_agent_session_leaves_the_spawning_session_intact(store: Any) -> None:
     parent_loop, _ = parent_and_sub_agent(store)
-    parent_before = snapshot(store, "parent")
+    parent_before = session_data(store, "parent")
     store.sessions.delete("sub")
-    assert snapshot(store, "parent") == parent_before
+    assert session_data(store, "parent") == parent_before
     assert store.loops.children(parent_loop) == []
     assert counts(store) == {"sessions": 1, "loops": 1, "messages": 3, "imports": 0}
     assert orphans(store) == no_orphans()
@@ -283,11 +268,11 @@ def test_deleting_a_sub_agent_session_leaves_the_spawning_session_intact(store: 
 
 def test_deleting_the_spawning_session_leaves_the_sub_agent_session_intact(store: Any) -> None:
     parent_loop, sub_loop = parent_and_sub_agent(store)
-    sub_before = snapshot(store, "sub")
+    sub_before = session_data(store, "sub")
     store.sessions.delete("parent")
     # The sub-agent session keeps everything, its spawn reference included: cross-session
     # references are plain values (docs/design.md §7), so it now names a loop that is gone.
-    assert snapshot(store, "sub") == sub_before
+    assert session_data(store, "sub") == sub_before
     assert store.loops.get(sub_loop).spawn_loop_id == parent_loop
     assert store.usage.session("sub").input == 50
     assert counts(store) == {"sessions": 1, "loops": 1, "messages": 2, "imports": 0}

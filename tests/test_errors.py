@@ -196,3 +196,27 @@ def test_storage_and_foreign_file_errors_sit_where_callers_catch_them() -> None:
     assert issubclass(errors.InvalidPrices, ValueError)
     with pytest.raises(ValueError):
         turnstore.PriceTable({"m": {"input": -1}})
+
+
+@pytest.mark.parametrize(
+    ("url", "part"),
+    [
+        ("postgresql://postgres@127.0.0.1:5432/te\udcffst", "database name"),
+        ("postgresql://postgres:p\udcff@127.0.0.1:5432/test", "password"),
+        ("postgresql://po\udcffstgres@127.0.0.1:5432/test", "user name"),
+        ("postgresql://postgres@127.0.0.1:5432/test?application_name=\udcff", "query"),
+    ],
+)
+def test_a_server_url_with_bytes_that_are_not_utf8_is_an_invalid_argument(url: str, part: str) -> None:
+    # An undecodable command-line argument reaches Python as lone surrogates; the driver cannot send them.
+    with pytest.raises(InvalidArgument, match=f"^url: the database URL's {part} holds bytes that are not UTF-8$") as caught:
+        turnstore.Store(url)
+    assert "\n" not in str(caught.value) and "p\udcff" not in str(caught.value)
+
+
+def test_cli_names_a_url_with_bytes_that_are_not_utf8_in_one_line() -> None:
+    from cli_runner import run_cli
+
+    result = run_cli("--db", "postgresql://postgres:secret@127.0.0.1:5432/te\udcffst", "sessions")
+    assert result.code == 1
+    assert result.err == "error: url: the database URL's database name holds bytes that are not UTF-8\n"

@@ -19,13 +19,21 @@ import sqlite3
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import pytest
 from cli_runner import Result, assert_one_error_line, run_cli
 from factories import assistant, user
+from helpers import file_state
 
-from turnstore import AsyncStore, NotAStore, ReadOnlyStore, SchemaOutOfDate, Store, migrate
+from turnstore import (
+    AsyncStore,
+    NotAStore,
+    ReadOnlyStore,
+    SchemaOutOfDate,
+    Store,
+    migrate,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 OPENAI_AGENTS = FIXTURES / "openai_agents" / "sqlite_session.db"
@@ -72,11 +80,6 @@ def foreign(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
     return path
 
 
-def snapshot(path: Path) -> tuple[str, list[str]]:
-    """The file's sha256 and its folder's listing."""
-    return hashlib.sha256(path.read_bytes()).hexdigest(), sorted(os.listdir(path.parent))
-
-
 READ_ONLY_COMMANDS = [
     ["sessions"],
     ["sessions", "--json"],
@@ -96,12 +99,12 @@ def _ids(args: list[str]) -> str:
 
 @pytest.mark.parametrize("args", READ_ONLY_COMMANDS + WRITING_COMMANDS, ids=_ids)
 def test_commands_refuse_a_foreign_file_and_leave_it_byte_identical(foreign: Path, args: list[str]) -> None:
-    before = snapshot(foreign)
+    before = file_state(foreign)
 
     line = assert_one_error_line(run_cli("--db", foreign, *args))
 
     assert "not a turnstore store" in line and str(foreign) in line
-    assert snapshot(foreign) == before
+    assert file_state(foreign) == before
 
 
 def test_a_foreign_wal_database_in_use_is_left_alone(tmp_path: Path) -> None:
@@ -112,10 +115,10 @@ def test_a_foreign_wal_database_in_use_is_left_alone(tmp_path: Path) -> None:
     owner.execute("INSERT INTO agent_sessions (session_id) VALUES ('live')")
     owner.commit()
     try:
-        before = snapshot(path)
+        before = file_state(path)
         for args in READ_ONLY_COMMANDS + WRITING_COMMANDS:
             assert_one_error_line(run_cli("--db", path, *args), "not a turnstore store")
-        assert snapshot(path) == before
+        assert file_state(path) == before
         assert owner.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     finally:
         owner.close()
@@ -171,23 +174,23 @@ def test_writing_commands_make_a_store_of_an_empty_file(tmp_path: Path, args: li
 
 
 def test_store_refuses_a_foreign_file_untouched(foreign: Path) -> None:
-    before = snapshot(foreign)
+    before = file_state(foreign)
 
     with pytest.raises(NotAStore, match="not a turnstore store"):
         Store(foreign)
     with pytest.raises(NotAStore):
         Store(f"sqlite:///{foreign}", read_only=True)
 
-    assert snapshot(foreign) == before
+    assert file_state(foreign) == before
 
 
 def test_async_store_refuses_a_foreign_file_untouched(foreign: Path) -> None:
-    before = snapshot(foreign)
+    before = file_state(foreign)
 
     with pytest.raises(NotAStore):
         asyncio.run(AsyncStore.open(foreign))
 
-    assert snapshot(foreign) == before
+    assert file_state(foreign) == before
 
 
 def test_store_opens_a_store_that_holds_tables_of_its_app_too(tmp_path: Path) -> None:
@@ -215,12 +218,12 @@ def test_read_only_store_reads_and_refuses_writes(tmp_path: Path) -> None:
 
 def test_read_only_commands_leave_a_store_and_its_folder_as_they_were(tmp_path: Path) -> None:
     path = _store_with_a_session(tmp_path / "store.db")
-    before = snapshot(path)
+    before = file_state(path)
 
     codes = [run_cli("--db", path, *args).code for args in READ_ONLY_COMMANDS]
 
     assert codes == [0] * len(READ_ONLY_COMMANDS)
-    assert snapshot(path) == before  # no -wal or -shm left behind either
+    assert file_state(path) == before  # no -wal or -shm left behind either
 
 
 def test_read_only_store_never_creates_or_upgrades(tmp_path: Path) -> None:
@@ -230,11 +233,12 @@ def test_read_only_store_never_creates_or_upgrades(tmp_path: Path) -> None:
     assert not missing.exists()
 
     old = _store_with_a_session(tmp_path / "old.db")
-    migrate.downgrade(Store(old, auto_upgrade=False).engine, "-1")
-    before = snapshot(old)
+    with Store(old, auto_upgrade=False) as writer:  # closed: its WAL is in the file before the snapshot
+        migrate.downgrade(writer.engine, "-1")
+    before = file_state(old)
     with pytest.raises(SchemaOutOfDate, match="db upgrade"):
         Store(old, read_only=True)
-    assert snapshot(old)[0] == before[0]
+    assert file_state(old)[0] == before[0]
 
 
 def _store_with_a_session(path: Path) -> Path:

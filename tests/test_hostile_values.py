@@ -30,6 +30,7 @@ import pytest
 import sqlalchemy as sa
 from backends import SyncAsyncStore
 from factories import usage
+from helpers import TABLES, portable_data, table_counts
 
 from turnstore import (
     AssistantMessage,
@@ -49,8 +50,6 @@ from turnstore import (
 )
 from turnstore.cli import main
 from turnstore.export import SESSION_KEY
-
-TABLES = ("sessions", "loops", "messages", "imports")
 
 HOSTILE: dict[str, str] = {
     "single-quote": "it's o'clock ''",
@@ -92,18 +91,13 @@ VALUES = [pytest.param(value, id=name) for name, value in HOSTILE.items()]
 # --- helpers ------------------------------------------------------------------------
 
 
-def counts(store: Any) -> dict[str, int]:
-    """Rows per table, read with plain SQL on the store's own connection."""
-    return {table: int(store._db.scalar(sa.text(f"SELECT count(*) FROM {table}"))) for table in TABLES}
-
-
 def assert_intact(store: Any, expected: dict[str, int] | None = None) -> None:
     """Every table is there, the schema still matches the code, and (optionally) holds these row counts."""
     names = set(sa.inspect(store.engine).get_table_names())
     assert {*TABLES, "alembic_version"} <= names
     assert migrate.check(store.engine) == []
     if expected is not None:
-        assert counts(store) == expected
+        assert table_counts(store) == expected
 
 
 def stored_text(store: Any, message_id: int) -> str:
@@ -271,7 +265,7 @@ def test_nul_character_is_stored_or_refused_cleanly(store: Any, backend: str, fi
     nul = "a\x00b"
     store.sessions.create("base")
     store.loops.start("base", loop_id="base-loop")
-    before = counts(store)
+    before = table_counts(store)
     try:
         if field in {"session_id", "title", "agent_id", "metadata_key", "metadata_value"}:
             kwargs: dict[str, Any] = {
@@ -308,7 +302,7 @@ def test_nul_character_is_stored_or_refused_cleanly(store: Any, backend: str, fi
             back = store.messages.get(message_id).message
             assert dump([back]) == dump([message if turn is None else stamped(message, "base-loop", 0)])
     except InvalidMessage:
-        assert counts(store) == before
+        assert table_counts(store) == before
     assert_intact(store)
 
 
@@ -319,7 +313,7 @@ def test_lone_surrogate_is_refused_with_invalid_message(store: Any, field: str, 
     bad = "a\ud800b"
     store.sessions.create("base")
     store.loops.start("base", loop_id="base-loop")
-    before = counts(store)
+    before = table_counts(store)
     with pytest.raises(InvalidMessage):
         if field == "session_id":
             store.sessions.create(bad)
@@ -333,7 +327,7 @@ def test_lone_surrogate_is_refused_with_invalid_message(store: Any, field: str, 
             store.messages.append(ExtensionMessage(kind=bad, data=None), loop_id="base-loop")
         else:
             store.messages.append(UserMessage(content=[TextContent(text=bad)], timestamp=1), loop_id="base-loop", turn_index=0)
-    assert counts(store) == before
+    assert table_counts(store) == before
 
 
 # --- very long values -----------------------------------------------------------------
@@ -428,7 +422,7 @@ def test_long_names_are_refused_by_the_limit(store: Any, field: str) -> None:
     value = random_ascii(3_000)
     store.sessions.create("base")
     store.loops.start("base", loop_id="base-loop")
-    before = counts(store)
+    before = table_counts(store)
     with pytest.raises(LimitExceeded, match=field):
         if field == "agent_id":
             store.sessions.create("s", agent_id=value)
@@ -440,7 +434,7 @@ def test_long_names_are_refused_by_the_limit(store: Any, field: str) -> None:
                 content=[TextContent(text="x")], stop_reason=StopReason.STOP, usage=usage(), timestamp=1, **names
             )
             store.messages.append(reply, loop_id="base-loop", turn_index=0)
-    assert counts(store) == before
+    assert table_counts(store) == before
     assert_intact(store)
 
 
@@ -515,26 +509,12 @@ def test_cli_json_output_gives_the_values_back(store: Any, store_url: str, value
     assert_intact(store, {"sessions": 1, "loops": 2, "messages": 5, "imports": 0})
 
 
-def snapshot(store: Any, session_id: str) -> dict[str, Any]:
-    """Everything a session holds, as plain data (message ids left out: an import assigns new ones)."""
-    session = store.sessions.get(session_id).model_dump(mode="json")
-    return {
-        "session": session,
-        "loops": [loop.model_dump(mode="json") for loop in store.loops.list(session_id)],
-        "messages": [
-            (m.loop_id, m.turn_index, m.seq, m.message.model_dump(mode="json")) for m in store.messages.records(session_id)
-        ],
-        "usage": store.usage.session(session_id).model_dump(),
-        "by_model": [row.model_dump() for row in store.usage.by_model(session_id)],
-    }
-
-
 @pytest.mark.parametrize("value", VALUES)
 def test_export_import_round_trip_through_the_cli(
     store: Any, store_url: str, value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     write_hostile_session(store, value)
-    before = snapshot(store, value)
+    before = portable_data(store, value)
     exported = tmp_path / "export.jsonl"
     code, _, err = run_cli(capsys, "--db", store_url, "export", value, "--format", "turnstore", "-o", str(exported))
     assert code == 0, err
@@ -542,16 +522,16 @@ def test_export_import_round_trip_through_the_cli(
     assert header["session_id"] == value and header["title"] == value
 
     store.sessions.delete(value)
-    assert counts(store) == {"sessions": 0, "loops": 0, "messages": 0, "imports": 0}
+    assert table_counts(store) == {"sessions": 0, "loops": 0, "messages": 0, "imports": 0}
     code, out, err = run_cli(capsys, "--db", store_url, "--json", "import", "turnstore", str(exported))
     assert code == 0, err
     assert json.loads(out)["sessions"]["written"] == [value]
-    assert snapshot(store, value) == before
+    assert portable_data(store, value) == before
     # Importing the same file again changes nothing.
     code, out, err = run_cli(capsys, "--db", store_url, "--json", "import", "turnstore", str(exported))
     assert code == 0, err
     assert json.loads(out)["sessions"]["unchanged"] == [value]
-    assert snapshot(store, value) == before
+    assert portable_data(store, value) == before
     assert_intact(store, {"sessions": 1, "loops": 2, "messages": 5, "imports": 1})
 
 
@@ -626,13 +606,13 @@ def test_session_id_limit(limited: Any) -> None:
     store.sessions.create("s" * 64)
     store.sessions.create("\U0001f600" * 64)  # 64 characters, 256 bytes: the id limit counts characters
     store.sessions.create("e\u0301" * 32)  # combining marks count as characters
-    before = counts(store)
+    before = table_counts(store)
     with pytest.raises(LimitExceeded) as raised:
         store.sessions.create("s" * 65)
     assert isinstance(raised.value, InvalidMessage)
     assert "session_id" in str(raised.value) and "65" in str(raised.value) and "64" in str(raised.value)
     assert raised.value.errors == [("session_id", "too long")]
-    assert counts(store) == before
+    assert table_counts(store) == before
     assert not store.sessions.exists("s" * 65)
 
 
@@ -641,11 +621,11 @@ def test_loop_id_limit(limited: Any) -> None:
     store.sessions.create("s")
     store.loops.start("s", loop_id="L" * 64)
     updated = store.sessions.get("s").updated_at
-    before = counts(store)
+    before = table_counts(store)
     with pytest.raises(LimitExceeded) as raised:
         store.loops.start("s", loop_id="\u6f22" * 65)
     assert "loop_id" in str(raised.value) and "65" in str(raised.value) and "64" in str(raised.value)
-    assert counts(store) == before
+    assert table_counts(store) == before
     assert store.sessions.get("s").updated_at == updated
 
 
@@ -668,11 +648,11 @@ def test_extension_kind_limit(limited: Any) -> None:
     store.sessions.create("s")
     loop = store.loops.start("s")
     store.messages.append(ExtensionMessage(kind="k" * 64, data=None), loop_id=loop.loop_id)
-    before = counts(store)
+    before = table_counts(store)
     with pytest.raises(LimitExceeded) as raised:
         store.messages.append(ExtensionMessage(kind="k" * 65, data=None), loop_id=loop.loop_id)
     assert "kind" in str(raised.value) and "64" in str(raised.value)
-    assert counts(store) == before
+    assert table_counts(store) == before
 
 
 def test_titles_and_metadata_have_no_limit(limited: Any) -> None:
@@ -699,7 +679,7 @@ def test_message_limit_counts_utf8_bytes_of_the_stored_json(limited: Any) -> Non
     exact = UserMessage(content=[TextContent(text="\u00e9" * (room // 2) + "x" * (room % 2))], timestamp=1)
     message_id = store.messages.append(exact, loop_id=loop_id, turn_index=0)
     assert len(stored_text(store, message_id).encode("utf-8")) == 10_000
-    before = counts(store)
+    before = table_counts(store)
     over = UserMessage(content=[TextContent(text="\u00e9" * (room // 2) + "x" * (room % 2 + 1))], timestamp=1)
     with pytest.raises(LimitExceeded) as raised:
         store.messages.append(over, loop_id=loop_id, turn_index=0)
@@ -708,19 +688,19 @@ def test_message_limit_counts_utf8_bytes_of_the_stored_json(limited: Any) -> Non
     # 2,600 characters, but 4 bytes each: over the byte limit.
     with pytest.raises(LimitExceeded):
         store.messages.append(UserMessage(content=[TextContent(text="\U0001f600" * 2_600)], timestamp=1), loop_id=loop_id, turn_index=0)
-    assert counts(store) == before
+    assert table_counts(store) == before
 
 
 def test_a_turn_with_one_message_over_the_limit_writes_nothing(limited: Any) -> None:
     store = limited
     store.sessions.create("s")
     loop_id = store.loops.start("s").loop_id
-    before = counts(store)
+    before = table_counts(store)
     turn = turn_messages("ok")
     turn[2] = ToolResultMessage(tool_call_id="ok", tool_name="ok", content=[TextContent(text="x" * 10_001)], is_error=False, timestamp=3)
     with pytest.raises(LimitExceeded):
         store.messages.append_turn(loop_id, 0, turn)
-    assert counts(store) == before
+    assert table_counts(store) == before
     assert store.messages.loop(loop_id) == []
 
 
@@ -729,10 +709,10 @@ def test_a_compaction_summary_over_the_limit_writes_nothing(limited: Any) -> Non
     store.sessions.create("s")
     loop_id = store.loops.start("s").loop_id
     store.messages.append_turn(loop_id, 0, turn_messages("ok"))
-    before = counts(store)
+    before = table_counts(store)
     with pytest.raises(LimitExceeded):
         store.loops.compact(loop_id, "summary " * 2_000)
-    assert counts(store) == before  # not even the compaction loop
+    assert table_counts(store) == before  # not even the compaction loop
 
 
 def export_line(**record: Any) -> str:
@@ -771,7 +751,7 @@ def test_import_holds_session_ids_and_messages_to_the_limits(limited: Any, tmp_p
     errors = " ".join(str(e) for e in report.errors)
     assert "session_id" in errors and "bytes" in errors
     assert [s.session_id for s in store.sessions.list()] == ["s" * 64]
-    assert counts(store) == {"sessions": 1, "loops": 1, "messages": 2, "imports": 1}
+    assert table_counts(store) == {"sessions": 1, "loops": 1, "messages": 2, "imports": 1}
 
 
 @pytest.mark.parametrize("what", ["loop_id", "kind"])
@@ -782,4 +762,4 @@ def test_import_holds_loop_ids_and_kinds_to_the_limit(limited: Any, tmp_path: Pa
     source.write_text(turnstore_export("s", loop_id, "x", kind), encoding="utf-8")
     report = store.import_("turnstore", source)
     assert not report.ok and report.sessions_written == []
-    assert counts(store) == {"sessions": 0, "loops": 0, "messages": 0, "imports": 0}
+    assert table_counts(store) == {"sessions": 0, "loops": 0, "messages": 0, "imports": 0}

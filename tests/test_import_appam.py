@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from helpers import snapshot, stored, tokens
 
 from turnstore import ImportFailed, Store
 from turnstore.cli import main
@@ -36,7 +37,6 @@ def _load_fixture_module() -> ModuleType:
 
 fx = _load_fixture_module()
 RICH, LEGACY, OLD, BAD_JSON, BAD_ROLE = fx.RICH, fx.LEGACY, fx.OLD, fx.BAD_JSON, fx.BAD_ROLE
-TOKEN_FIELDS = ("input", "output", "reasoning", "cache_read", "cache_write", "total_tokens")
 
 
 @pytest.fixture
@@ -52,25 +52,8 @@ def elements(session_id: str) -> list[Any]:
     return json.loads(row["messages"])
 
 
-def tokens(totals: Any) -> tuple[int, ...]:
-    return tuple(getattr(totals, name) for name in TOKEN_FIELDS)
-
-
 def placed(store: Store, session_id: str) -> list[tuple[int | None, str]]:
     return [(m.turn_index, str(m.message.role)) for m in store.messages.records(session_id)]
-
-
-def stored(store: Store, session_id: str) -> list[Any]:
-    return [m.message for m in store.messages.records(session_id)]
-
-
-def snapshot(store: Store, session_id: str) -> dict[str, Any]:
-    return {
-        "session": store.sessions.get(session_id),
-        "loops": store.loops.list(session_id),
-        "messages": list(store.messages.records(session_id)),
-        "usage": store.usage.session(session_id),
-    }
 
 
 def exported(store: Store, session_id: str) -> list[dict[str, Any]]:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import snapshot, stored, tokens
 
 from turnstore import Store
 from turnstore.cli import main
@@ -35,7 +36,6 @@ SID = "conversation-42"
 L1, L2, L3 = (f"{SID}.clark.{n}" for n in (1, 2, 3))
 ARRAY_SID = "support-ticket"
 
-TOKEN_FIELDS = ("input", "output", "reasoning", "cache_read", "cache_write", "total_tokens")
 CLARK_USAGE = {
     "input": "input_tokens",
     "output": "output_tokens",
@@ -50,23 +50,6 @@ def lines() -> list[str]:
 
 def rows() -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines()]
-
-
-def stored(store: Store, session_id: str = SID) -> list[Any]:
-    return [m.message for m in store.messages.records(session_id)]
-
-
-def tokens(totals: Any) -> tuple[int, ...]:
-    return tuple(getattr(totals, name) for name in TOKEN_FIELDS)
-
-
-def snapshot(store: Store, session_id: str) -> dict[str, Any]:
-    return {
-        "session": store.sessions.get(session_id),
-        "loops": store.loops.list(session_id),
-        "messages": list(store.messages.records(session_id)),
-        "usage": store.usage.session(session_id),
-    }
 
 
 def write_rows(path: Path, records: list[Any]) -> Path:
@@ -122,7 +105,7 @@ def test_rows_keep_each_line_verbatim(store: Store) -> None:
 def test_system_and_user_messages(store: Store) -> None:
     store.import_("clark", ROWS)
     source = rows()
-    messages = stored(store)
+    messages = stored(store, SID)
 
     system = messages[0]
     assert str(system.role) == "system"
@@ -136,7 +119,7 @@ def test_reasoning_channels_become_marked_thinking_blocks(store: Store) -> None:
     store.import_("clark", ROWS)
     source = rows()[2]["content"]
 
-    blocks = stored(store)[2].model_dump(mode="json")["content"]
+    blocks = stored(store, SID)[2].model_dump(mode="json")["content"]
 
     assert [(b["type"], b.get("clarkKind")) for b in blocks] == [
         ("thinking", "reasoning"),
@@ -156,19 +139,19 @@ def test_reasoning_details_and_arguments_are_byte_exact(store: Store) -> None:
     source = rows()
 
     for index, block in ((2, 1), (4, 0)):
-        details = stored(store)[index].model_dump(mode="json")["content"][block]["reasoningDetails"]
+        details = stored(store, SID)[index].model_dump(mode="json")["content"][block]["reasoningDetails"]
         assert json.dumps(details) == json.dumps(source[index]["content"][block]["details"])  # key order too
     context = store.messages.context(L1)
     again = context[2].model_dump(mode="json")["content"][1]["reasoningDetails"]
     assert json.dumps(again) == json.dumps(source[2]["content"][1]["details"])
-    call = stored(store)[2].content[4]
+    call = stored(store, SID)[2].content[4]
     assert json.dumps(call.arguments) == json.dumps(source[2]["content"][4]["arguments"])
 
 
 def test_tool_results_keep_details_narration_and_errors(store: Store) -> None:
     store.import_("clark", ROWS)
     source = rows()
-    messages = stored(store)
+    messages = stored(store, SID)
 
     wrote = messages[3]
     assert (wrote.tool_call_id, wrote.tool_name, wrote.is_error) == ("call_1", "create_website", False)
@@ -181,7 +164,7 @@ def test_tool_results_keep_details_narration_and_errors(store: Store) -> None:
 def test_images_by_url_and_by_data_url(store: Store) -> None:
     store.import_("clark", ROWS)
     source = rows()
-    messages = stored(store)
+    messages = stored(store, SID)
 
     by_url = messages[7].model_dump(mode="json")["content"][1]
     assert by_url == {"type": "image", "data": "", "mimeType": "image/png", "url": source[7]["content"][1]["source"]}
@@ -223,7 +206,7 @@ def test_custom_becomes_an_extension_message(store: Store) -> None:
     store.import_("clark", ROWS)
     source = rows()[9]
 
-    custom = stored(store)[9]
+    custom = stored(store, SID)[9]
 
     assert (str(custom.role), custom.kind, custom.data) == ("extension", source["kind"], source["payload"])
 
@@ -243,7 +226,7 @@ def test_custom_timestamp_dates_the_row_and_a_missing_one_stays_unknown(store: S
 
 def test_assistant_fields(store: Store) -> None:
     store.import_("clark", ROWS)
-    messages = stored(store)
+    messages = stored(store, SID)
 
     assert {(m.model, m.provider) for m in messages if str(m.role) == "assistant"} == {("unknown", "unknown")}
     error = messages[11]

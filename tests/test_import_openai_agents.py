@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import snapshot
 
 from turnstore import Store
 from turnstore.cli import main
@@ -288,15 +289,6 @@ def test_turnstore_export_keeps_everything(tmp_path: Path) -> None:
 
 
 # --- re-import, dry run ------------------------------------------------------------------------
-
-
-def snapshot(store: Store, session_id: str) -> dict[str, Any]:
-    return {
-        "session": store.sessions.get(session_id),
-        "loops": store.loops.list(session_id),
-        "messages": records(store, session_id),
-        "usage": store.usage.session(session_id),
-    }
 
 
 def test_importing_again_changes_nothing(store: Store) -> None:

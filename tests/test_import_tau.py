@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import TOKEN_FIELDS, token_counts
 
 from turnstore import Store
 from turnstore.cli import main
@@ -58,7 +59,6 @@ BROKEN_FILE = FIXTURES / "malformed" / f"2026-01-03T00-00-00-000000_{BROKEN}.jso
 
 L1, L2, L3, L4 = (f"{TAU}.tau.{n}" for n in range(1, 5))
 
-TOKEN_FIELDS = ("input", "output", "reasoning", "cache_read", "cache_write", "total_tokens")
 
 TAU_SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -130,10 +130,6 @@ def expected_usage(path: Path) -> tuple[dict[str, int], float]:
         totals["total_tokens"] += sum(parts.values())
         dollars += usage["cost"]["total"]
     return totals, dollars
-
-
-def tokens(totals: Any) -> dict[str, int]:
-    return {name: getattr(totals, name) for name in TOKEN_FIELDS}
 
 
 def build_sessions_db(path: Path, files: Iterable[Path]) -> Path:
@@ -312,7 +308,7 @@ def test_usage_totals_equal_what_the_file_says(tau: Store) -> None:
     expected, dollars = expected_usage(TAU_FILE)
     totals = tau.usage.session(TAU)
 
-    assert tokens(totals) == expected
+    assert token_counts(totals) == expected
     assert totals.reported_cost == pytest.approx(dollars)
     assert totals.requests == 10  # 8 model calls + the compaction and branch summaries
 
@@ -474,7 +470,7 @@ def test_fork_file_with_explicit_nulls(store: Store) -> None:
     result = message_of(store, FORK, "44dd55ee")
     assert "terminate_message" not in result.model_dump(mode="json")  # null means unset
     assert message_of(store, FORK, "33cc44dd").content[1].model_dump(mode="json").get("kind") is None
-    assert tokens(store.usage.session(FORK)) == expected_usage(FORK_FILE)[0]  # "usage": null counts nothing
+    assert token_counts(store.usage.session(FORK)) == expected_usage(FORK_FILE)[0]  # "usage": null counts nothing
 
 
 def test_assistant_error_keeps_its_message_and_kind(store: Store) -> None:
@@ -497,7 +493,7 @@ def test_operator_use_session_header_file(store: Store) -> None:
     assert dict(report.by_role) == {"extension": 2, "system": 1, "user": 2, "assistant": 3, "toolResult": 1}
     assert isinstance(message_of(store, OPERATOR, "1a2b3c4d"), SystemMessage)
     assert message_of(store, OPERATOR, "0f1e2d3c").kind == "channel"
-    assert tokens(store.usage.session(OPERATOR)) == expected_usage(OPERATOR_FILE)[0]
+    assert token_counts(store.usage.session(OPERATOR)) == expected_usage(OPERATOR_FILE)[0]
 
 
 def test_operator_use_messages_without_tool_name_or_model(store: Store) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import TOKEN_FIELDS, snapshot, tokens
 
 from turnstore import Store
 from turnstore.cli import main
@@ -35,7 +36,6 @@ L1, L2, L3 = (f"{SID}.yoagent.{n}" for n in (1, 2, 3))
 ARRAY_SID = "weather-chat"
 A1, A2, A3 = (f"{ARRAY_SID}.yoagent.{n}" for n in (1, 2, 3))
 
-TOKEN_FIELDS = ("input", "output", "reasoning", "cache_read", "cache_write", "total_tokens")
 CAMEL = {
     "input": "input",
     "output": "output",
@@ -58,21 +58,8 @@ def array_records() -> list[dict[str, Any]]:
     return json.loads(ARRAY.read_text(encoding="utf-8"))
 
 
-def tokens(totals: Any) -> tuple[int, ...]:
-    return tuple(getattr(totals, name) for name in TOKEN_FIELDS)
-
-
 def placed(store: Store, session_id: str) -> list[tuple[str, int | None, int, str]]:
     return [(m.loop_id, m.turn_index, m.seq, str(m.message.role)) for m in store.messages.records(session_id)]
-
-
-def snapshot(store: Store, session_id: str) -> dict[str, Any]:
-    return {
-        "session": store.sessions.get(session_id),
-        "loops": store.loops.list(session_id),
-        "messages": list(store.messages.records(session_id)),
-        "usage": store.usage.session(session_id),
-    }
 
 
 def write_lines(path: Path, lines: list[str]) -> Path:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from factories import assistant, tool_result, usage, user
+from helpers import GPT5, SONNET
 
 from turnstore import (
     AlreadyExists,
@@ -23,10 +24,6 @@ from turnstore import (
     SessionNotFound,
     Store,
 )
-
-SONNET = {"model": "claude-sonnet-4-5", "provider": "anthropic"}
-GPT5 = {"model": "gpt-5", "provider": "openai"}
-
 
 # --- start: the loop tree -----------------------------------------------------
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from factories import assistant, extension, tool_result, user
+from helpers import SONNET
 
 from turnstore import (
     AssistantMessage,
@@ -30,8 +31,6 @@ from turnstore import (
     UserMessage,
     parse_message,
 )
-
-SONNET = {"model": "claude-sonnet-4-5", "provider": "anthropic"}
 
 
 def texts(messages: list[Any]) -> list[tuple[str, str]]:

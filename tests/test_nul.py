@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 from factories import assistant, extension, usage, user
+from helpers import TABLES, table_counts
 
 from turnstore import (
     AssistantMessage,
@@ -31,12 +31,7 @@ from turnstore import (
 )
 
 NUL = "a\x00b"
-TABLES = ("sessions", "loops", "messages", "imports")
 CONFIG = {"model": "claude-sonnet-4-5", "provider": "anthropic"}
-
-
-def counts(store: Any) -> dict[str, int]:
-    return {table: int(store._db.scalar(sa.text(f"SELECT count(*) FROM {table}"))) for table in TABLES}
 
 
 REFUSED: dict[str, tuple[str, Callable[[Any], object]]] = {
@@ -66,7 +61,7 @@ def test_nul_in_ids_and_names_is_refused_naming_the_field(store: Any, case: str)
     field, write = REFUSED[case]
     store.sessions.create("base", title="kept")
     store.loops.start("base", loop_id="base-loop")
-    before = counts(store)
+    before = table_counts(store)
 
     with pytest.raises(InvalidMessage) as caught:
         write(store)
@@ -74,7 +69,7 @@ def test_nul_in_ids_and_names_is_refused_naming_the_field(store: Any, case: str)
     message = str(caught.value)
     assert message.startswith(f"{field} holds a NUL") or message.startswith(f"a key of {field} holds a NUL")
     assert "\n" not in message and "U+0000" in message
-    assert counts(store) == before
+    assert table_counts(store) == before
     assert store.sessions.get("base").title == "kept"
 
 
@@ -103,7 +98,7 @@ def test_nul_in_an_imported_id_or_name_fails_the_session(store: Any, tmp_path: P
 
     assert not report.ok and report.sessions_written == []
     assert [(error.place, f"{field} holds a NUL" in error.reason) for error in report.errors] == [(str(path), True)]
-    assert counts(store) == dict.fromkeys(TABLES, 0)
+    assert table_counts(store) == dict.fromkeys(TABLES, 0)
 
 
 def nul_messages() -> list[Any]:

@@ -20,16 +20,16 @@ from turnstore import Store
 # Module attributes that are public although they start with an underscore (httpx's rule).
 PRIVATE_BUT_EXPORTED = {"__version__"}
 # Names a module gets from its own imports, never meant as exports.
-NOT_EXPORTS = {"annotations"}
+NOT_EXPORTS = {"annotations", "Any", "TYPE_CHECKING"}
 
 
 def public_names() -> set[str]:
-    """What ``turnstore`` defines or re-exports, leaving out its submodules."""
+    """What ``turnstore`` defines or re-exports (loaded now or on first use), leaving out its submodules."""
     return {
         name
-        for name, value in vars(turnstore).items()
+        for name in dir(turnstore)
         if (not name.startswith("_") or name in PRIVATE_BUT_EXPORTED)
-        and not isinstance(value, types.ModuleType)
+        and not isinstance(getattr(turnstore, name), types.ModuleType)
         and name not in NOT_EXPORTS
     }
 

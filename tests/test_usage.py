@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 import pytest
 from factories import assistant, extension, tool_result, usage, user
+from helpers import GPT5, SONNET
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -29,9 +30,6 @@ from turnstore import (
     UsageRow,
     UsageTotals,
 )
-
-SONNET = {"model": "claude-sonnet-4-5", "provider": "anthropic"}
-GPT5 = {"model": "gpt-5", "provider": "openai"}
 
 
 def rates(input: float, output: float, cache_read: float = 0.0, cache_write: float = 0.0) -> CostConfig:

@@ -7,9 +7,18 @@ and what a turn, loop, session or model cost::
     from turnstore import Store, Message
 
     store = Store()                       # $TURNSTORE_URL or ./turnstore.db
+
+Importing the package is cheap: the exceptions load with it, everything else on
+first use (module ``__getattr__``), so a program that only needs ``Store`` does
+not pay for the async layer, the importers or the migration machinery, and the
+command line starts quickly.
 """
 
-from .aio import AsyncStore
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .errors import (
     AlreadyExists,
     ExportFailed,
@@ -37,34 +46,86 @@ from .errors import (
     TurnNotFound,
     TurnstoreError,
 )
-from .limits import Limits
-from .models import (
-    AgentMessage,
-    AssistantMessage,
-    AudioContent,
-    Content,
-    CostConfig,
-    ExtensionMessage,
-    FileContent,
-    ImageContent,
-    LlmMessage,
-    Message,
-    StopReason,
-    SystemMessage,
-    TextContent,
-    ThinkingContent,
-    ToolCallContent,
-    ToolResultMessage,
-    TurnId,
-    Usage,
-    UserMessage,
-)
-from .records import ContinuationKind, Loop, LoopConfig, LoopStatus, Session, SessionSummary, StoredMessage, Turn
-from .repositories import parse_message
-from .store import Store
-from .usage import DEFAULT_PRICES, PriceTable, UsageRow, UsageTotals
+
+if TYPE_CHECKING:
+    from .aio import AsyncStore
+    from .limits import Limits
+    from .models import (
+        AgentMessage,
+        AssistantMessage,
+        AudioContent,
+        Content,
+        CostConfig,
+        ExtensionMessage,
+        FileContent,
+        ImageContent,
+        LlmMessage,
+        Message,
+        StopReason,
+        SystemMessage,
+        TextContent,
+        ThinkingContent,
+        ToolCallContent,
+        ToolResultMessage,
+        TurnId,
+        Usage,
+        UserMessage,
+    )
+    from .records import (
+        ContinuationKind,
+        Loop,
+        LoopConfig,
+        LoopStatus,
+        Session,
+        SessionSummary,
+        StoredMessage,
+        Turn,
+    )
+    from .repositories import parse_message
+    from .store import Store
+    from .usage import DEFAULT_PRICES, PriceTable, UsageRow, UsageTotals
 
 __version__ = "0.1.0"
+
+_LAZY: dict[str, str] = {
+    "AgentMessage": ".models",
+    "AssistantMessage": ".models",
+    "AsyncStore": ".aio",
+    "AudioContent": ".models",
+    "Content": ".models",
+    "ContinuationKind": ".records",
+    "CostConfig": ".models",
+    "DEFAULT_PRICES": ".usage",
+    "ExtensionMessage": ".models",
+    "FileContent": ".models",
+    "ImageContent": ".models",
+    "Limits": ".limits",
+    "LlmMessage": ".models",
+    "Loop": ".records",
+    "LoopConfig": ".records",
+    "LoopStatus": ".records",
+    "Message": ".models",
+    "parse_message": ".repositories",
+    "PriceTable": ".usage",
+    "Session": ".records",
+    "SessionSummary": ".records",
+    "StopReason": ".models",
+    "Store": ".store",
+    "StoredMessage": ".records",
+    "SystemMessage": ".models",
+    "TextContent": ".models",
+    "ThinkingContent": ".models",
+    "ToolCallContent": ".models",
+    "ToolResultMessage": ".models",
+    "Turn": ".records",
+    "TurnId": ".models",
+    "Usage": ".models",
+    "UsageRow": ".usage",
+    "UsageTotals": ".usage",
+    "UserMessage": ".models",
+}
+"""Public name -> the module that defines it, imported on first access."""
+
 
 __all__ = [
     "__version__",
@@ -129,3 +190,17 @@ __all__ = [
     "UsageTotals",
     "UserMessage",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first access, then keep the value as a module attribute."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

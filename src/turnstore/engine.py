@@ -39,7 +39,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
 
-from .errors import NotAStore, ReadOnlyStore, StorageError, StorageFull
+from .errors import InvalidArgument, NotAStore, ReadOnlyStore, StorageError, StorageFull
 
 __all__ = [
     "DEFAULT_URL",
@@ -222,6 +222,7 @@ def open_engine(
     resolved = resolve_url(url)
     path = sqlite_file(resolved)
     if path is None:
+        _refuse_undecodable(resolved)
         return create_engine(resolved, pragmas=pragmas, echo=echo)
     contents = sqlite_contents(path)
     # SQLite could not make the -wal and -shm files a connection to a WAL file needs.
@@ -242,6 +243,36 @@ def open_engine(
     merged = {**SQLITE_PRAGMAS, **(pragmas or {}), "query_only": "on"}
     merged.pop("journal_mode", None)  # persistent in the file: never set by a reader
     return _sqlite_engine(read_url, {"busy_timeout": merged.pop("busy_timeout"), **merged}, echo, begin="BEGIN")
+
+
+def _refuse_undecodable(url: str) -> None:
+    """A server URL must be text the driver can send: bytes that are not UTF-8 (an undecodable
+    command-line argument arrives as lone surrogates) are refused here with a one-line error."""
+    try:
+        url.encode("utf-8")
+    except UnicodeEncodeError:
+        pass
+    else:
+        return
+    where = ""
+    try:
+        parsed = make_url(url)
+    except sa.exc.ArgumentError:  # not a URL SQLAlchemy parses: the URL as a whole is to blame
+        parsed = None
+    if parsed is not None:
+        query = " ".join(f"{key} {' '.join(value) if isinstance(value, tuple) else value}" for key, value in parsed.query.items())
+        parts = {"user name": parsed.username, "password": parsed.password, "host": parsed.host,
+                 "database name": parsed.database, "query": query}
+        where = next((f"'s {name}" for name, value in parts.items() if value and not _is_utf8(value)), "")
+    raise InvalidArgument("url", f"the database URL{where} holds bytes that are not UTF-8")
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def create_engine(url: str | None = None, *, pragmas: Mapping[str, Any] | None = None, echo: bool = False) -> Engine:

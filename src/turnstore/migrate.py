@@ -10,6 +10,10 @@ empty) database to head, or, with ``auto_upgrade=False``, raises
 :class:`~turnstore.errors.SchemaOutOfDate` naming the command to run. A database
 stamped with a revision this code does not know was written by a newer
 turnstore and is refused with :class:`~turnstore.errors.SchemaTooNew`.
+
+Alembic is imported only when it has work to do: a database already at
+:data:`HEAD` (every open but the first) is recognised with one query, so
+opening a store does not pay for loading the migration machinery.
 """
 
 from __future__ import annotations
@@ -19,19 +23,18 @@ import threading
 from functools import cache
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.util import CommandError
-from alembic.autogenerate import compare_metadata
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
+from sqlalchemy import inspect
 from sqlalchemy.engine import Connection, Engine, make_url
 
 from .errors import SchemaError, SchemaOutOfDate, SchemaTooNew
-from .schema import metadata
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 __all__ = [
+    "HEAD",
     "alembic_config",
     "check",
     "current",
@@ -41,6 +44,10 @@ __all__ = [
     "script_location",
     "upgrade",
 ]
+
+HEAD = "0003"
+"""The newest revision in ``migrations/versions``, named here so that opening a store at head
+needs no Alembic; a test checks it against the scripts' own head."""
 
 # Alembic's command API uses process-global state; one migration at a time per process.
 _LOCK = threading.RLock()
@@ -59,6 +66,8 @@ def script_location() -> str:
 
 def alembic_config(connection: Connection | Engine | None = None) -> Config:
     """An Alembic Config built in code; ``connection`` is handed to ``env.py``."""
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", script_location())
     if connection is not None:
@@ -69,6 +78,8 @@ def alembic_config(connection: Connection | Engine | None = None) -> Config:
 @cache
 def head() -> str:
     """The newest revision this code knows."""
+    from alembic.script import ScriptDirectory
+
     heads = ScriptDirectory.from_config(alembic_config()).get_heads()
     if len(heads) != 1:
         raise RuntimeError(f"migration scripts have {len(heads)} heads: {heads}")
@@ -78,17 +89,25 @@ def head() -> str:
 @cache
 def known_revisions() -> frozenset[str]:
     """Every revision in this code's migration history."""
+    from alembic.script import ScriptDirectory
+
     return frozenset({script.revision for script in ScriptDirectory.from_config(alembic_config()).walk_revisions()})
 
 
 def current(engine: Engine) -> str | None:
     """The revision the database is at, or None if it has never been migrated."""
+    from alembic.runtime.migration import MigrationContext
+
     with engine.connect() as connection:
         return MigrationContext.configure(connection).get_current_revision()
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
     """Upgrade the database to ``revision`` (default: head), all in one transaction."""
+    from alembic import command
+    from alembic.runtime.migration import MigrationContext
+    from alembic.util import CommandError
+
     with _LOCK, engine.begin() as connection:
         _serialize_schema_changes(connection)
         _refuse_unknown(MigrationContext.configure(connection).get_current_revision())
@@ -100,6 +119,9 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
 
 def downgrade(engine: Engine, revision: str) -> None:
     """Downgrade the database to ``revision`` (e.g. ``-1`` or ``base``), all in one transaction."""
+    from alembic import command
+    from alembic.util import CommandError
+
     with _LOCK, engine.begin() as connection:
         _serialize_schema_changes(connection)
         try:
@@ -110,6 +132,11 @@ def downgrade(engine: Engine, revision: str) -> None:
 
 def check(engine: Engine) -> list[object]:
     """Differences between the database and the code's tables; empty when they match."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    from .schema import metadata
+
     with engine.connect() as connection:
         context = MigrationContext.configure(connection, opts={"compare_type": True})
         return list(compare_metadata(context, metadata))
@@ -122,6 +149,8 @@ def ensure_schema(engine: Engine, *, auto_upgrade: bool = True, url: str = "") -
         SchemaTooNew: the database's revision is unknown to this code.
         SchemaOutOfDate: it is behind head and ``auto_upgrade`` is off.
     """
+    if _stamped(engine) == HEAD:
+        return
     target = head()
     found = current(engine)
     if found == target:
@@ -134,6 +163,15 @@ def ensure_schema(engine: Engine, *, auto_upgrade: bool = True, url: str = "") -
             f"back up the database, then run: turnstore{where} db upgrade"
         )
     upgrade(engine)
+
+
+def _stamped(engine: Engine) -> str | None:
+    """The revision in ``alembic_version`` when it holds exactly one row, read without Alembic; else None."""
+    with engine.connect() as connection:
+        if not inspect(connection).has_table("alembic_version"):
+            return None
+        rows = connection.exec_driver_sql("SELECT version_num FROM alembic_version").fetchall()
+    return str(rows[0][0]) if len(rows) == 1 else None
 
 
 def _safe_url(url: str) -> str:

@@ -589,21 +589,43 @@ def _stamp(timestamp: int | None) -> int:
 class WireAdapter:
     """A pydantic TypeAdapter that reads wire records: keys matched by wire name only."""
 
-    __slots__ = ("adapter", "_validator")
+    __slots__ = ("_kind", "_adapter", "_validator")
 
     def __init__(self, kind: Any) -> None:
-        self.adapter: TypeAdapter[Any] = TypeAdapter(kind)
+        # Built on first use, not at import: building the validator builds every message model's
+        # schema, which programs that never validate a message (the CLI listing sessions) skip.
+        self._kind = kind
+        self._adapter: TypeAdapter[Any] | None = None
+        self._validator: Any = None
+
+    @property
+    def adapter(self) -> TypeAdapter[Any]:
+        """The TypeAdapter, built on first use."""
+        if self._adapter is None:
+            self._build()
+        assert self._adapter is not None
+        return self._adapter
+
+    def _build(self) -> Any:
+        self._adapter = TypeAdapter(self._kind)
         # pydantic-core's validator, called directly: TypeAdapter's own methods add a few µs of
         # argument handling per call (4% of reading the last 50 messages).
-        self._validator = self.adapter.validator
+        self._validator = self._adapter.validator
+        return self._validator
 
     def validate_python(self, value: Any) -> Any:
         """Validate a dict (or list of dicts)."""
-        return self._validator.validate_python(value, by_alias=True, by_name=False)
+        validator = self._validator
+        if validator is None:
+            validator = self._build()
+        return validator.validate_python(value, by_alias=True, by_name=False)
 
     def validate_json(self, text: str | bytes | bytearray) -> Any:
         """Validate JSON text."""
-        return self._validator.validate_json(text, by_alias=True, by_name=False)
+        validator = self._validator
+        if validator is None:
+            validator = self._build()
+        return validator.validate_json(text, by_alias=True, by_name=False)
 
 
 AGENT_MESSAGE = WireAdapter(AgentMessage)

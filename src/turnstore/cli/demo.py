@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from ..demo import build_demo
 from ..usage import UsageTotals
 from .app import Settings, cli, pass_settings, shared_options
 from .escaping import visible
@@ -19,6 +18,8 @@ def demo(settings: Settings) -> None:
 
     Running it again replaces the demo sessions; other sessions are left alone.
     """
+    from ..demo import build_demo
+
     store = settings.store()
     session_ids = build_demo(store)
     sessions = {sid: store.sessions.get(sid) for sid in session_ids}

@@ -3,21 +3,42 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..export import EXPORT_FORMATS
-from ..importers import FORMATS, ImportReport
 from .app import Settings, cli, pass_settings, shared_options
 from .escaping import visible
 from .output import JsonSafeWriter, print_json
 
+if TYPE_CHECKING:
+    from ..importers import ImportReport
+
+
+class ImportFormat(click.Choice):  # type: ignore[type-arg]
+    """The FORMAT choice, whose names are read from :data:`turnstore.importers.FORMATS` only when
+    a command needs them (parsing ``import`` or printing its help): other commands start without
+    loading the importers."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+
+    @property  # type: ignore[override]
+    def choices(self) -> Sequence[str]:
+        from ..importers import FORMATS
+
+        return sorted(FORMATS)
+
+    @choices.setter
+    def choices(self, _value: Sequence[str]) -> None:
+        pass
+
 
 @cli.command("import")
-@click.argument("fmt", metavar="FORMAT", type=click.Choice(sorted(FORMATS)))
+@click.argument("fmt", metavar="FORMAT", type=ImportFormat())
 @click.argument("paths", metavar="PATH...", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--dry-run", is_flag=True, help="Validate and report; write nothing.")
 @click.option("--skip-invalid", is_flag=True, help="Skip malformed records (listed) instead of their whole session.")
@@ -38,6 +59,15 @@ def import_(
     store = settings.store()
     show_progress = sys.stderr.isatty() and not settings.json
     if show_progress:
+        from rich.markup import escape
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
         with Progress(
             TextColumn("[progress.description]{task.description}"),
             BarColumn(),
