@@ -313,6 +313,10 @@ class ImportReport:
     @staticmethod
     def counts(bundle: SessionBundle) -> Counts:
         """A bundle's messages and loops, counted (before writing it: the writer lets its messages go)."""
+        compact = getattr(bundle.messages, "counts", None)
+        if compact is not None:  # a large session's rows, kept as columns (turnstore.importers.spill.SpilledRows)
+            roles, kinds = compact()
+            return Counts(len(bundle.messages), len(bundle.loops), roles, kinds)
         messages = list(map(_MESSAGE_OF, bundle.messages))
         classes = Counter(map(type, messages))  # counted at C speed; then a plain str per class
         roles: Counter[str] = Counter()

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import marshal
 import tempfile
-from collections.abc import Iterable, Iterator
-from typing import IO, Any
+from array import array
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import IO, Any, overload
 
 from ..errors import InvalidMessage
 from ..limits import Limits
@@ -30,7 +32,7 @@ from .base import MessageRow, SpilledMessage
 from .derive import asked_tools
 from .writer import row_values
 
-__all__ = ["SPILL_AFTER_MESSAGES", "Spill"]
+__all__ = ["SPILL_AFTER_MESSAGES", "Spill", "SpilledRows", "StubTable"]
 
 SPILL_AFTER_MESSAGES = 20_000
 """A session's messages are spilled once it has more than this many (those read so far, and every later one)."""
@@ -121,3 +123,178 @@ class Spill:
     def close(self) -> None:
         """Remove the file (the operating system frees its space)."""
         self._file.close()
+
+
+class StubTable:
+    """The stand-ins of a large session's spilled messages, kept as columns: a few bytes each, not an object each.
+
+    A :class:`~turnstore.importers.base.SpilledMessage` is a Python object of
+    about a hundred bytes; a session of a million messages would hold a
+    hundred megabytes of them. The table keeps each field in an :mod:`array`
+    (names as codes into one list of the few distinct ones) and makes a
+    stand-in again when one is asked for.
+    """
+
+    def __init__(self) -> None:
+        self.names: list[str | None] = [None]
+        self._codes: dict[str | None, int] = {None: 0}
+        self._role = array("l")
+        self._kind = array("l")
+        self._model = array("l")
+        self._provider = array("l")
+        self._timestamp = array("q")
+        self._asks = array("b")
+        self._at = array("q")
+        self._size = array("q")
+        self._reasons: dict[int, str] = {}
+
+    def code(self, name: str | None) -> int:
+        """The code of ``name`` in :attr:`names` (added when new)."""
+        found = self._codes.get(name)
+        if found is None:
+            found = self._codes[name] = len(self.names)
+            self.names.append(name)
+        return found
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def add(self, stub: SpilledMessage) -> int:
+        """Keep ``stub``'s fields; its index in the table."""
+        index = len(self._at)
+        code = self.code
+        self._role.append(code(stub.role))
+        self._kind.append(code(stub.kind))
+        self._model.append(code(stub.model))
+        self._provider.append(code(stub.provider))
+        self._timestamp.append(stub.timestamp)
+        self._asks.append(1 if stub.asks_tools else 0)
+        self._at.append(stub.at)
+        self._size.append(stub.size)
+        if stub.reason is not None:
+            self._reasons[index] = stub.reason
+        return index
+
+    def role(self, index: int) -> str:
+        return self.names[self._role[index]]  # type: ignore[return-value]
+
+    def asks_tools(self, index: int) -> bool:
+        return bool(self._asks[index])
+
+    def stub(self, index: int) -> SpilledMessage:
+        """The stand-in kept at ``index`` (a new object, equal to the one added)."""
+        names = self.names
+        return SpilledMessage(
+            role=names[self._role[index]],  # type: ignore[arg-type]
+            kind=names[self._kind[index]],
+            model=names[self._model[index]],
+            provider=names[self._provider[index]],
+            timestamp=self._timestamp[index],
+            asks_tools=bool(self._asks[index]),
+            at=self._at[index],
+            size=self._size[index],
+            reason=self._reasons.get(index),
+        )
+
+    def counts(self, indexes: Iterable[int]) -> tuple[Counter[str], Counter[str]]:
+        """Roles and kinds of the stand-ins at ``indexes`` whose rows were written (what the report counts)."""
+        roles: Counter[int] = Counter()
+        kinds: Counter[int] = Counter()
+        at, role, kind = self._at, self._role, self._kind
+        for index in indexes:
+            if at[index] >= 0:
+                roles[role[index]] += 1
+                if kind[index]:
+                    kinds[kind[index]] += 1
+        names = self.names
+        return (Counter({names[code]: n for code, n in roles.items()}),  # type: ignore[misc]
+                Counter({names[code]: n for code, n in kinds.items()}))  # type: ignore[misc]
+
+
+class SpilledRows(Sequence[MessageRow]):
+    """``bundle.messages`` of a large session: the rows as columns (stand-in, loop, turn), made on demand.
+
+    Each row is an index into a :class:`StubTable`, a loop code and a turn
+    index (-1 for none): about twenty bytes a row. Reading a row makes a
+    :class:`~turnstore.importers.base.MessageRow` holding a new stand-in, which
+    is all the writer reads of a spilled row (the rest waits in the spill).
+    """
+
+    def __init__(self, stubs: StubTable, place: Callable[[int], str | None]) -> None:
+        self.stubs = stubs
+        self._place = place
+        self._entry = array("l")
+        self._loop = array("l")
+        self._turn = array("q")
+        self.loop_ids: list[str] = []
+        self._loop_codes: dict[str, int] = {}
+
+    def append_row(self, entry: int, loop_id: str, turn: int | None) -> None:
+        """Add the row of the stand-in at ``entry`` of the table, in ``loop_id`` at ``turn``."""
+        code = self._loop_codes.get(loop_id)
+        if code is None:
+            code = self._loop_codes[loop_id] = len(self.loop_ids)
+            self.loop_ids.append(loop_id)
+        self._entry.append(entry)
+        self._loop.append(code)
+        self._turn.append(-1 if turn is None else turn)
+
+    def entry(self, index: int) -> int:
+        """The table index of row ``index``'s stand-in."""
+        return self._entry[index]
+
+    def loop_id(self, index: int) -> str:
+        return self.loop_ids[self._loop[index]]
+
+    def __len__(self) -> int:
+        return len(self._entry)
+
+    def _row(self, index: int) -> MessageRow:
+        turn = self._turn[index]
+        entry = self._entry[index]
+        return MessageRow(
+            self.stubs.stub(entry),
+            self.loop_ids[self._loop[index]],
+            None if turn < 0 else turn,
+            place=self._place(entry),
+        )
+
+    @overload
+    def __getitem__(self, index: int) -> MessageRow: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[MessageRow]: ...
+
+    def __getitem__(self, index: int | slice) -> MessageRow | list[MessageRow]:
+        if isinstance(index, slice):
+            return [self._row(i) for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        return self._row(index)
+
+    def __iter__(self) -> Iterator[MessageRow]:
+        row = self._row
+        for index in range(len(self._entry)):
+            yield row(index)
+
+    def stand_ins(self) -> Iterator[SpilledMessage]:
+        """Each row's stand-in, in order (what :meth:`Spill.batches` reads)."""
+        stub = self.stubs.stub
+        for entry in self._entry:
+            yield stub(entry)
+
+    def first_entries(self, role: str) -> dict[str, int]:
+        """Each loop's first row of ``role``: loop id -> the table index of its stand-in."""
+        code = self.stubs.code(role)
+        roles = self.stubs._role
+        found: dict[int, int] = {}
+        for entry, loop in zip(self._entry, self._loop):
+            if roles[entry] == code and loop not in found:
+                found[loop] = entry
+        return {self.loop_ids[loop]: entry for loop, entry in found.items()}
+
+    def counts(self) -> tuple[Counter[str], Counter[str]]:
+        """Roles and kinds of the rows, as :meth:`~turnstore.importers.base.ImportReport.counts` counts them."""
+        return self.stubs.counts(self._entry)
