@@ -118,7 +118,7 @@ class SpilledMessage:
     """Why the store cannot hold the message (reported when the session is screened)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class LoopRow:
     """One loop to write."""
 

@@ -65,6 +65,7 @@ class CompactTree:
         """Code in :attr:`configs` of the settings in force after an entry (-1: none recorded)."""
         self.configs: list[dict[str, object]] = []
         self._config_codes: dict[int, int] = {}
+        self._copies: dict[int, dict[str, object]] = {}
         self.keep_from: dict[int, str] = {}
         self.pending: dict[int, str] = {}
         self.last_id: str | None = None
@@ -190,6 +191,20 @@ class CompactTree:
                 errors.append(RecordError(self.place(index), f"parent entry {self.pending[index]!r} is not in the file"))
         return first_of
 
+    def loop_config(self, code: int) -> dict[str, object] | None:
+        """A copy of config ``code`` for loops to hold (one copy, shared by every loop that runs with it:
+        a loop's config is replaced, never changed in place); None for none or an empty one."""
+        if code < 0 or not self.configs[code]:
+            return None
+        copy = self._copies.get(code)
+        if copy is None:
+            copy = self._copies[code] = dict(self.configs[code])
+        return copy
+
+    def shared(self, config: dict[str, object]) -> dict[str, object]:
+        """One copy of ``config`` per distinct settings object (see :meth:`loop_config`)."""
+        return self.loop_config(self._code(config)) or dict(config)
+
     def raw_of_id(self, index: int, duplicated: bool) -> dict[str, object] | None:
         """The settings in force after the last entry with entry ``index``'s id."""
         if duplicated:
@@ -273,7 +288,7 @@ class _Walk:
             parent_loop_id=parent.loop_id if parent else None,
             continuation_kind=kind if parent else "initial",
             fork_after=fork_row if fork_row >= 0 else None,
-            config=dict(self.tree.configs[config]) if config >= 0 and self.tree.configs[config] else None,
+            config=self.tree.loop_config(config),
         )
         self.bundle.loops.append(loop)
         return _Line(loop)
@@ -385,11 +400,16 @@ def _fill_configs(bundle: SessionBundle, rows: SpilledRows) -> None:
     """:func:`~turnstore.importers.derive.fill_configs` over the rows' columns."""
     first = rows.first_entries("assistant")
     stubs = rows.stubs
+    made: dict[tuple[str | None, str | None], dict[str, object]] = {}  # one config per model (see loop_config)
     for loop in bundle.loops:
         entry = first.get(loop.loop_id)
         if entry is None or loop.config is not None:
             continue
         stub = stubs.stub(entry)
         if stub.model not in UNKNOWN_MODELS:
-            loop.config = {"model": stub.model, "provider": stub.provider}
+            key = (stub.model, stub.provider)
+            config = made.get(key)
+            if config is None:
+                config = made[key] = {"model": stub.model, "provider": stub.provider}
+            loop.config = config
 

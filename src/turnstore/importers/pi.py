@@ -44,7 +44,7 @@ from ..models import AssistantMessage, ExtensionMessage, Message, ToolResultMess
 from .base import ImportOptions, RecordError, SessionBundle, collector_paused, parse_time, read_jsonl, time_ms
 from .pi_messages import canonical_usage, fast_message_line
 from .compact_tree import CompactTree, build_compact_loops
-from .spill import SPILL_AFTER_MESSAGES, Spill
+from .spill import SPILL_AFTER_MESSAGES, Spill, spill_from_start
 from .tree import Node, build_loops, resolve_skipped, skip_unparsed
 
 __all__ = ["PiImporter"]
@@ -144,6 +144,8 @@ class _SessionFile:
         if first is None:
             raise InvalidRecord(f"{self.path}:1", "empty file: a pi session starts with a session header")
         bundle = self._header(*first)
+        if spill_from_start(self.path):
+            self._spill()
         origin = bundle.origin
         add_source = bundle.add_source
         errors = bundle.errors
@@ -278,7 +280,7 @@ class _SessionFile:
             entry = first.get(loop.loop_id)
             config = _loop_config(tree.raw_of_id(entry, duplicated)) if entry is not None else None
             if config is not None:
-                loop.config = dict(config)
+                loop.config = tree.shared(config)
         self._name(bundle)
 
     def _loop_configs(self, bundle: SessionBundle) -> None:

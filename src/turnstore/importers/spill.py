@@ -23,19 +23,32 @@ import tempfile
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import IO, Any, overload
 
 from ..errors import InvalidMessage
 from ..limits import Limits
 from ..models import AssistantMessage, ExtensionMessage, Message, Usage
-from .base import MessageRow, SpilledMessage
-from .derive import asked_tools
+from .base import MessageRow, SessionBundle, SpilledMessage
+from .derive import TurnDeriver, asked_tools, next_loop
 from .writer import row_values
 
-__all__ = ["SPILL_AFTER_MESSAGES", "Spill", "SpilledRows", "StubTable"]
+__all__ = ["SPILL_AFTER_MESSAGES", "SPILL_FILE_BYTES", "Places", "Spill", "SpilledRows", "StubTable", "derived_rows"]
 
 SPILL_AFTER_MESSAGES = 20_000
 """A session's messages are spilled once it has more than this many (those read so far, and every later one)."""
+
+
+def spill_from_start(path: Path) -> bool:
+    """Whether the session file at ``path`` is large enough to spill from its first message."""
+    try:
+        return path.stat().st_size > SPILL_FILE_BYTES
+    except OSError:
+        return False
+
+SPILL_FILE_BYTES = 32 * 1024 * 1024
+"""A session file larger than this is spilled from its first message: holding its first
+:data:`SPILL_AFTER_MESSAGES` messages as models would raise the process's peak for good."""
 
 READ_BATCH = 2_000
 """Rows read back from the spill (and inserted) at a time."""
@@ -285,6 +298,17 @@ class SpilledRows(Sequence[MessageRow]):
         for entry in self._entry:
             yield stub(entry)
 
+    def without(self, dropped: set[int]) -> SpilledRows:
+        """These rows but those at the positions ``dropped`` (the screening's refusals)."""
+        rows = SpilledRows(self.stubs, self._place)
+        rows.loop_ids, rows._loop_codes = self.loop_ids, self._loop_codes
+        for index in range(len(self._entry)):
+            if index not in dropped:
+                rows._entry.append(self._entry[index])
+                rows._loop.append(self._loop[index])
+                rows._turn.append(self._turn[index])
+        return rows
+
     def first_entries(self, role: str) -> dict[str, int]:
         """Each loop's first row of ``role``: loop id -> the table index of its stand-in."""
         code = self.stubs.code(role)
@@ -298,3 +322,44 @@ class SpilledRows(Sequence[MessageRow]):
     def counts(self) -> tuple[Counter[str], Counter[str]]:
         """Roles and kinds of the rows, as :meth:`~turnstore.importers.base.ImportReport.counts` counts them."""
         return self.stubs.counts(self._entry)
+
+
+class Places:
+    """Where each record of a large session is, as line numbers after a common prefix (``file:``)."""
+
+    def __init__(self, prefix: str) -> None:
+        self._prefix = prefix
+        self._number = array("l")
+        self._other: dict[int, str] = {}
+
+    def add(self, place: str) -> None:
+        prefix = self._prefix
+        number = place[len(prefix):] if place.startswith(prefix) else ""
+        if number.isdigit() and number[0] != "0" and len(number) < 18:
+            self._number.append(int(number))
+        else:
+            self._other[len(self._number)] = place
+            self._number.append(0)
+
+    def __getitem__(self, index: int) -> str:
+        number = self._number[index]
+        return f"{self._prefix}{number}" if number else self._other[index]
+
+
+def derived_rows(bundle: SessionBundle, loop_prefix: str, stubs: StubTable, places: Places) -> SpilledRows:
+    """:func:`~turnstore.importers.derive.add_derived` for a linear history whose every message is spilled:
+    its loops appended to ``bundle.loops``, its rows returned as columns."""
+    rows = SpilledRows(stubs, places.__getitem__)
+    deriver = TurnDeriver()
+    loop = 0
+    loop_id = ""
+    loops = bundle.loops
+    for entry in range(len(stubs)):
+        new_loop, turn = deriver.step(stubs.role(entry), stubs.asks_tools(entry))
+        loop += new_loop
+        if not loop_id or new_loop:
+            loop_id = f"{loop_prefix}.{loop + 1}"
+            if not loops or loops[-1].loop_id != loop_id:
+                loops.append(next_loop(loop_id, loops))
+        rows.append_row(entry, loop_id, turn)
+    return rows
