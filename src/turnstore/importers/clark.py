@@ -43,6 +43,7 @@ from .base import (
     SessionBundle,
     compact,
     parse_agent_message,
+    path_stem,
     read_json,
     read_jsonl,
 )
@@ -92,7 +93,7 @@ class ClarkImporter:
 
     def bundles(self, path: Path, options: ImportOptions) -> Iterator[SessionBundle]:
         """One session per file, its loops and turns derived."""
-        session_id = options.session_id or path.stem
+        session_id = options.session_id or path_stem(path)
         bundle = SessionBundle(session_id=session_id, origin=str(path), hash_format=self.format)
         rows: list[MessageRow] = []
         spill: Spill | None = None

@@ -41,7 +41,17 @@ from pydantic import ValidationError
 
 from ..errors import InvalidMessage, InvalidRecord
 from ..models import AssistantMessage, ExtensionMessage, Message, ToolResultMessage, Usage, UserMessage
-from .base import ImportOptions, RecordError, SessionBundle, collector_paused, parse_time, read_jsonl, time_ms
+from .base import (
+    ImportOptions,
+    RecordError,
+    SessionBundle,
+    collector_paused,
+    parse_time,
+    path_stem,
+    path_text,
+    read_jsonl,
+    time_ms,
+)
 from .pi_messages import canonical_usage, fast_message_line
 from .compact_tree import CompactTree, build_compact_loops
 from .spill import SPILL_AFTER_MESSAGES, Spill, spill_from_start
@@ -183,7 +193,7 @@ class _SessionFile:
         if self.options.limits is None:
             return
         self.spill = Spill(self.options.limits)
-        self.compact = CompactTree(str(self.path))
+        self.compact = CompactTree(path_text(str(self.path)))  # the prefix of the places (the bundle's origin)
         nodes, config_at = self.nodes, self.config_at
         self.nodes, self.config_at = [], {}
         for node in nodes:
@@ -541,6 +551,6 @@ def _entry_ms(entry: dict[str, Any]) -> int:
 
 def _id_from_file_name(path: Path) -> str:
     """pi names files ``<ISO time>_<session id>.jsonl``; the id is after the last ``_`` (else the stem)."""
-    stem = path.stem
+    stem = path_stem(path)
     head, _, tail = stem.rpartition("_")
     return tail if head and tail else stem
