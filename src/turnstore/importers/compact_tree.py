@@ -191,6 +191,13 @@ class CompactTree:
                 errors.append(RecordError(self.place(index), f"parent entry {self.pending[index]!r} is not in the file"))
         return first_of
 
+    def release(self) -> None:
+        """Let go of what only building the loops needs (the rows go on reading places and stand-ins)."""
+        self.parent = self.config = self.raw = array("i")
+        self.opens = array("b")
+        self.pending, self.keep_from, self._copies = {}, {}, {}
+        self.configs, self._config_codes = [], {}
+
     def loop_config(self, code: int) -> dict[str, object] | None:
         """A copy of config ``code`` for loops to hold (one copy, shared by every loop that runs with it:
         a loop's config is replaced, never changed in place); None for none or an empty one."""

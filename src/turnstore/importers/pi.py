@@ -182,6 +182,7 @@ class _SessionFile:
         if self.compact is not None:
             rows, row_of = build_compact_loops(bundle, self.compact, f"{bundle.session_id}.pi")
             self._finish_compact(bundle, self.compact, row_of)
+            self.compact.release()
             return bundle
         build_loops(bundle, self.nodes, f"{bundle.session_id}.pi")
         self._finish(bundle)

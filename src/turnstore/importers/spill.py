@@ -151,10 +151,10 @@ class StubTable:
     def __init__(self) -> None:
         self.names: list[str | None] = [None]
         self._codes: dict[str | None, int] = {None: 0}
-        self._role = array("l")
-        self._kind = array("l")
-        self._model = array("l")
-        self._provider = array("l")
+        self._role = array("i")
+        self._kind = array("i")
+        self._model = array("i")
+        self._provider = array("i")
         self._timestamp = array("q")
         self._asks = array("b")
         self._at = array("q")
@@ -236,20 +236,19 @@ class SpilledRows(Sequence[MessageRow]):
     def __init__(self, stubs: StubTable, place: Callable[[int], str | None]) -> None:
         self.stubs = stubs
         self._place = place
-        self._entry = array("l")
-        self._loop = array("l")
+        self._entry = array("i")
+        self._loop = array("i")
         self._turn = array("q")
         self.loop_ids: list[str] = []
-        self._loop_codes: dict[str, int] = {}
+        """The loop of each code (a loop's rows are consecutive: a new loop id takes the next code)."""
 
     def append_row(self, entry: int, loop_id: str, turn: int | None) -> None:
         """Add the row of the stand-in at ``entry`` of the table, in ``loop_id`` at ``turn``."""
-        code = self._loop_codes.get(loop_id)
-        if code is None:
-            code = self._loop_codes[loop_id] = len(self.loop_ids)
-            self.loop_ids.append(loop_id)
+        loop_ids = self.loop_ids
+        if not loop_ids or loop_ids[-1] != loop_id:
+            loop_ids.append(loop_id)
         self._entry.append(entry)
-        self._loop.append(code)
+        self._loop.append(len(loop_ids) - 1)
         self._turn.append(-1 if turn is None else turn)
 
     def entry(self, index: int) -> int:
@@ -301,7 +300,7 @@ class SpilledRows(Sequence[MessageRow]):
     def without(self, dropped: set[int]) -> SpilledRows:
         """These rows but those at the positions ``dropped`` (the screening's refusals)."""
         rows = SpilledRows(self.stubs, self._place)
-        rows.loop_ids, rows._loop_codes = self.loop_ids, self._loop_codes
+        rows.loop_ids = self.loop_ids
         for index in range(len(self._entry)):
             if index not in dropped:
                 rows._entry.append(self._entry[index])
@@ -317,7 +316,10 @@ class SpilledRows(Sequence[MessageRow]):
         for entry, loop in zip(self._entry, self._loop):
             if roles[entry] == code and loop not in found:
                 found[loop] = entry
-        return {self.loop_ids[loop]: entry for loop, entry in found.items()}
+        first: dict[str, int] = {}
+        for loop in sorted(found):
+            first.setdefault(self.loop_ids[loop], found[loop])
+        return first
 
     def counts(self) -> tuple[Counter[str], Counter[str]]:
         """Roles and kinds of the rows, as :meth:`~turnstore.importers.base.ImportReport.counts` counts them."""

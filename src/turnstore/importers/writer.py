@@ -137,13 +137,13 @@ def _write(
                 "source": bundle.source,
             },
         )
-        if bundle.loops:
-            configs: dict[Any, tuple[Any, ...]] = {}
+        configs: dict[Any, tuple[Any, ...]] = {}
+        for start in range(0, len(bundle.loops), LOOP_BATCH):  # a batch at a time: a large session has many
             db.executemany(
                 q.insert_loop(),
                 [
                     _loop_params(db, bundle, loop, first_times.get(loop.loop_id, created), configs)
-                    for loop in bundle.loops
+                    for loop in bundle.loops[start : start + LOOP_BATCH]
                 ],
             )
         for batch in rows:
@@ -167,6 +167,9 @@ def _write(
         freeing.result()
     return WRITTEN
 
+
+LOOP_BATCH = 2_000
+"""Loops inserted at a time (each row's parameters are a dict of some twenty values)."""
 
 LARGE_SESSION_MESSAGES = 1_000
 """Sessions of at least this many messages are written as large writes (see :func:`_large_write`)."""
