@@ -332,8 +332,8 @@ class ImportReport:
         """A bundle's messages and loops, counted (before writing it: the writer lets its messages go)."""
         compact = getattr(bundle.messages, "counts", None)
         if compact is not None:  # a large session's rows, kept as columns (turnstore.importers.spill.SpilledRows)
-            roles, kinds = compact()
-            return Counts(len(bundle.messages), len(bundle.loops), roles, kinds)
+            spilled_roles, spilled_kinds = compact()
+            return Counts(len(bundle.messages), len(bundle.loops), spilled_roles, spilled_kinds)
         messages = list(map(_MESSAGE_OF, bundle.messages))
         classes = Counter(map(type, messages))  # counted at C speed; then a plain str per class
         roles: Counter[str] = Counter()

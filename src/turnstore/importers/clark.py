@@ -49,9 +49,16 @@ from .base import (
 )
 from .derive import add_derived
 from .files import EMPTY_ARRAY
-from .spill import SPILL_AFTER_MESSAGES, Places, Spill, StubTable, derived_rows, spill_from_start
+from .spill import (
+    SPILL_AFTER_MESSAGES,
+    Places,
+    Spill,
+    StubTable,
+    derived_rows,
+    spill_from_start,
+)
 
-__all__ = ["ClarkImporter", "STOP_REASONS", "UNKNOWN", "USAGE_FIELDS", "convert"]
+__all__ = ["STOP_REASONS", "UNKNOWN", "USAGE_FIELDS", "ClarkImporter", "convert"]
 
 STOP_REASONS = {
     "end_turn": "stop",

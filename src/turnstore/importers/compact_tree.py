@@ -74,7 +74,7 @@ class CompactTree:
         self._db = sqlite3.connect("")  # a private temporary database, removed when closed
         self._db.execute("PRAGMA journal_mode = OFF")
         self._db.execute("PRAGMA synchronous = OFF")
-        self._db.execute("PRAGMA cache_size = -8192")
+        self._db.execute("PRAGMA cache_size = -2048")
         self._db.execute("CREATE TABLE entry (idx INTEGER PRIMARY KEY, id TEXT NOT NULL)")
         self._db.execute("CREATE INDEX entry_id ON entry (id, idx)")
 
@@ -223,7 +223,7 @@ class CompactTree:
 
 
 class _Line:
-    __slots__ = ("loop", "deriver")
+    __slots__ = ("deriver", "loop")
 
     def __init__(self, loop: LoopRow) -> None:
         self.loop = loop
@@ -242,22 +242,19 @@ def build_compact_loops(bundle: SessionBundle, tree: CompactTree, loop_prefix: s
     size = len(parent)
     first_child = array("i", [-1]) * size
     next_sibling = array("i", [-1]) * size
-    last_child = array("i", [-1]) * size
     roots: list[int] = []
     entries = 0
-    for index in range(size):
+    for index in range(size - 1, -1, -1):  # from the end: each child goes before its later siblings
         above = parent[index]
         if above == DUPLICATE:
             continue
         entries += 1
         if above < 0:
             roots.append(index)
-        elif first_child[above] < 0:
-            first_child[above] = last_child[above] = index
         else:
-            next_sibling[last_child[above]] = index
-            last_child[above] = index
-    del last_child
+            next_sibling[index] = first_child[above]
+            first_child[above] = index
+    roots.reverse()
     rows = SpilledRows(tree.stubs, tree.place)
     row_of = array("i", [-1]) * size
     walk = _Walk(bundle, tree, rows, row_of, first_child, next_sibling, loop_prefix)

@@ -40,7 +40,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..errors import InvalidMessage, InvalidRecord
-from ..models import AssistantMessage, ExtensionMessage, Message, ToolResultMessage, Usage, UserMessage
+from ..models import (
+    AssistantMessage,
+    ExtensionMessage,
+    Message,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
 from .base import (
     ImportOptions,
     RecordError,
@@ -52,8 +59,8 @@ from .base import (
     read_jsonl,
     time_ms,
 )
-from .pi_messages import canonical_usage, fast_message_line
 from .compact_tree import CompactTree, build_compact_loops
+from .pi_messages import canonical_usage, fast_message_line
 from .spill import SPILL_AFTER_MESSAGES, Spill, spill_from_start
 from .tree import Node, build_loops, resolve_skipped, skip_unparsed
 
@@ -180,7 +187,7 @@ class _SessionFile:
         bundle.records += records
         bundle.spill = self.spill
         if self.compact is not None:
-            rows, row_of = build_compact_loops(bundle, self.compact, f"{bundle.session_id}.pi")
+            _, row_of = build_compact_loops(bundle, self.compact, f"{bundle.session_id}.pi")
             self._finish_compact(bundle, self.compact, row_of)
             self.compact.release()
             return bundle
@@ -353,10 +360,11 @@ class _SessionFile:
             entry_id = f"line{self.line_numbers[-1]}"
             parent_id, self.previous = self.previous, entry_id
         else:
-            entry_id = entry.get("id")
+            given = entry.get("id")
             parent_id = entry.get("parentId")
-            if not isinstance(entry_id, str) or not entry_id:
+            if not isinstance(given, str) or not given:
                 raise InvalidRecord(place, "entry without an id")
+            entry_id = given
             if parent_id is not None and not isinstance(parent_id, str):
                 raise InvalidRecord(place, f"parentId must be a string or null, got {type(parent_id).__name__}")
         return entry_id, resolve_skipped(self.moved, parent_id)

@@ -143,31 +143,20 @@ class StubTable:
 
     A :class:`~turnstore.importers.base.SpilledMessage` is a Python object of
     about a hundred bytes; a session of a million messages would hold a
-    hundred megabytes of them. The table keeps each field in an :mod:`array`
-    (names as codes into one list of the few distinct ones) and makes a
-    stand-in again when one is asked for.
+    hundred megabytes of them. The table keeps each stand-in's shape (role,
+    kind, model, provider, whether it asks for tools: a code into the list of
+    the few distinct shapes), time and place in the spill in :mod:`array`
+    columns, and makes a stand-in again when one is asked for.
     """
 
     def __init__(self) -> None:
-        self.names: list[str | None] = [None]
-        self._codes: dict[str | None, int] = {None: 0}
-        self._role = array("i")
-        self._kind = array("i")
-        self._model = array("i")
-        self._provider = array("i")
+        self.shapes: list[tuple[str, str | None, str | None, str | None, bool]] = []
+        self._codes: dict[tuple[str, str | None, str | None, str | None, bool], int] = {}
+        self._shape = array("i")
         self._timestamp = array("q")
-        self._asks = array("b")
         self._at = array("q")
         self._size = array("q")
         self._reasons: dict[int, str] = {}
-
-    def code(self, name: str | None) -> int:
-        """The code of ``name`` in :attr:`names` (added when new)."""
-        found = self._codes.get(name)
-        if found is None:
-            found = self._codes[name] = len(self.names)
-            self.names.append(name)
-        return found
 
     def __len__(self) -> int:
         return len(self._at)
@@ -175,13 +164,13 @@ class StubTable:
     def add(self, stub: SpilledMessage) -> int:
         """Keep ``stub``'s fields; its index in the table."""
         index = len(self._at)
-        code = self.code
-        self._role.append(code(stub.role))
-        self._kind.append(code(stub.kind))
-        self._model.append(code(stub.model))
-        self._provider.append(code(stub.provider))
+        shape = (stub.role, stub.kind, stub.model, stub.provider, stub.asks_tools)
+        code = self._codes.get(shape)
+        if code is None:
+            code = self._codes[shape] = len(self.shapes)
+            self.shapes.append(shape)
+        self._shape.append(code)
         self._timestamp.append(stub.timestamp)
-        self._asks.append(1 if stub.asks_tools else 0)
         self._at.append(stub.at)
         self._size.append(stub.size)
         if stub.reason is not None:
@@ -189,39 +178,41 @@ class StubTable:
         return index
 
     def role(self, index: int) -> str:
-        return self.names[self._role[index]]  # type: ignore[return-value]
+        return self.shapes[self._shape[index]][0]
 
     def asks_tools(self, index: int) -> bool:
-        return bool(self._asks[index])
+        return self.shapes[self._shape[index]][4]
 
     def stub(self, index: int) -> SpilledMessage:
         """The stand-in kept at ``index`` (a new object, equal to the one added)."""
-        names = self.names
+        role, kind, model, provider, asks = self.shapes[self._shape[index]]
         return SpilledMessage(
-            role=names[self._role[index]],  # type: ignore[arg-type]
-            kind=names[self._kind[index]],
-            model=names[self._model[index]],
-            provider=names[self._provider[index]],
-            timestamp=self._timestamp[index],
-            asks_tools=bool(self._asks[index]),
-            at=self._at[index],
-            size=self._size[index],
-            reason=self._reasons.get(index),
+            role, kind, model, provider, self._timestamp[index], asks, self._at[index], self._size[index],
+            self._reasons.get(index),
         )
+
+    def codes_of_role(self, role: str) -> set[int]:
+        """The shape codes of stand-ins of ``role``."""
+        return {code for code, shape in enumerate(self.shapes) if shape[0] == role}
+
+    def shape_of(self, index: int) -> int:
+        return self._shape[index]
 
     def counts(self, indexes: Iterable[int]) -> tuple[Counter[str], Counter[str]]:
         """Roles and kinds of the stand-ins at ``indexes`` whose rows were written (what the report counts)."""
-        roles: Counter[int] = Counter()
-        kinds: Counter[int] = Counter()
-        at, role, kind = self._at, self._role, self._kind
+        by_shape: Counter[int] = Counter()
+        at, shape = self._at, self._shape
         for index in indexes:
             if at[index] >= 0:
-                roles[role[index]] += 1
-                if kind[index]:
-                    kinds[kind[index]] += 1
-        names = self.names
-        return (Counter({names[code]: n for code, n in roles.items()}),  # type: ignore[misc]
-                Counter({names[code]: n for code, n in kinds.items()}))  # type: ignore[misc]
+                by_shape[shape[index]] += 1
+        roles: Counter[str] = Counter()
+        kinds: Counter[str] = Counter()
+        for code, count in by_shape.items():
+            role, kind = self.shapes[code][:2]
+            roles[role] += count
+            if kind is not None:
+                kinds[kind] += count
+        return roles, kinds
 
 
 class SpilledRows(Sequence[MessageRow]):
@@ -238,7 +229,7 @@ class SpilledRows(Sequence[MessageRow]):
         self._place = place
         self._entry = array("i")
         self._loop = array("i")
-        self._turn = array("q")
+        self._turn = array("i")
         self.loop_ids: list[str] = []
         """The loop of each code (a loop's rows are consecutive: a new loop id takes the next code)."""
 
@@ -310,11 +301,11 @@ class SpilledRows(Sequence[MessageRow]):
 
     def first_entries(self, role: str) -> dict[str, int]:
         """Each loop's first row of ``role``: loop id -> the table index of its stand-in."""
-        code = self.stubs.code(role)
-        roles = self.stubs._role
+        codes = self.stubs.codes_of_role(role)
+        shape = self.stubs.shape_of
         found: dict[int, int] = {}
         for entry, loop in zip(self._entry, self._loop):
-            if roles[entry] == code and loop not in found:
+            if loop not in found and shape(entry) in codes:
                 found[loop] = entry
         first: dict[str, int] = {}
         for loop in sorted(found):
