@@ -9,14 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_large_imports import report_of, stored
 
 from turnstore import Store
 from turnstore.importers import get_importer, pi
 from turnstore.importers.base import ImportOptions
 from turnstore.importers.spill import SpilledRows
 from turnstore.limits import Limits
-
-from test_large_imports import report_of, stored
 
 STAMP = "2026-03-02T09:15:01.000Z"
 
