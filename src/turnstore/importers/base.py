@@ -57,6 +57,8 @@ __all__ = [
     "is_sqlite",
     "one_line",
     "open_sqlite",
+    "path_stem",
+    "path_text",
     "read_json",
     "read_jsonl",
     "sqlite_accepts",
@@ -118,7 +120,7 @@ class SpilledMessage:
     """Why the store cannot hold the message (reported when the session is screened)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class LoopRow:
     """One loop to write."""
 
@@ -172,6 +174,7 @@ class SessionBundle:
     """The :class:`~turnstore.importers.spill.Spill` holding the rows of spilled messages, if any."""
 
     def __post_init__(self) -> None:
+        self.origin = path_text(self.origin)
         if self.hash_format is not None:
             self._hasher = hashlib.sha256(self.hash_format.encode())
 
@@ -255,6 +258,20 @@ class RecordError:
         return one_line(f"{self.place}: {self.reason}")
 
 
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
+
+
+def path_text(text: str) -> str:
+    """A file name as text the store can hold: the bytes of a name that is not UTF-8 (which Python
+    keeps as lone surrogates, ``os.fsdecode``) written as ``\\xNN``; any other name unchanged."""
+    return _ESCAPED_BYTE.sub(lambda found: f"\\x{ord(found.group()) - 0xDC00:02x}", text)
+
+
+def path_stem(path: Path) -> str:
+    """The name of ``path`` without its suffix, as :func:`path_text` (a session id derived from a file name)."""
+    return path_text(path.stem)
+
+
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
@@ -313,6 +330,10 @@ class ImportReport:
     @staticmethod
     def counts(bundle: SessionBundle) -> Counts:
         """A bundle's messages and loops, counted (before writing it: the writer lets its messages go)."""
+        compact = getattr(bundle.messages, "counts", None)
+        if compact is not None:  # a large session's rows, kept as columns (turnstore.importers.spill.SpilledRows)
+            spilled_roles, spilled_kinds = compact()
+            return Counts(len(bundle.messages), len(bundle.loops), spilled_roles, spilled_kinds)
         messages = list(map(_MESSAGE_OF, bundle.messages))
         classes = Counter(map(type, messages))  # counted at C speed; then a plain str per class
         roles: Counter[str] = Counter()

@@ -43,14 +43,22 @@ from .base import (
     SessionBundle,
     compact,
     parse_agent_message,
+    path_stem,
     read_json,
     read_jsonl,
 )
 from .derive import add_derived
 from .files import EMPTY_ARRAY
-from .spill import SPILL_AFTER_MESSAGES, Spill
+from .spill import (
+    SPILL_AFTER_MESSAGES,
+    Places,
+    Spill,
+    StubTable,
+    derived_rows,
+    spill_from_start,
+)
 
-__all__ = ["ClarkImporter", "STOP_REASONS", "UNKNOWN", "USAGE_FIELDS", "convert"]
+__all__ = ["STOP_REASONS", "UNKNOWN", "USAGE_FIELDS", "ClarkImporter", "convert"]
 
 STOP_REASONS = {
     "end_turn": "stop",
@@ -92,9 +100,14 @@ class ClarkImporter:
 
     def bundles(self, path: Path, options: ImportOptions) -> Iterator[SessionBundle]:
         """One session per file, its loops and turns derived."""
-        session_id = options.session_id or path.stem
+        session_id = options.session_id or path_stem(path)
         bundle = SessionBundle(session_id=session_id, origin=str(path), hash_format=self.format)
         rows: list[MessageRow] = []
+        spill: Spill | None = None
+        if options.limits is not None and spill_from_start(path):
+            spill = bundle.spill = Spill(options.limits)
+        stubs = StubTable()
+        places = Places(f"{path}:")
         for place, source, value in _records(path):
             bundle.records += 1
             bundle.add_source(source)
@@ -103,15 +116,22 @@ class ClarkImporter:
             except InvalidRecord as error:
                 bundle.errors.append(RecordError(error.place, error.reason))
                 continue
+            if spill is not None:  # a large session: its rows wait on disk, their stand-ins in columns
+                stubs.add(spill.keep(message, source=source, usage_known=usage_known, timestamp=stamp))
+                places.add(place)
+                continue
             rows.append(MessageRow(message, "", None, source=source, usage_known=usage_known, timestamp=stamp, place=place))
-            if len(rows) > SPILL_AFTER_MESSAGES and options.limits is not None:  # a large session: rows wait on disk
-                if bundle.spill is None:
-                    bundle.spill = Spill(options.limits)
-                    for row in rows:
-                        bundle.spill.keep_row(row)
-                else:
-                    bundle.spill.keep_row(rows[-1])
-        add_derived(bundle, f"{session_id}.clark", rows)
+            if len(rows) > SPILL_AFTER_MESSAGES and options.limits is not None:
+                spill = bundle.spill = Spill(options.limits)
+                for row in rows:
+                    stubs.add(spill.keep(row.message, source=row.source, usage_known=row.usage_known,  # type: ignore[arg-type]
+                                         timestamp=row.timestamp))
+                    places.add(row.place)  # type: ignore[arg-type]
+                rows = []
+        if spill is not None:
+            bundle.messages = derived_rows(bundle, f"{session_id}.clark", stubs, places)  # type: ignore[assignment]
+        else:
+            add_derived(bundle, f"{session_id}.clark", rows)
         yield bundle
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import re
+from array import array
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,10 +40,28 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..errors import InvalidMessage, InvalidRecord
-from ..models import AssistantMessage, ExtensionMessage, Message, ToolResultMessage, Usage, UserMessage
-from .base import ImportOptions, RecordError, SessionBundle, collector_paused, parse_time, read_jsonl, time_ms
+from ..models import (
+    AssistantMessage,
+    ExtensionMessage,
+    Message,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
+from .base import (
+    ImportOptions,
+    RecordError,
+    SessionBundle,
+    collector_paused,
+    parse_time,
+    path_stem,
+    path_text,
+    read_jsonl,
+    time_ms,
+)
+from .compact_tree import CompactTree, build_compact_loops
 from .pi_messages import canonical_usage, fast_message_line
-from .spill import SPILL_AFTER_MESSAGES, Spill
+from .spill import SPILL_AFTER_MESSAGES, Spill, spill_from_start
 from .tree import Node, build_loops, resolve_skipped, skip_unparsed
 
 __all__ = ["PiImporter"]
@@ -107,8 +126,8 @@ class _SessionFile:
         self.moved: dict[str, str | None] = {}
         """Entry id -> the id its children hang from instead (a skipped entry's parent; a compaction's
         last retained-tail message)."""
-        self.line_ids: list[str | None] = []
-        """v1: the id given to each parsed line, by index (the header is 0)."""
+        self.line_numbers = array("i")
+        """v1: the line number of each parsed line, by index (the header is 0); its id is ``line{number}``."""
         self.tail_ids: set[str] = set()
         self.session_info: list[dict[str, Any]] = []
         self.previous: str | None = None
@@ -116,8 +135,9 @@ class _SessionFile:
         self.header_config: Config | None = None
         """v1 headers name the model and thinking level a session starts with."""
         self.spill: Spill | None = None
-        self.spilled = 0
-        """How many of :attr:`nodes` are spilled (a large session's messages wait on disk)."""
+        self.compact: CompactTree | None = None
+        """A large session's entries (:mod:`turnstore.importers.compact_tree`), once it is spilled: from
+        then on :attr:`nodes` and :attr:`config_at` stay empty."""
 
     # --- the file -------------------------------------------------------------------
 
@@ -129,7 +149,11 @@ class _SessionFile:
                 (or holds a version this importer does not know).
         """
         with collector_paused():
-            return self._read()
+            try:
+                return self._read()
+            finally:
+                if self.compact is not None:
+                    self.compact.close()
 
     def _read(self) -> SessionBundle:
         lines = read_jsonl(self.path, fast_message_line)
@@ -137,6 +161,8 @@ class _SessionFile:
         if first is None:
             raise InvalidRecord(f"{self.path}:1", "empty file: a pi session starts with a session header")
         bundle = self._header(*first)
+        if spill_from_start(self.path):
+            self._spill()
         origin = bundle.origin
         add_source = bundle.add_source
         errors = bundle.errors
@@ -151,42 +177,57 @@ class _SessionFile:
                 self._unparsed(line)
                 continue
             if v1:
-                self.line_ids.append(f"line{number}")  # pi counts parsed lines only
+                self.line_numbers.append(number)  # pi counts parsed lines only
             try:
                 entry(value, line, f"{origin}:{number}")
             except InvalidRecord as error:
                 errors.append(RecordError(error.place, error.reason))
-            if len(self.nodes) > SPILL_AFTER_MESSAGES:
+            if self.compact is None and len(self.nodes) > SPILL_AFTER_MESSAGES:
                 self._spill()
         bundle.records += records
         bundle.spill = self.spill
+        if self.compact is not None:
+            _, row_of = build_compact_loops(bundle, self.compact, f"{bundle.session_id}.pi")
+            self._finish_compact(bundle, self.compact, row_of)
+            self.compact.release()
+            return bundle
         build_loops(bundle, self.nodes, f"{bundle.session_id}.pi")
         self._finish(bundle)
         return bundle
 
     def _spill(self) -> None:
-        """Keep the rows of the nodes made since the last call on disk (:mod:`turnstore.importers.spill`).
+        """From now on keep the session's rows on disk (:mod:`turnstore.importers.spill`) and its entries
+        in a :class:`~turnstore.importers.compact_tree.CompactTree`, those read so far included."""
+        if self.options.limits is None:
+            return
+        self.spill = Spill(self.options.limits)
+        self.compact = CompactTree(path_text(str(self.path)))  # the prefix of the places (the bundle's origin)
+        nodes, config_at = self.nodes, self.config_at
+        self.nodes, self.config_at = [], {}
+        for node in nodes:
+            self._compact_keep(node, config_at.get(node.id), node.id in self.tail_ids)
+
+    def _compact_keep(self, node: Node, raw: Config | None, tail: bool) -> None:
+        """Spill a node's row and keep its entry in the compact tree.
 
         A retained-tail copy keeps neither usage nor source (see :meth:`_finish`).
         """
-        if self.options.limits is None:
-            return
-        spill = self.spill
-        if spill is None:
-            spill = self.spill = Spill(self.options.limits)
-        tail_ids = self.tail_ids
-        for node in self.nodes[self.spilled :]:
-            tail = node.id in tail_ids
-            node.message = spill.keep(  # type: ignore[assignment]  # a stand-in from here on
-                node.message,
-                source=None if tail else node.source,
-                usage=None if tail else node.usage,
-                priced_as=node.priced_as,
-                timestamp=node.timestamp,
-                usage_known=not tail,
-            )
-            node.source, node.usage = "", None
-        self.spilled = len(self.nodes)
+        assert self.spill is not None and self.compact is not None
+        stub = self.spill.keep(
+            node.message,
+            source=None if tail else node.source,
+            usage=None if tail else node.usage,
+            priced_as=node.priced_as,
+            timestamp=node.timestamp,
+            usage_known=not tail,
+        )
+        self.compact.add(node, stub, raw)
+
+    def _config_after(self, entry_id: str) -> Config | None:
+        """The settings in force after entry ``entry_id`` (pi's buildSessionContext)."""
+        if self.compact is not None:
+            return self.compact.config_after(entry_id)
+        return self.config_at.get(entry_id)
 
     def _header(self, number: int, line: str, value: Any) -> SessionBundle:
         place = f"{self.path}:{number}"
@@ -198,7 +239,7 @@ class _SessionFile:
         if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= CURRENT_VERSION:
             raise InvalidRecord(place, f"unsupported pi session version {version!r} (this importer reads 1 to 3)")
         self.version = version
-        self.line_ids.append(None)  # the header is parsed line 0
+        self.line_numbers.append(0)  # the header is parsed line 0
         model = _config(None, value.get("modelId"), value.get("provider"))
         self.header_config = _after_setting(value, "thinking_level_change", model)
         session_id = value.get("id")
@@ -230,12 +271,35 @@ class _SessionFile:
                 if row.ref in self.tail_ids:
                     # Copies of messages already counted where they first appeared.
                     row.usage_known, row.usage, row.source = False, None, None
+        self._name(bundle)
+
+    def _name(self, bundle: SessionBundle) -> None:
         for info in self.session_info:
             name = info.get("name")
             if isinstance(name, str) and name.strip():
                 bundle.title = name.strip()
         if self.session_info:
             bundle.metadata = {**(bundle.metadata or {}), "session_info": self.session_info}
+
+    def _finish_compact(self, bundle: SessionBundle, tree: CompactTree, row_of: Any) -> None:
+        """:meth:`_finish` for a session kept in a compact tree (its retained tail was spilled without usage)."""
+        reported = {error.place for error in bundle.errors}
+        parent = tree.parent
+        for index in range(len(tree)):
+            if row_of[index] < 0 and parent[index] != -4:  # not a duplicate: one with its id is placed
+                place = tree.place(index)
+                if place not in reported:
+                    reason = "not imported: an ancestor entry is missing, malformed or its own descendant"
+                    bundle.errors.append(RecordError(place, reason))
+                    reported.add(place)
+        duplicated = any(value == -4 for value in parent)
+        first = bundle.messages.first_entries("assistant")  # type: ignore[attr-defined]
+        for loop in bundle.loops:
+            entry = first.get(loop.loop_id)
+            config = _loop_config(tree.raw_of_id(entry, duplicated)) if entry is not None else None
+            if config is not None:
+                loop.config = tree.shared(config)
+        self._name(bundle)
 
     def _loop_configs(self, bundle: SessionBundle) -> None:
         """A loop runs with the settings in force at its first model call (a session's opening
@@ -262,7 +326,7 @@ class _SessionFile:
             self.session_info.append(entry)
             self.moved[entry_id] = parent_id
             return
-        before = self.config_at.get(parent_id) if parent_id is not None else self.header_config
+        before = self._config_after(parent_id) if parent_id is not None else self.header_config
         config = before
         try:
             if kind == "message":
@@ -282,21 +346,25 @@ class _SessionFile:
             raise
         node.id, node.parent_id, node.source = entry_id, parent_id, line
         node.config = config if config is not None and "model" in config else None  # _loop_config(config)
-        self.config_at[entry_id] = config
-        self.nodes.append(node)
+        if self.compact is not None:
+            self._compact_keep(node, config, False)
+        else:
+            self.config_at[entry_id] = config
+            self.nodes.append(node)
         if kind == "compaction" and isinstance(entry.get("retainedTail"), list):
             self._retained_tail(entry, node, place, config)
 
     def _tree_place(self, entry: dict[str, Any], place: str) -> tuple[str, str | None]:
         """``(id, parent id)`` of an entry: its own (v2+), or the line's (v1)."""
         if self.version == 1:  # a line: each entry the child of the one before
-            entry_id = self.line_ids[-1]  # type: ignore[assignment]
+            entry_id = f"line{self.line_numbers[-1]}"
             parent_id, self.previous = self.previous, entry_id
         else:
-            entry_id = entry.get("id")
+            given = entry.get("id")
             parent_id = entry.get("parentId")
-            if not isinstance(entry_id, str) or not entry_id:
+            if not isinstance(given, str) or not given:
                 raise InvalidRecord(place, "entry without an id")
+            entry_id = given
             if parent_id is not None and not isinstance(parent_id, str):
                 raise InvalidRecord(place, f"parentId must be a string or null, got {type(parent_id).__name__}")
         return entry_id, resolve_skipped(self.moved, parent_id)
@@ -320,8 +388,8 @@ class _SessionFile:
         if isinstance(entry.get("retainedTail"), list):
             return node  # newer pi: the retained messages are copied into the entry (see _retained_tail)
         index = entry.get("firstKeptEntryIndex")
-        if self.version == 1 and isinstance(index, int) and 0 <= index < len(self.line_ids):
-            node.keep_from_id = self.line_ids[index]
+        if self.version == 1 and isinstance(index, int) and 0 <= index < len(self.line_numbers):
+            node.keep_from_id = f"line{self.line_numbers[index]}" if index else None
         elif isinstance(entry.get("firstKeptEntryId"), str):
             node.keep_from_id = entry["firstKeptEntryId"]
         return node
@@ -362,11 +430,18 @@ class _SessionFile:
             node.id, node.parent_id, node.config = f"{compaction.id}{_TAIL}{index}", parent, compaction.config
             nodes.append(node)
             parent = node.id
-        self.nodes.extend(nodes)
         self.tail_ids.update(node.id for node in nodes)
+        if self.compact is not None:
+            for node in nodes:
+                self._compact_keep(node, None, True)
+        else:
+            self.nodes.extend(nodes)
         if nodes:
             self.moved[compaction.id] = parent
-            self.config_at[parent] = config
+            if self.compact is not None:
+                self.compact.set_raw(parent, config)
+            else:
+                self.config_at[parent] = config
 
 
 # --- messages ---------------------------------------------------------------------------
@@ -485,6 +560,6 @@ def _entry_ms(entry: dict[str, Any]) -> int:
 
 def _id_from_file_name(path: Path) -> str:
     """pi names files ``<ISO time>_<session id>.jsonl``; the id is after the last ``_`` (else the stem)."""
-    stem = path.stem
+    stem = path_stem(path)
     head, _, tail = stem.rpartition("_")
     return tail if head and tail else stem

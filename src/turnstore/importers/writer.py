@@ -137,13 +137,13 @@ def _write(
                 "source": bundle.source,
             },
         )
-        if bundle.loops:
-            configs: dict[Any, tuple[Any, ...]] = {}
+        configs: dict[Any, tuple[Any, ...]] = {}
+        for start in range(0, len(bundle.loops), LOOP_BATCH):  # a batch at a time: a large session has many
             db.executemany(
                 q.insert_loop(),
                 [
                     _loop_params(db, bundle, loop, first_times.get(loop.loop_id, created), configs)
-                    for loop in bundle.loops
+                    for loop in bundle.loops[start : start + LOOP_BATCH]
                 ],
             )
         for batch in rows:
@@ -167,6 +167,9 @@ def _write(
         freeing.result()
     return WRITTEN
 
+
+LOOP_BATCH = 2_000
+"""Loops inserted at a time (each row's parameters are a dict of some twenty values)."""
 
 LARGE_SESSION_MESSAGES = 1_000
 """Sessions of at least this many messages are written as large writes (see :func:`_large_write`)."""
@@ -250,33 +253,35 @@ def screen_messages(bundle: SessionBundle, limits: Limits) -> None:
     removed message move to the nearest kept one (before it for a fork, after
     it for a kept-from point).
     """
-    kept: list[MessageRow] = []
-    old_indexes: list[int] = []
+    dropped: set[int] = set()  # a set, not a list of the rows kept: a large session's rows are made on demand
     for index, row in enumerate(bundle.messages):
         message = row.message
         if type(message) is SpilledMessage:  # screened as it was read; its turn index is known only now
             reason = message.reason if message.at < 0 else _turn_index_problem(row.turn_index)
             if reason is not None:
                 bundle.errors.append(RecordError(row.place or bundle.origin, reason))
-                continue
+                dropped.add(index)
         else:
             try:
                 row.params = row_values(row, limits)
             except InvalidMessage as error:
                 bundle.errors.append(RecordError(row.place or bundle.origin, str(error)))
-                continue
-        kept.append(row)
-        old_indexes.append(index)
-    if len(kept) == len(bundle.messages):
+                dropped.add(index)
+    if not dropped:
         return
-    bundle.messages = kept
+    old_indexes = [index for index in range(len(bundle.messages)) if index not in dropped]
+    without = getattr(bundle.messages, "without", None)
+    if without is not None:  # turnstore.importers.spill.SpilledRows
+        bundle.messages = without(dropped)
+    else:
+        bundle.messages = [bundle.messages[index] for index in old_indexes]
     for loop in bundle.loops:
         if loop.fork_after is not None:
             before = bisect_right(old_indexes, loop.fork_after) - 1
             loop.fork_after = before if before >= 0 else None
         if loop.keep_from is not None:
             after = bisect_left(old_indexes, loop.keep_from)
-            loop.keep_from = after if after < len(kept) else None
+            loop.keep_from = after if after < len(old_indexes) else None
 
 
 def _turn_index_problem(turn_index: int | None) -> str | None:
@@ -400,7 +405,7 @@ def _resolve_forks(db: Database, bundle: SessionBundle) -> None:
     pending = [loop for loop in bundle.loops if loop.fork_after is not None or loop.keep_from is not None]
     if not pending:
         return
-    ids = [row[0] for row in db.fetchall(q.session_message_ids(), {"session_id": bundle.session_id})]
+    ids = _ids_at(db, bundle.session_id, {p for loop in pending for p in (loop.fork_after, loop.keep_from)})
     for loop in pending:
         db.execute(
             q.set_loop_fork(),
@@ -410,6 +415,29 @@ def _resolve_forks(db: Database, bundle: SessionBundle) -> None:
                 "keep_from": ids[loop.keep_from] if loop.keep_from is not None else None,
             },
         )
+
+
+def _ids_at(db: Database, session_id: str, positions: set[int | None]) -> dict[int, Any]:
+    """The ids of the session's messages at ``positions`` (in id order), read without holding every id."""
+    wanted = sorted(position for position in positions if position is not None)
+    found: dict[int, Any] = {}
+    if not wanted:
+        return found
+    cursor = db.execute(q.session_message_ids(), {"session_id": session_id})
+    try:
+        at = 0
+        index = 0
+        while index < len(wanted):
+            batch = cursor.fetchmany(10_000)
+            if not batch:
+                break
+            while index < len(wanted) and wanted[index] < at + len(batch):
+                found[wanted[index]] = batch[wanted[index] - at][0]
+                index += 1
+            at += len(batch)
+    finally:
+        cursor.close()
+    return found
 
 
 def _config_columns(config: dict[str, Any] | None, seen: dict[Any, tuple[Any, ...]]) -> tuple[Any, ...]:

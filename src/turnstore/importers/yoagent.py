@@ -45,6 +45,7 @@ from .base import (
     compact,
     first_turn_session,
     parse_agent_message,
+    path_stem,
     read_json,
     read_jsonl,
 )
@@ -96,7 +97,7 @@ class YoagentImporter:
                 labels[node.id] = label
         for node in nodes:  # so that one bad line does not cut off the rest of its branch (--skip-invalid)
             node.parent_id = resolve_skipped(skipped, node.parent_id)
-        session_id = options.session_id or first_turn_session(node.message for node in nodes) or path.stem
+        session_id = options.session_id or first_turn_session(node.message for node in nodes) or path_stem(path)
         bundle = SessionBundle(session_id=session_id, origin=str(path), records=len(lines), errors=errors)
         for line in lines:
             bundle.add_source(line)
@@ -119,7 +120,7 @@ class YoagentImporter:
                 parsed.append((record, parse_message(record, f"{path}: record {number}"), f"{path}: record {number}"))
             except InvalidRecord as error:
                 errors.append(RecordError(error.place, error.reason))
-        session_id = options.session_id or first_turn_session(message for _, message, _ in parsed) or path.stem
+        session_id = options.session_id or first_turn_session(message for _, message, _ in parsed) or path_stem(path)
         bundle = SessionBundle(session_id=session_id, origin=str(path), records=len(records), errors=errors)
         for record in records:
             bundle.add_source(compact(record))
