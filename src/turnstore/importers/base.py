@@ -39,7 +39,6 @@ from ..errors import ImportFailed, InvalidMessage, InvalidRecord
 from ..limits import Limits
 from ..ids import session_of_loop_id
 from ..models import AGENT_MESSAGE, ExtensionMessage, Message, Usage
-from .background import Background
 
 __all__ = [
     "SQLITE_ERRORS",
@@ -166,7 +165,6 @@ class SessionBundle:
     """The format the digest is for, when the importer names it on creating the bundle: each
     record is then hashed as it is added (:meth:`add_source`) and not kept."""
     _digests: dict[str, tuple[int, str]] = field(default_factory=dict, repr=False)
-    _hashing: dict[str, tuple[int, Background[str]]] = field(default_factory=dict, repr=False)
     _hasher: Any = field(default=None, repr=False)
     spill: Any = field(default=None, repr=False)
     """The :class:`~turnstore.importers.spill.Spill` holding the rows of spilled messages, if any."""
@@ -181,17 +179,6 @@ class SessionBundle:
             self._hasher.update(f"\x1e{text}".encode("utf-8", "surrogatepass"))
         else:
             self.digest_parts.append(text)
-
-    def start_digest(self, fmt: str) -> None:
-        """Start working out :meth:`digest` on a helper thread, when the records are large enough to gain.
-
-        sha256 runs without the GIL, so the importer checks and dumps the
-        messages meanwhile; :meth:`digest` then takes the result.
-        """
-        parts = self.digest_parts
-        if fmt in self._digests or fmt in self._hashing or sum(map(len, parts)) < BACKGROUND_DIGEST_CHARS:
-            return
-        self._hashing[fmt] = (len(parts), Background(_digest, fmt, parts[:]))
 
     def digest(self, fmt: str) -> str:
         """sha256 of the format and every source record: equal digest, same import (computed once).
@@ -208,13 +195,8 @@ class SessionBundle:
             return str(self._hasher.hexdigest())
         cached = self._digests.get(fmt)
         if cached is None or cached[0] != len(self.digest_parts):
-            started = self._hashing.pop(fmt, None)
             count = len(self.digest_parts)
-            if started is not None and started[0] == count:
-                value = started[1].result()
-            else:
-                value = _digest(fmt, self.digest_parts)
-            cached = self._digests[fmt] = (count, value)
+            cached = self._digests[fmt] = (count, digest_of(fmt, self.digest_parts))
         return cached[1]
 
 
@@ -231,12 +213,8 @@ class SessionBundle:
 
 _MESSAGE_OF = attrgetter("message")
 
-BACKGROUND_DIGEST_CHARS = 1_000_000
-"""Records of at least this many characters in all are hashed on a helper thread (a thread costs
-about 0.1 ms to start; hashing a million characters, about 0.6 ms)."""
-
-
-def _digest(fmt: str, parts: list[str]) -> str:
+def digest_of(fmt: str, parts: list[str]) -> str:
+    """sha256 of a format and its source records: what :meth:`SessionBundle.digest` answers for them."""
     hasher = hashlib.sha256(fmt.encode())
     if parts:  # each record after a \x1e, hashed in one piece (joined once: no copy of a copy)
         hasher.update("\x1e".join(["", *parts]).encode("utf-8", "surrogatepass"))
