@@ -23,7 +23,7 @@ from .importers import get_importer
 from .importers.base import ImportOptions, ImportReport, Importer, RecordError, SessionBundle, digest_of
 from .importers.files import BLANK, is_blank, iter_files
 from .repositories.import_writes import ImportWrites
-from .repositories.imports import UNCHANGED, WRITTEN, ImportRepository, check_ids, screen_messages
+from .repositories.imports import UNCHANGED, WRITTEN, ImportRepository, check_ids, row_values, screen_messages
 
 if TYPE_CHECKING:
     from .store import Store
@@ -59,6 +59,8 @@ def import_paths(
     options = options or ImportOptions()
     if options.limits is None:
         options = dataclasses.replace(options, limits=imports.limits)
+    if options.row_values is None:
+        options = dataclasses.replace(options, row_values=row_values)
     importer = get_importer(fmt)
     report = ImportReport(format=fmt, dry_run=options.dry_run)
     files = list(iter_files(paths, importer, report.errors))

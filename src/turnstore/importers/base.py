@@ -253,6 +253,18 @@ class ImportOptions:
     """Session id for sources that name none (phi-core arrays, yoagent, clark)."""
     limits: Limits | None = None
     """The store's limits, which large sessions are screened against as they are read (set by the import)."""
+    row_values: RowValues | None = None
+    """How a message becomes its row's column values, held to ``limits`` (the writer's, set by the import).
+    Large sessions are spilled as they are read only when both are set."""
+
+    @property
+    def spills(self) -> bool:
+        """Whether a large session's rows may wait on disk as they are read (:mod:`turnstore.importers.spill`)."""
+        return self.limits is not None and self.row_values is not None
+
+
+RowValues = Callable[["MessageRow", Limits], dict[str, Any]]
+"""A message row's column values, its message dumped and held to the limits (raises InvalidMessage)."""
 
 
 @dataclass(frozen=True)

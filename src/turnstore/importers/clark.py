@@ -104,9 +104,9 @@ class ClarkImporter:
                 bundle.errors.append(RecordError(error.place, error.reason))
                 continue
             rows.append(MessageRow(message, "", None, source=source, usage_known=usage_known, timestamp=stamp, place=place))
-            if len(rows) > SPILL_AFTER_MESSAGES and options.limits is not None:  # a large session: rows wait on disk
+            if len(rows) > SPILL_AFTER_MESSAGES and options.spills:  # a large session: rows wait on disk
                 if bundle.spill is None:
-                    bundle.spill = Spill(options.limits)
+                    bundle.spill = Spill(options.limits, options.row_values)  # type: ignore[arg-type]  # spills
                     for row in rows:
                         bundle.spill.keep_row(row)
                 else:

@@ -169,11 +169,12 @@ class _SessionFile:
 
         A retained-tail copy keeps neither usage nor source (see :meth:`_finish`).
         """
-        if self.options.limits is None:
+        limits, row_values = self.options.limits, self.options.row_values
+        if limits is None or row_values is None:
             return
         spill = self.spill
         if spill is None:
-            spill = self.spill = Spill(self.options.limits)
+            spill = self.spill = Spill(limits, row_values)
         tail_ids = self.tail_ids
         for node in self.nodes[self.spilled :]:
             tail = node.id in tail_ids

@@ -26,9 +26,8 @@ from typing import IO, Any
 from ..errors import InvalidMessage
 from ..limits import Limits
 from ..models import AssistantMessage, ExtensionMessage, Message, Usage
-from .base import MessageRow, SpilledMessage
+from .base import MessageRow, RowValues, SpilledMessage
 from .derive import asked_tools
-from .writer import row_values
 
 __all__ = ["SPILL_AFTER_MESSAGES", "Spill"]
 
@@ -42,8 +41,9 @@ READ_BATCH = 2_000
 class Spill:
     """The screened rows of one large session, in an anonymous temporary file."""
 
-    def __init__(self, limits: Limits) -> None:
+    def __init__(self, limits: Limits, row_values: RowValues) -> None:
         self.limits = limits
+        self.row_values = row_values
         self._file: IO[bytes] = tempfile.TemporaryFile(prefix="turnstore-import-")
         self._end = 0
         self._names: dict[str, str] = {}
@@ -77,7 +77,7 @@ class Spill:
         )
         row = MessageRow(message, "", None, source, usage, priced_as, timestamp, usage_known)
         try:
-            data = marshal.dumps(row_values(row, self.limits))
+            data = marshal.dumps(self.row_values(row, self.limits))
         except InvalidMessage as error:
             stub.reason = str(error)
             return stub
