@@ -93,7 +93,7 @@ class MessageRow:
     place: str | None = None
     """Where the record is (``file:line``, ``file: record N``, ``table id=...``), for an error found on writing."""
     params: dict[str, Any] | None = field(default=None, repr=False)
-    """The row's column values, once :func:`~turnstore.importers.writer.screen_messages` has checked it."""
+    """The row's column values, once :func:`~turnstore.repositories.imports.screen_messages` has checked it."""
 
 
 @dataclass(slots=True)

@@ -3,7 +3,7 @@
 A session file of a million entries becomes a million validated models, each
 many times the size of its line. An importer that has read more than
 :data:`SPILL_AFTER_MESSAGES` messages of one session therefore screens each
-message as it reads it (the checks :func:`~turnstore.importers.writer.screen_messages`
+message as it reads it (the checks :func:`~turnstore.repositories.imports.screen_messages`
 makes: dumped to its JSON, held to the store's limits), writes the row's
 column values to an anonymous temporary file (:class:`Spill`; the operating
 system removes it when it is closed or the process ends, a crash included)
