@@ -327,3 +327,25 @@ def test_a_writer_killed_after_its_import_keeps_the_import_whole(tmp_path: Path,
         assert connection.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     finally:
         connection.close()
+
+
+def test_the_checkpoint_thread_ends_when_an_import_raises(sqlite_store: Store, tmp_path: Path) -> None:
+    before = set(threading.enumerate())
+    path = write_export(tmp_path / "big.jsonl", LARGE_SESSION_MESSAGES)
+
+    def stop(*_: Any) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        sqlite_store.import_("turnstore", path, progress=stop)
+
+    assert set(threading.enumerate()) == before
+    assert len(list(sqlite_store.messages.records("big"))) == LARGE_SESSION_MESSAGES
+
+
+def test_a_store_starts_no_thread(tmp_path: Path) -> None:
+    before = set(threading.enumerate())
+    with Store(tmp_path / "a.db") as store:
+        write_log_pages(store)
+        assert set(threading.enumerate()) == before
+    assert set(threading.enumerate()) == before
