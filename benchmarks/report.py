@@ -519,9 +519,9 @@ def document(tables: dict[str, Table], notes: list[str], png: Path | None, md: P
         out += [", ".join(facts) + ".", "", table_markdown(table)]
         if name == "import" and pi_rate(table) is not None:
             out += ["", f"turnstore imports {_pi(tables).value}. A session of 1,000 messages or more leaves "
-                        "its WAL checkpoint (the copy of the log into the main file) to a helper thread: the "
-                        "session has committed when `store.import_` returns, and the checkpoint overlaps what "
-                        "comes next (in a folder, the next file); the floor's COMMIT does the checkpoint itself."]
+                        "its WAL checkpoint (the copy of the log into the main file) to a thread of the import "
+                        "call, which overlaps the next file of a folder and is joined before `store.import_` "
+                        "returns; the floor's COMMIT does the checkpoint itself."]
         if name == "scale":
             out += scale_facts(table.data)
         if name == "sqlite":

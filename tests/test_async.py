@@ -258,34 +258,3 @@ def test_the_constructor_works_outside_a_running_loop(tmp_path: Path) -> None:
     assert Store(tmp_path / "plain.db").sessions.exists("s")
 
 
-def test_close_waits_for_a_checkpoint_without_blocking_the_event_loop(tmp_path: Path, monkeypatch: Any) -> None:
-    from turnstore.checkpoint import Checkpointer
-
-    release = threading.Event()
-    done: list[bool] = []
-
-    def slow(self: Checkpointer) -> None:
-        release.wait(2)  # released by the event loop, unless close() blocks it
-        done.append(True)
-
-    monkeypatch.setattr(Checkpointer, "_checkpoint", slow)
-
-    async def scenario() -> list[str]:
-        store = await AsyncStore.open(f"sqlite:///{tmp_path / 'a.db'}")
-        store.sync._db.checkpoints.request()  # as a large import leaves it
-        steps: list[str] = []
-
-        async def closing() -> None:
-            await store.close()
-            steps.append("closed")
-
-        async def meanwhile() -> None:
-            await asyncio.sleep(0.1)  # close() is waiting for the checkpoint by now
-            steps.append("the loop ran")
-            release.set()
-
-        await asyncio.gather(closing(), meanwhile())
-        return steps
-
-    assert run(scenario()) == ["the loop ran", "closed"]
-    assert done == [True]

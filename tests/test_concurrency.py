@@ -25,7 +25,7 @@ import pytest
 from factories import assistant, usage, user
 
 from turnstore import Store
-from turnstore.importers import writer
+from turnstore.repositories import imports as writer
 
 STRESS = os.environ.get("TURNSTORE_STRESS") == "1"
 WRITERS = 8 if STRESS else 4

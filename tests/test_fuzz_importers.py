@@ -54,7 +54,7 @@ from turnstore import ImportFailed, TurnstoreError
 from turnstore.cli import main
 from turnstore.importers import get_importer
 from turnstore.importers.base import ImportOptions
-from turnstore.importers.writer import screen_messages
+from turnstore.repositories.imports import screen_messages
 from turnstore.limits import Limits
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -292,3 +292,21 @@ def test_turnstore_file_not_starting_with_a_session_line(store: Store, tmp_path:
     assert not report.ok
     assert [error.place for error in report.errors] == [f"{path}:1"]
     assert store.sessions.count() == 0
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_reimporting_the_stores_own_export_is_unchanged(store: Store, tmp_path: Path, dry_run: bool) -> None:
+    session_id = store.sessions.create("own", title="written by the app", metadata={"k": [1, "é"]}).session_id
+    loop_id = store.loops.start(session_id).loop_id
+    store.messages.append_turn(loop_id, 0, [user("hi"), assistant("hello", u=usage(3, 2), calls=("c1",))])
+    store.messages.append_turn(loop_id, 1, [tool_result("c1", "out"), extension("note", {"n": 1})])
+    path = tmp_path / "own.jsonl"
+    store.export(session_id, "turnstore", path)
+
+    again = store.import_("turnstore", path, dry_run=dry_run)
+
+    assert again.ok and again.sessions_unchanged == ["own"] and again.sessions_written == []
+    store.messages.append(user("later"), loop_id=loop_id)
+    changed = store.import_("turnstore", path, dry_run=dry_run)
+    assert changed.sessions_failed == ["own"] and "with other content" in changed.errors[0].reason
+    assert store.messages.last(session_id, 1)[0].text() == "later"

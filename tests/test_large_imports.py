@@ -19,6 +19,7 @@ from turnstore.importers import base, clark, get_importer, pi
 from turnstore.importers import spill as spill_module
 from turnstore.importers.base import ImportOptions, SessionBundle, SpilledMessage, read_jsonl, read_lines
 from turnstore.limits import Limits
+from turnstore.repositories.imports import row_values
 from turnstore.repositories.messages import dump_message
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -33,8 +34,8 @@ def spill_everything(monkeypatch: pytest.MonkeyPatch) -> list[spill_module.Spill
     made: list[spill_module.Spill] = []
 
     class Recorded(spill_module.Spill):
-        def __init__(self, limits: Limits) -> None:
-            super().__init__(limits)
+        def __init__(self, limits: Limits, values: Any) -> None:
+            super().__init__(limits, values)
             made.append(self)
 
     for module in (pi, clark):
@@ -79,7 +80,7 @@ def test_a_spilled_session_is_stored_as_a_held_one(
 
 
 def test_a_spilled_bundle_holds_no_message_models(tmp_path: Path, spill_everything: list[spill_module.Spill]) -> None:
-    options = ImportOptions(limits=Limits())
+    options = ImportOptions(limits=Limits(), row_values=row_values)
     (bundle,) = get_importer("pi").bundles(PI_FILES[0], options)
     assert bundle.messages and bundle.spill is spill_everything[0]
     assert all(type(row.message) is SpilledMessage and not row.source for row in bundle.messages)

@@ -1,4 +1,4 @@
-"""SQLite settings while an imported session is written (importers/writer.py ``_large_write``).
+"""SQLite settings while an imported session is written (repositories/import_writes.py).
 
 A session of ``LARGE_SESSION_MESSAGES`` or more is written with a page cache
 sized to hold it (3 KiB a message, at most 64 MiB); afterwards the
@@ -12,25 +12,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_import_background import write_export
+from test_import_writes import write_export
 
 from turnstore import Store
 from turnstore.database import Database
-from turnstore.importers import writer
+from turnstore.repositories import import_writes as writer
+from turnstore.repositories import imports
 
 
 @pytest.fixture
 def cache_seen(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """The page cache setting each time an import inserts its messages (SQLite only; PostgreSQL: None)."""
     seen: list[Any] = []
-    real = Database.executemany
+    real = imports._insert_messages
 
-    def recording(self: Database, statement: Any, rows: Any) -> None:
-        if rows and "message" in rows[0]:
-            seen.append(self.pragma("cache_size") if self.is_sqlite else None)
-        real(self, statement, rows)
+    def recording(db: Database, rows: Any) -> None:
+        seen.append(db.pragma("cache_size") if db.is_sqlite else None)
+        real(db, rows)
 
-    monkeypatch.setattr(Database, "executemany", recording)
+    monkeypatch.setattr(imports, "_insert_messages", recording)
     return seen
 
 

@@ -23,7 +23,7 @@ import random
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from operator import itemgetter
 from datetime import datetime, timezone
@@ -32,7 +32,6 @@ from typing import Any
 from sqlalchemy.engine import Engine
 from sqlalchemy.sql import ClauseElement
 
-from .checkpoint import Checkpointer
 from .engine import storage_error
 from .errors import InvalidMessage, LimitExceeded, StoreBusy
 
@@ -142,8 +141,6 @@ class Database:
         self._states_lock = threading.Lock()
         self._compiled: dict[ClauseElement, _Compiled] = {}
         self._closed = False
-        self.checkpoints = Checkpointer(self)
-        """Checkpoints of the SQLite write-ahead log that large writes leave to a helper thread."""
         _forget_after_fork(self)
 
     # --- connections ------------------------------------------------------
@@ -178,8 +175,7 @@ class Database:
         return False
 
     def close(self) -> None:
-        """Wait for a pending WAL checkpoint, then close every connection this database opened."""
-        self.checkpoints.close()
+        """Close every connection this database opened."""
         self._closed = True
         with self._states_lock:
             for state in self._states:
@@ -193,7 +189,6 @@ class Database:
         self._local = threading.local()
         self._states = []
         self._states_lock = threading.Lock()
-        self.checkpoints.reset_after_fork()
         self.engine.dispose(close=False)
 
     # --- compiling ----------------------------------------------------------
@@ -231,6 +226,27 @@ class Database:
         cursor = self._state().dbapi.cursor()
         try:
             cursor.executemany(compiled.sql, compiled.many(rows))
+        except (UnicodeEncodeError, self.DataError, self.OperationalError) as error:
+            raise self.refused(error) from None
+
+    def execute_each(
+        self,
+        statement: ClauseElement,
+        other: ClauseElement,
+        rows: Iterable[Mapping[str, Any]],
+        takes_other: Callable[[Any], bool],
+    ) -> None:
+        """Execute ``statement`` for each row, or ``other`` where ``takes_other(row)``, in order, on one cursor."""
+        first, second = self.compile(statement), self.compile(other)
+        cursor = self._state().dbapi.cursor()
+        execute, first_sql, second_sql = cursor.execute, first.sql, second.sql
+        first_params, second_params = first.params, second.params
+        try:
+            for row in rows:
+                if takes_other(row):
+                    execute(second_sql, second_params(row))
+                else:
+                    execute(first_sql, first_params(row))
         except (UnicodeEncodeError, self.DataError, self.OperationalError) as error:
             raise self.refused(error) from None
 

@@ -316,10 +316,21 @@ def insert_message(returning: bool) -> sa.Insert:
 
 
 @cache
-def insert_message_at() -> sa.Insert:
-    """Insert one message with an explicit seq (imports, which number a whole loop at once)."""
-    values: dict[str, Any] = {name: bp(name) for name in (*MESSAGE_VALUES, "session_id", "seq")}
-    return sa.insert(messages).values(values)
+def insert_message_at(without_nulls: bool = False) -> sa.Insert:
+    """Insert one message with an explicit seq (imports, which number a whole loop at once).
+
+    ``without_nulls``: leave out the columns that are NULL for a prompt or a tool
+    result without usage (usage, cost, model, provider, stop reason, kind), so
+    that no NULL parameter is bound for them.
+    """
+    names = (*MESSAGE_VALUES, "session_id", "seq")
+    if without_nulls:
+        names = tuple(name for name in names if name not in MESSAGE_NULL_COLUMNS)
+    return sa.insert(messages).values({name: bp(name) for name in names})
+
+
+MESSAGE_NULL_COLUMNS = frozenset((*USAGE_COLUMNS, "cost", "model", "provider", "stop_reason", "kind"))
+"""The message columns that :func:`insert_message_at` leaves out with ``without_nulls``."""
 
 
 @cache

@@ -16,6 +16,7 @@ from .errors import ReadOnlyStore, StorageError
 from .limits import Limits
 from .repositories import LoopRepository, MessageRepository, SessionRepository, UsageRepository
 from .repositories._shared import Settings
+from .repositories.imports import ImportRepository
 from .usage import DEFAULT_PRICES, PriceTable
 
 if TYPE_CHECKING:
@@ -86,6 +87,7 @@ class Store:
         self.loops = LoopRepository(self._db, self.settings)
         self.messages = MessageRepository(self._db, self.settings)
         self.usage = UsageRepository(self._db, self.settings)
+        self._imports = ImportRepository(self._db, self.settings)
         self.loops._messages = self.messages
         self.messages._loops = self.loops
 
@@ -126,10 +128,11 @@ class Store:
             session_id: the session id for sources that name none.
             progress: ``callable(file, done, total)`` called after each file.
         """
-        from .importers import ImportOptions, import_paths
+        from .importers import ImportOptions
+        from .importing import import_paths
 
         options = ImportOptions(dry_run=dry_run, skip_invalid=skip_invalid, replace=replace, session_id=session_id)
-        return import_paths(self, format, [os.fspath(p) for p in paths], options, progress)
+        return import_paths(self, self._imports, format, [os.fspath(p) for p in paths], options, progress)
 
     def export(self, session_id: str, format: str = "turnstore", file: str | os.PathLike[str] | IO[str] | None = None) -> str | None:
         """Export one session as ``phi-core``, ``phi-core-session`` or ``turnstore`` (lossless JSONL).
@@ -177,11 +180,7 @@ class Store:
         return TransactionSteps(self._db)
 
     def close(self) -> None:
-        """Close every connection; the store cannot be used afterwards.
-
-        Waits first for a WAL checkpoint that a large import left to a helper
-        thread (:mod:`turnstore.checkpoint`).
-        """
+        """Close every connection; the store cannot be used afterwards."""
         self._db.close()
 
     def __enter__(self) -> Store:

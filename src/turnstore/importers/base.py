@@ -39,7 +39,6 @@ from ..errors import ImportFailed, InvalidMessage, InvalidRecord
 from ..limits import Limits
 from ..ids import session_of_loop_id
 from ..models import AGENT_MESSAGE, ExtensionMessage, Message, Usage
-from .background import Background
 
 __all__ = [
     "SQLITE_ERRORS",
@@ -96,7 +95,7 @@ class MessageRow:
     place: str | None = None
     """Where the record is (``file:line``, ``file: record N``, ``table id=...``), for an error found on writing."""
     params: dict[str, Any] | None = field(default=None, repr=False)
-    """The row's column values, once :func:`~turnstore.importers.writer.screen_messages` has checked it."""
+    """The row's column values, once :func:`~turnstore.repositories.imports.screen_messages` has checked it."""
 
 
 @dataclass(slots=True)
@@ -168,7 +167,6 @@ class SessionBundle:
     """The format the digest is for, when the importer names it on creating the bundle: each
     record is then hashed as it is added (:meth:`add_source`) and not kept."""
     _digests: dict[str, tuple[int, str]] = field(default_factory=dict, repr=False)
-    _hashing: dict[str, tuple[int, Background[str]]] = field(default_factory=dict, repr=False)
     _hasher: Any = field(default=None, repr=False)
     spill: Any = field(default=None, repr=False)
     """The :class:`~turnstore.importers.spill.Spill` holding the rows of spilled messages, if any."""
@@ -185,17 +183,6 @@ class SessionBundle:
         else:
             self.digest_parts.append(text)
 
-    def start_digest(self, fmt: str) -> None:
-        """Start working out :meth:`digest` on a helper thread, when the records are large enough to gain.
-
-        sha256 runs without the GIL, so the importer checks and dumps the
-        messages meanwhile; :meth:`digest` then takes the result.
-        """
-        parts = self.digest_parts
-        if fmt in self._digests or fmt in self._hashing or sum(map(len, parts)) < BACKGROUND_DIGEST_CHARS:
-            return
-        self._hashing[fmt] = (len(parts), Background(_digest, fmt, parts[:]))
-
     def digest(self, fmt: str) -> str:
         """sha256 of the format and every source record: equal digest, same import (computed once).
 
@@ -211,13 +198,8 @@ class SessionBundle:
             return str(self._hasher.hexdigest())
         cached = self._digests.get(fmt)
         if cached is None or cached[0] != len(self.digest_parts):
-            started = self._hashing.pop(fmt, None)
             count = len(self.digest_parts)
-            if started is not None and started[0] == count:
-                value = started[1].result()
-            else:
-                value = _digest(fmt, self.digest_parts)
-            cached = self._digests[fmt] = (count, value)
+            cached = self._digests[fmt] = (count, digest_of(fmt, self.digest_parts))
         return cached[1]
 
 
@@ -234,12 +216,8 @@ class SessionBundle:
 
 _MESSAGE_OF = attrgetter("message")
 
-BACKGROUND_DIGEST_CHARS = 1_000_000
-"""Records of at least this many characters in all are hashed on a helper thread (a thread costs
-about 0.1 ms to start; hashing a million characters, about 0.6 ms)."""
-
-
-def _digest(fmt: str, parts: list[str]) -> str:
+def digest_of(fmt: str, parts: list[str]) -> str:
+    """sha256 of a format and its source records: what :meth:`SessionBundle.digest` answers for them."""
     hasher = hashlib.sha256(fmt.encode())
     if parts:  # each record after a \x1e, hashed in one piece (joined once: no copy of a copy)
         hasher.update("\x1e".join(["", *parts]).encode("utf-8", "surrogatepass"))
@@ -292,6 +270,18 @@ class ImportOptions:
     """Session id for sources that name none (phi-core arrays, yoagent, clark)."""
     limits: Limits | None = None
     """The store's limits, which large sessions are screened against as they are read (set by the import)."""
+    row_values: RowValues | None = None
+    """How a message becomes its row's column values, held to ``limits`` (the writer's, set by the import).
+    Large sessions are spilled as they are read only when both are set."""
+
+    @property
+    def spills(self) -> bool:
+        """Whether a large session's rows may wait on disk as they are read (:mod:`turnstore.importers.spill`)."""
+        return self.limits is not None and self.row_values is not None
+
+
+RowValues = Callable[["MessageRow", Limits], dict[str, Any]]
+"""A message row's column values, its message dumped and held to the limits (raises InvalidMessage)."""
 
 
 @dataclass(frozen=True)

@@ -104,8 +104,8 @@ class ClarkImporter:
         bundle = SessionBundle(session_id=session_id, origin=str(path), hash_format=self.format)
         rows: list[MessageRow] = []
         spill: Spill | None = None
-        if options.limits is not None and spill_from_start(path):
-            spill = bundle.spill = Spill(options.limits)
+        if options.limits is not None and options.row_values is not None and spill_from_start(path):
+            spill = bundle.spill = Spill(options.limits, options.row_values)
         stubs = StubTable()
         places = Places(f"{path}:")
         for place, source, value in _records(path):
@@ -121,8 +121,8 @@ class ClarkImporter:
                 places.add(place)
                 continue
             rows.append(MessageRow(message, "", None, source=source, usage_known=usage_known, timestamp=stamp, place=place))
-            if len(rows) > SPILL_AFTER_MESSAGES and options.limits is not None:
-                spill = bundle.spill = Spill(options.limits)
+            if len(rows) > SPILL_AFTER_MESSAGES and options.limits is not None and options.row_values is not None:
+                spill = bundle.spill = Spill(options.limits, options.row_values)
                 for row in rows:
                     stubs.add(spill.keep(row.message, source=row.source, usage_known=row.usage_known,  # type: ignore[arg-type]
                                          timestamp=row.timestamp))

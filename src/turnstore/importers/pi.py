@@ -198,9 +198,10 @@ class _SessionFile:
     def _spill(self) -> None:
         """From now on keep the session's rows on disk (:mod:`turnstore.importers.spill`) and its entries
         in a :class:`~turnstore.importers.compact_tree.CompactTree`, those read so far included."""
-        if self.options.limits is None:
+        limits, row_values = self.options.limits, self.options.row_values
+        if limits is None or row_values is None:
             return
-        self.spill = Spill(self.options.limits)
+        self.spill = Spill(limits, row_values)
         self.compact = CompactTree(path_text(str(self.path)))  # the prefix of the places (the bundle's origin)
         nodes, config_at = self.nodes, self.config_at
         self.nodes, self.config_at = [], {}

@@ -3,7 +3,7 @@
 A session file of a million entries becomes a million validated models, each
 many times the size of its line. An importer that has read more than
 :data:`SPILL_AFTER_MESSAGES` messages of one session therefore screens each
-message as it reads it (the checks :func:`~turnstore.importers.writer.screen_messages`
+message as it reads it (the checks :func:`~turnstore.repositories.imports.screen_messages`
 makes: dumped to its JSON, held to the store's limits), writes the row's
 column values to an anonymous temporary file (:class:`Spill`; the operating
 system removes it when it is closed or the process ends, a crash included)
@@ -29,9 +29,8 @@ from typing import IO, Any, overload
 from ..errors import InvalidMessage
 from ..limits import Limits
 from ..models import AssistantMessage, ExtensionMessage, Message, Usage
-from .base import MessageRow, SessionBundle, SpilledMessage
+from .base import MessageRow, RowValues, SessionBundle, SpilledMessage
 from .derive import TurnDeriver, asked_tools, next_loop
-from .writer import row_values
 
 __all__ = ["SPILL_AFTER_MESSAGES", "SPILL_FILE_BYTES", "Places", "Spill", "SpilledRows", "StubTable", "derived_rows"]
 
@@ -57,8 +56,9 @@ READ_BATCH = 2_000
 class Spill:
     """The screened rows of one large session, in an anonymous temporary file."""
 
-    def __init__(self, limits: Limits) -> None:
+    def __init__(self, limits: Limits, row_values: RowValues) -> None:
         self.limits = limits
+        self.row_values = row_values
         self._file: IO[bytes] = tempfile.TemporaryFile(prefix="turnstore-import-")
         self._end = 0
         self._names: dict[str, str] = {}
@@ -92,7 +92,7 @@ class Spill:
         )
         row = MessageRow(message, "", None, source, usage, priced_as, timestamp, usage_known)
         try:
-            data = marshal.dumps(row_values(row, self.limits))
+            data = marshal.dumps(self.row_values(row, self.limits))
         except InvalidMessage as error:
             stub.reason = str(error)
             return stub

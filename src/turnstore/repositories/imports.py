@@ -1,36 +1,76 @@
-"""Writing one imported session: all of it in one transaction, or none of it.
+"""Writing imported sessions: the one place an import's bundles become rows, each session in one transaction.
 
-Importing the same source again finds the same digest in the ``imports``
-table and changes nothing. A session that exists with other content (an
-earlier import of a changed file, or one written through the API) is left
-alone unless ``replace`` is set, which rewrites it whole.
+The importers only read (a source becomes :class:`~turnstore.importers.base.SessionBundle`
+objects); :class:`ImportRepository` checks and writes those bundles for
+:meth:`turnstore.Store.import_`. Importing the same source again finds the
+same digest in the ``imports`` table and changes nothing. A session that
+exists with other content (an earlier import of a changed file, or one
+written through the API) is left alone unless ``replace`` is set, which
+rewrites it whole.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from datetime import datetime, timezone
 from typing import Any
 
 from .. import queries as q
 from ..database import Database
 from ..errors import AlreadyExists, InvalidMessage, InvalidRecord
+from ..importers.base import LoopRow, MessageRow, RecordError, SessionBundle, SpilledMessage
 from ..limits import Limits, check_json, check_text
-from ..null_binding import fast_null_binding
 from ..records import LoopConfig
-from ..repositories._shared import dumps, utcnow
-from ..repositories.loops import usage_params
-from ..repositories.message_json import dump_message
-from ..repositories.messages import MAX_TURN_INDEX, row_params
-from .background import Background
-from .base import LoopRow, MessageRow, RecordError, SessionBundle, SpilledMessage
+from ._shared import Settings, dumps, utcnow
+from .import_writes import ImportWrites
+from .loops import usage_params
+from .message_json import dump_message
+from .messages import MAX_TURN_INDEX, row_params
 
-__all__ = ["UNCHANGED", "WRITTEN", "check_bundle", "write_bundle"]
+__all__ = ["UNCHANGED", "WRITTEN", "ImportRepository", "check_bundle", "check_ids", "screen_messages", "write_bundle"]
 
 WRITTEN = "written"
 UNCHANGED = "unchanged"
+
+
+class ImportRepository:
+    """The import writer of one store: checks and writes session bundles, each in one transaction."""
+
+    __slots__ = ("_db", "_settings")
+
+    def __init__(self, db: Database, settings: Settings) -> None:
+        self._db = db
+        self._settings = settings
+
+    @property
+    def limits(self) -> Limits:
+        """The store's limits, which imported sessions are held to."""
+        return self._settings.limits
+
+    def writes(self) -> ImportWrites:
+        """The large-write settings for one import call (a ``with`` block; its checkpoint thread ends with it)."""
+        return ImportWrites(self._db)
+
+    def check(self, bundle: SessionBundle, fmt: str, *, replace: bool) -> str:
+        """What writing the bundle would do, without writing; see :func:`check_bundle`."""
+        return check_bundle(self._db, bundle, fmt, replace=replace)
+
+    def write(
+        self, bundle: SessionBundle, fmt: str, *, replace: bool, report: dict[str, Any], writes: ImportWrites | None = None
+    ) -> str:
+        """Write the bundle in one transaction; see :func:`write_bundle`.
+
+        Raises:
+            AlreadyExists: as :func:`write_bundle`, and for a row taken inside an
+                enclosing transaction (e.g. a loop id that another session uses).
+            InvalidMessage, InvalidRecord: as :func:`write_bundle`.
+        """
+        try:
+            return write_bundle(self._db, bundle, fmt, replace=replace, limits=self.limits, report=report, writes=writes)
+        except self._db.IntegrityError as error:
+            raise AlreadyExists(f"conflicts with stored data: {error}") from None
 
 
 def check_bundle(db: Database, bundle: SessionBundle, fmt: str, *, replace: bool) -> str:
@@ -57,9 +97,20 @@ def check_bundle(db: Database, bundle: SessionBundle, fmt: str, *, replace: bool
 
 
 def write_bundle(
-    db: Database, bundle: SessionBundle, fmt: str, *, replace: bool, limits: Limits, report: dict[str, Any]
+    db: Database,
+    bundle: SessionBundle,
+    fmt: str,
+    *,
+    replace: bool,
+    limits: Limits,
+    report: dict[str, Any],
+    writes: ImportWrites | None = None,
 ) -> str:
     """Write a session bundle in one transaction; returns ``written`` or ``unchanged``.
+
+    ``writes``, the import call's :class:`~turnstore.repositories.import_writes.ImportWrites`,
+    writes a large session with a larger page cache and leaves its WAL checkpoint to the
+    import's thread; without it the session is written like any other write.
 
     Raises:
         AlreadyExists: the session exists with other content and ``replace`` is off,
@@ -74,7 +125,7 @@ def write_bundle(
     check_ids(bundle, limits)
     try:
         # The rows go straight into _write, which holds the only reference: it lets them go before the commit.
-        return _write(db, bundle, fmt, replace, _message_batches(bundle, limits), report)
+        return _write(db, bundle, fmt, replace, _message_batches(bundle, limits), report, writes)
     except (InvalidMessage, InvalidRecord):
         raise
     except db.IntegrityError as error:
@@ -113,9 +164,10 @@ def _write(
     replace: bool,
     rows: Iterable[list[dict[str, Any]]],
     report: dict[str, Any],
+    writes: ImportWrites | None = None,
 ) -> str:
-    freeing = None
-    with _large_write(db, len(bundle.messages), spilled=bundle.spill is not None), db.write():
+    large = writes.session(len(bundle.messages), spilled=bundle.spill is not None) if writes else nullcontext()
+    with large, db.write():
         if check_bundle(db, bundle, fmt, replace=replace) == UNCHANGED:
             return UNCHANGED
         # Without replace the check found no session here, so a delete could only take the rows of
@@ -147,7 +199,7 @@ def _write(
                 ],
             )
         for batch in rows:
-            db.executemany(q.insert_message_at(), batch)
+            _insert_messages(db, batch)
         _resolve_forks(db, bundle)
         db.execute(
             q.insert_import(),
@@ -161,63 +213,41 @@ def _write(
                 "report": dumps(report),
             },
         )
-        freeing = _free_meanwhile(bundle, rows)
         del rows
-    if freeing is not None:
-        freeing.result()
+    bundle.release()  # the messages and source records go now; the bundle keeps its loops and digest
     return WRITTEN
 
 
 LOOP_BATCH = 2_000
 """Loops inserted at a time (each row's parameters are a dict of some twenty values)."""
 
-LARGE_SESSION_MESSAGES = 1_000
-"""Sessions of at least this many messages are written as large writes (see :func:`_large_write`)."""
 
-LARGE_WRITE_CACHE_KIB_PER_MESSAGE = 3
-LARGE_WRITE_CACHE_KIB = 65_536
-"""SQLite page cache while a large session is written: 3 KiB a message, at most 64 MiB. SQLite's
-default, 2 MB, spills the transaction's pages to the log as it goes (a 10,000-message pi session
-writes ≈25 MB of pages: 2.5 KiB a message, indexes included)."""
+def _insert_messages(db: Database, rows: list[dict[str, Any]]) -> None:
+    """Insert message rows in their order (their ids follow it).
 
-
-@contextmanager
-def _large_write(db: Database, messages: int, *, spilled: bool = False) -> Iterator[None]:
-    """SQLite settings for writing one imported session (each put back afterwards).
-
-    Every session: ``None`` parameters bound without the driver's adapter
-    search (:mod:`turnstore.null_binding`). A large session, besides: its WAL
-    checkpoint left to a helper thread (:mod:`turnstore.checkpoint`), and a
-    page cache that holds its pages until the commit, which then writes each
-    page once (measured on a 10,000-message pi session: the inserts 18 ms
-    faster, the commit 20 ms slower, a time in which a helper thread frees the
-    session's models). SQLite frees that cache afterwards; the process's
-    memory peak grows by about as much. Smaller sessions keep SQLite's own
-    automatic checkpoint and cache, like any write; so does a spilled session
-    (:mod:`turnstore.importers.spill`), which is read in bounded memory.
+    SQLite: a row whose usage, model, provider, stop reason and kind are all
+    NULL (a prompt, a tool result) goes in by a statement without those
+    columns (they default to NULL). The sqlite3 driver looks for an adapter
+    for every ``None`` it binds before binding NULL, and such rows are most
+    of an imported session. PostgreSQL's driver sends all rows in one batch.
     """
-    sqlite, large = db.is_sqlite, messages >= LARGE_SESSION_MESSAGES
-    kib = min(LARGE_WRITE_CACHE_KIB, LARGE_WRITE_CACHE_KIB_PER_MESSAGE * messages)
-    cache = db.pragmas_during(cache_size=-kib) if large and sqlite and not spilled else nullcontext()
-    with db.checkpoints.deferred(large), fast_null_binding(sqlite), cache:
-        yield
+    if not db.is_sqlite:
+        db.executemany(q.insert_message_at(), rows)
+        return
+    db.execute_each(q.insert_message_at(), q.insert_message_at(without_nulls=True), rows, _is_bare)
 
 
-BACKGROUND_FREE_MESSAGES = 200
-"""Sessions of at least this many messages are freed on a helper thread during their commit."""
-
-
-def _free_meanwhile(bundle: SessionBundle, rows: Iterable[list[dict[str, Any]]]) -> Background[None] | None:
-    """Let go of a written session's messages (models, row values, source records), on a helper thread when many.
-
-    Freeing them is Python work that takes about a third as long as the
-    session's commit, and the commit holds no GIL: done on a helper thread, it
-    is over by the time the commit is. The bundle keeps its loops and digest.
-    """
-    garbage = [*bundle.release(), rows]
-    if len(garbage[0]) < BACKGROUND_FREE_MESSAGES:
-        return None
-    return Background(garbage.clear)
+def _is_bare(params: dict[str, Any]) -> bool:
+    """Whether every column the narrow insert leaves out is NULL in this row."""
+    # A row has all its usage columns or none (usage_params): input_tokens stands for them.
+    return (
+        params["input_tokens"] is None
+        and params["cost"] is None
+        and params["model"] is None
+        and params["kind"] is None
+        and params["stop_reason"] is None
+        and params["provider"] is None
+    )
 
 
 def check_ids(bundle: SessionBundle, limits: Limits) -> None:
