@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from test_large_imports import report_of, stored
 
+from turnstore.repositories.imports import row_values
 from turnstore import Store
 from turnstore.importers import get_importer, pi
 from turnstore.importers.base import ImportOptions
@@ -108,7 +109,7 @@ def test_a_compact_tree_is_stored_as_the_tree_of_nodes(
 
 def test_a_compact_tree_bundle_holds_its_rows_as_columns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _spill_from(monkeypatch, 0)
-    (bundle,) = get_importer("pi").bundles(_write(tmp_path / "tree.jsonl"), ImportOptions(limits=Limits()))
+    (bundle,) = get_importer("pi").bundles(_write(tmp_path / "tree.jsonl"), ImportOptions(limits=Limits(), row_values=row_values))
     try:
         assert isinstance(bundle.messages, SpilledRows)
         assert len(bundle.messages) == len(list(bundle.messages)) > 20
@@ -121,7 +122,7 @@ def test_a_large_file_is_spilled_from_its_first_message(tmp_path: Path, monkeypa
     from turnstore.importers import spill
 
     monkeypatch.setattr(spill, "SPILL_FILE_BYTES", 100)
-    (bundle,) = get_importer("pi").bundles(_write(tmp_path / "tree.jsonl"), ImportOptions(limits=Limits()))
+    (bundle,) = get_importer("pi").bundles(_write(tmp_path / "tree.jsonl"), ImportOptions(limits=Limits(), row_values=row_values))
     try:
         assert isinstance(bundle.messages, SpilledRows)
     finally:

@@ -16,7 +16,6 @@ from .errors import ReadOnlyStore, StorageError
 from .limits import Limits
 from .repositories import LoopRepository, MessageRepository, SessionRepository, UsageRepository
 from .repositories._shared import Settings
-from .repositories.imports import ImportRepository
 from .usage import DEFAULT_PRICES, PriceTable
 
 if TYPE_CHECKING:
@@ -87,7 +86,6 @@ class Store:
         self.loops = LoopRepository(self._db, self.settings)
         self.messages = MessageRepository(self._db, self.settings)
         self.usage = UsageRepository(self._db, self.settings)
-        self._imports = ImportRepository(self._db, self.settings)
         self.loops._messages = self.messages
         self.messages._loops = self.loops
 
@@ -130,9 +128,10 @@ class Store:
         """
         from .importers import ImportOptions
         from .importing import import_paths
+        from .repositories.imports import ImportRepository  # loaded with the importers, on first use
 
         options = ImportOptions(dry_run=dry_run, skip_invalid=skip_invalid, replace=replace, session_id=session_id)
-        return import_paths(self, self._imports, format, [os.fspath(p) for p in paths], options, progress)
+        return import_paths(self, ImportRepository(self._db, self.settings), format, [os.fspath(p) for p in paths], options, progress)
 
     def export(self, session_id: str, format: str = "turnstore", file: str | os.PathLike[str] | IO[str] | None = None) -> str | None:
         """Export one session as ``phi-core``, ``phi-core-session`` or ``turnstore`` (lossless JSONL).
