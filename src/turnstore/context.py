@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from .collector import collector_paused
 from .models import (
     AGENT_MESSAGE,
     AssistantMessage,
@@ -190,12 +189,7 @@ def to_messages(rows: Iterable[Sequence[Any]]) -> list[Any]:
 
     Extension rows other than summaries are left out unread.
     """
-    with collector_paused():
-        return [
-            AGENT_MESSAGE.validate_json(row[4])
-            for row in rows
-            if row[2] != "extension" or row[3] in SUMMARY_KINDS
-        ]
+    return [AGENT_MESSAGE.validate_json(row[4]) for row in rows if row[2] != "extension" or row[3] in SUMMARY_KINDS]
 
 
 def assemble(segments: Sequence[Segment], rows: Iterable[tuple[Any, ...]]) -> list[Any]:

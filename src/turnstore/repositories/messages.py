@@ -9,7 +9,6 @@ from pydantic import ValidationError
 
 from .. import context as ctx
 from .. import queries as q
-from ..collector import collector_paused
 from ..database import Database
 from ..errors import (
     InvalidArgument,
@@ -522,11 +521,10 @@ class MessageRepository:
         with self._db.read():
             session_id, segments, min_id = self._locate(loop_id)
             rows = self._db.fetchall(q.path_messages(), {"session_id": session_id, "min_id": min_id})
-        with collector_paused():
-            return [
-                stored_message((row[0], row[5], row[1], row[6], row[7], row[4], row[8]))
-                for row in ctx.choose(ctx.pieces(segments), rows)
-            ]
+        return [
+            stored_message((row[0], row[5], row[1], row[6], row[7], row[4], row[8]))
+            for row in ctx.choose(ctx.pieces(segments), rows)
+        ]
 
     def _locate(self, loop_id: str) -> tuple[str, list[ctx.Segment], int]:
         """A loop's session, the segments of its path and the smallest message id they can hold."""
@@ -621,13 +619,12 @@ def _turn_json(loop_id: str, turn_index: int) -> str:
 
 
 STREAM_BATCH = 2_000
-"""Rows :meth:`MessageRepository.records` reads and validates at a time, with the collector paused."""
+"""Rows :meth:`MessageRepository.records` reads and validates at a time."""
 
 
 def _stream(cursor: Any) -> Iterator[StoredMessage]:
     while True:
-        with collector_paused():  # per batch: never across the caller's code at a yield
-            models = [stored_message(row) for row in cursor.fetchmany(STREAM_BATCH)]
+        models = [stored_message(row) for row in cursor.fetchmany(STREAM_BATCH)]
         if not models:
             return
         yield from models
@@ -696,10 +693,8 @@ def row_params(
 
 
 def parse_rows(texts: Iterable[str]) -> list[Any]:
-    """Validate stored message JSON texts in one pass (the garbage collector paused meanwhile)."""
-    text = "[" + ",".join(texts) + "]"
-    with collector_paused():
-        return AGENT_MESSAGES.validate_json(text)
+    """Validate stored message JSON texts in one pass."""
+    return AGENT_MESSAGES.validate_json("[" + ",".join(texts) + "]")
 
 
 def stored_message(row: Sequence[Any]) -> StoredMessage:
