@@ -10,7 +10,6 @@ import pytest
 from turnstore.collector import collector_paused
 
 
-
 @pytest.fixture
 def collector_on() -> Iterator[None]:
     """Each test starts with the collector on and leaves it as the test suite had it."""

@@ -13,10 +13,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from factories import assistant, tool_result, user
 
 from turnstore import Store
-
-from factories import assistant, tool_result, user
 
 
 @pytest.fixture
