@@ -21,9 +21,8 @@ from ..limits import Limits, check_json, check_text
 from ..null_binding import fast_null_binding
 from ..records import LoopConfig
 from ..repositories._shared import dumps, utcnow
-from ..repositories.loops import usage_params
 from ..repositories.message_json import dump_message
-from ..repositories.messages import MAX_TURN_INDEX, row_params
+from ..repositories.rows import MAX_TURN_INDEX, row_params, usage_params
 from .background import Background
 from .base import LoopRow, MessageRow, RecordError, SessionBundle, SpilledMessage
 

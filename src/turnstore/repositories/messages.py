@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -22,9 +22,7 @@ from ..errors import (
 )
 from ..models import (
     AGENT_MESSAGE,
-    AGENT_MESSAGES,
     MAX_INT,
-    AssistantMessage,
     ExtensionMessage,
     Message,
     TurnId,
@@ -34,17 +32,20 @@ from ..models import (
 from ..records import ContinuationKind, Loop, LoopConfig, StoredMessage, Turn
 from ..wire_input import from_input
 from ._shared import Settings, utcnow
-from .loops import LoopRepository, is_message_id, usage_params
+from .loops import LoopRepository, is_message_id
 from .message_json import READ_DEPTH, deeper_than, dump_message, find, shorten
+from .rows import (
+    MAX_TURN_INDEX,
+    parse_rows,
+    path_stored_message,
+    row_params,
+    stored_message,
+)
 
 __all__ = ["READ_DEPTH", "MessageRepository", "dump_message", "parse_message"]
 
 MessageInput = Message | ExtensionMessage | Mapping[str, Any]
 """A message as a model, or as its JSON object (validated on append)."""
-
-
-MAX_TURN_INDEX = 2**31 - 1
-"""Largest turn index a row holds (``messages.turn_index`` is a 32-bit integer on PostgreSQL)."""
 
 
 def parse_message(value: MessageInput) -> Message | ExtensionMessage:
@@ -222,11 +223,11 @@ class MessageRepository:
             row = self._db.fetchone(q.get_message(), {"id": message_id})
             if row is None:
                 raise MessageNotFound(f"message {message_id} not found")
-            session_id, loop_id, seq = row[1], row[2], row[4]
+            _id, session_id, loop_id, _turn_index, seq, _text, _source = row
             if self._db.is_postgresql:
                 self._db.fetchone(q.lock_loop(), {"loop_id": loop_id})
             params = {"loop_id": loop_id, "seq": seq}
-            ids = [found[0] for found in self._db.fetchall(q.loop_tail_ids(), params)]
+            ids = [tail_id for (tail_id,) in self._db.fetchall(q.loop_tail_ids(), params)]
             if len(ids) > 1 and not with_later:
                 raise InvalidArgument(
                     "message_id",
@@ -235,9 +236,10 @@ class MessageRepository:
                 )
             dependent = self._db.fetchone(q.loops_depending_on_tail(), params)
             if dependent is not None:
+                dependent_loop, fork_point = dependent
                 raise InvalidArgument(
                     "message_id",
-                    f"loop {dependent[0]!r} continues from message {dependent[1] or ids[-1]} of loop {loop_id!r}; "
+                    f"loop {dependent_loop!r} continues from message {fork_point or ids[-1]} of loop {loop_id!r}; "
                     "delete or rewind that loop instead",
                 )
             self._db.execute(q.delete_loop_tail(), params)
@@ -247,15 +249,16 @@ class MessageRepository:
     def _owner_in_history(self, loop: Loop, message_id: int) -> str:
         """The loop of ``loop``'s history that holds ``message_id`` (refused if none does)."""
         row = self._db.fetchone(q.get_message(), {"id": message_id}) if is_message_id(message_id) else None
-        if row is not None and row[2] == loop.loop_id:
+        if row is None:
+            raise InvalidArgument("after", f"{message_id!r} is not a message of loop {loop.loop_id!r}'s history")
+        _id, session_id, owner, _turn_index, _seq, _text, _source = row
+        if owner == loop.loop_id:
             return loop.loop_id
-        if row is not None and row[1] == loop.session_id:
-            tree = {
-                node[0]: ctx.LoopNode(*node) for node in self._db.fetchall(q.loop_tree(), {"session_id": loop.session_id})
-            }
+        if session_id == loop.session_id:
+            tree = ctx.loop_nodes(self._db.fetchall(q.loop_tree(), {"session_id": loop.session_id}))
             segments, _ = ctx.plan(tree, loop.loop_id)
             for segment in segments:
-                if segment.loop_id == row[2] and (segment.upper is None or message_id <= segment.upper):
+                if segment.loop_id == owner and (segment.upper is None or message_id <= segment.upper):
                     return segment.loop_id
         raise InvalidArgument("after", f"{message_id!r} is not a message of loop {loop.loop_id!r}'s history")
 
@@ -339,7 +342,7 @@ class MessageRepository:
         if not rows:
             self._require_loop(loop_id)
             raise TurnNotFound(f"loop {loop_id!r} has no turn {turn_index}")
-        return Turn(loop_id=loop_id, turn_index=turn_index, messages=parse_rows(row[0] for row in rows))
+        return Turn(loop_id=loop_id, turn_index=turn_index, messages=parse_rows(text for (text,) in rows))
 
     def turns(self, loop_id: str, start: int = 0, stop: int | None = None) -> list[Turn]:
         """Turns ``start <= k < stop`` of a loop (``stop=None``: to the end), in order.
@@ -354,7 +357,7 @@ class MessageRepository:
         if not rows:
             self._require_loop(loop_id)
             return []
-        parsed = parse_rows(row[1] for row in rows)
+        parsed = parse_rows(text for _turn_index, text in rows)
         turns: list[Turn] = []
         current: list[Any] = []
         for (index, _), message in zip(rows, parsed):
@@ -376,7 +379,7 @@ class MessageRepository:
         rows = self._db.fetchall(q.loop_messages(), {"loop_id": loop_id})
         if not rows:
             self._require_loop(loop_id)
-        return parse_rows(row[0] for row in rows)
+        return parse_rows(text for (text,) in rows)
 
     def last(
         self,
@@ -407,18 +410,23 @@ class MessageRepository:
             if messages is not None:
                 return ctx.for_model(ctx.tail(messages, n), model, provider)
         with self._db.read():
-            tree = self._db.fetchall(q.loop_tree_and_newest(), {"session_id": session_id})
+            tree: list[tuple[Any, ...]] = []
+            newest = None
+            for node_id, parent_loop_id, kind, fork_after, keep_from, newest in self._db.fetchall(
+                q.loop_tree_and_newest(), {"session_id": session_id}
+            ):
+                tree.append((node_id, parent_loop_id, kind, fork_after, keep_from))
             if loop_id is None:
-                loop_id = tree[0][5] if tree else None
+                loop_id = newest
                 if loop_id is None:
                     self._require_session(session_id)
                     return []
-            elif not any(row[0] == loop_id for row in tree):
+            elif not any(node_id == loop_id for node_id, *_shape in tree):
                 self._require_session(session_id)
                 raise LoopNotFound(f"loop {loop_id!r} not found in session {session_id!r}")
             if n == 0:
                 return []
-            messages = self._tail(session_id, ctx.path_pieces(tuple(row[:5] for row in tree), loop_id), n)
+            messages = self._tail(session_id, ctx.path_pieces(tuple(tree), loop_id), n)
         return ctx.for_model(ctx.tail(messages, n), model, provider)
 
     def _newest_tail(self, session_id: str, n: int) -> list[Any] | None:
@@ -437,10 +445,10 @@ class MessageRepository:
         rows = self._db.fetchall(q.session_tail(), {"session_id": session_id, "limit": limit})
         if not rows:
             return None
-        loop_id = rows[0][0]
-        if not all(row[0] == loop_id and row[1] != ctx.COMPACTION_SUMMARY for row in rows):
+        loop_id, _kind, _text = rows[0]
+        if not all(row_loop == loop_id and kind != ctx.COMPACTION_SUMMARY for row_loop, kind, _text in rows):
             return None
-        messages = ctx.provider_safe(reversed(parse_rows(row[2] for row in rows)))
+        messages = ctx.provider_safe(reversed(parse_rows(text for _loop, _kind, text in rows)))
         # Fewer rows than asked for: the session holds no other row, so no ancestor adds to the context.
         return messages if len(messages) >= n or len(rows) < limit else None
 
@@ -466,7 +474,7 @@ class MessageRepository:
         """A piece's messages, newest first, in batches of ``limit`` rows, then twice as many each time."""
         if piece.summaries:
             rows = self._db.fetchall(q.compaction_summaries(), {"loop_id": piece.loop_id})
-            yield list(reversed(parse_rows(row[4] for row in rows if piece.admits(row))))
+            yield list(reversed(parse_rows(text for *_columns, text in filter(piece.admits, rows))))
             return
         params = {
             "session_id": session_id,
@@ -477,10 +485,11 @@ class MessageRepository:
         }
         while True:
             rows = self._db.fetchall(q.loop_messages_backwards(piece.summaries is False), params)
-            yield parse_rows(row[1] for row in rows)
+            yield parse_rows(text for _id, text in rows)
             if len(rows) < params["limit"]:
                 return
-            params["upper"] = rows[-1][0] - 1
+            oldest, _text = rows[-1]
+            params["upper"] = oldest - 1
             params["limit"] *= 2
 
     def context(self, loop_id: str, *, model: str | None = None, provider: str | None = None) -> list[Message]:
@@ -521,10 +530,7 @@ class MessageRepository:
         with self._db.read():
             session_id, segments, min_id = self._locate(loop_id)
             rows = self._db.fetchall(q.path_messages(), {"session_id": session_id, "min_id": min_id})
-        return [
-            stored_message((row[0], row[5], row[1], row[6], row[7], row[4], row[8]))
-            for row in ctx.choose(ctx.pieces(segments), rows)
-        ]
+        return [path_stored_message(row) for row in ctx.choose(ctx.pieces(segments), rows)]
 
     def _locate(self, loop_id: str) -> tuple[str, list[ctx.Segment], int]:
         """A loop's session, the segments of its path and the smallest message id they can hold."""
@@ -537,7 +543,7 @@ class MessageRepository:
         return session_id, segments, min_id
 
     def _plan(self, session_id: str, loop_id: str) -> tuple[list[ctx.Segment], int | None]:
-        tree = {row[0]: ctx.LoopNode(*row) for row in self._db.fetchall(q.loop_tree(), {"session_id": session_id})}
+        tree = ctx.loop_nodes(self._db.fetchall(q.loop_tree(), {"session_id": session_id}))
         return ctx.plan(tree, loop_id)
 
     def get(self, message_id: int) -> StoredMessage:
@@ -595,11 +601,12 @@ def _refused(loop_id: str, turn_index: int | None, state: Sequence[Any] | None) 
     """Why a loop does not take a message at ``turn_index``, from its :func:`~turnstore.queries.append_state` row."""
     if state is None:
         return LoopNotFound(f"loop {loop_id!r} not found")
-    if state[1] is not None:
+    _session_id, ended_at, last_turn = state
+    if ended_at is not None:
         return InvalidArgument("loop_id", f"loop {loop_id!r} has ended; start a new loop to continue it")
-    if turn_index is not None and state[2] is not None and turn_index < state[2]:
+    if turn_index is not None and last_turn is not None and turn_index < last_turn:
         return InvalidArgument(
-            "turn_index", f"turn {turn_index} goes backwards: loop {loop_id!r} already holds turn {state[2]}"
+            "turn_index", f"turn {turn_index} goes backwards: loop {loop_id!r} already holds turn {last_turn}"
         )
     return None
 
@@ -628,89 +635,3 @@ def _stream(cursor: Any) -> Iterator[StoredMessage]:
         if not models:
             return
         yield from models
-
-
-def row_params(
-    model: Message | ExtensionMessage,
-    text: str,
-    loop_id: str,
-    turn_index: int | None,
-    usage: Usage | None = None,
-    source: str | None = None,
-    priced_as: tuple[str | None, str | None] = (None, None),
-    timestamp: int | None = None,
-    usage_known: bool = True,
-) -> dict[str, Any]:
-    """The column values of one message row (the seq is the database's to assign).
-
-    ``priced_as`` is the (model, provider) of ``usage`` on a non-assistant
-    message; ``timestamp`` dates a message that has no timestamp of its own
-    (extension messages), so usage by day can place it; ``usage_known=False``
-    leaves an assistant message's usage columns NULL (its source recorded none).
-
-    Raises:
-        InvalidMessage: a value no column of every backend can hold: a turn index
-            over :data:`MAX_TURN_INDEX`, a timestamp beyond 64 bits, NUL in the
-            kind, model or provider (PostgreSQL text refuses it; SQLite is held
-            to the same rule so that both accept the same messages).
-    """
-    role = str(model.role)
-    if isinstance(model, AssistantMessage):
-        usage = model.usage if usage_known else None
-        model_name, provider, stop_reason = model.model, model.provider, model.stop_reason.value
-    else:
-        model_name, provider = priced_as if usage is not None else (None, None)
-        stop_reason = None
-    kind = model.kind if isinstance(model, ExtensionMessage) else None
-    stamp = getattr(model, "timestamp", timestamp)
-    if turn_index is not None and not 0 <= turn_index <= MAX_TURN_INDEX:
-        raise InvalidMessage(f"turn index {turn_index} is over the largest, {MAX_TURN_INDEX}", [("turn_index", "too large")])
-    if stamp is not None and not -MAX_INT - 1 <= stamp <= MAX_INT:
-        raise InvalidMessage(f"timestamp {stamp} does not fit 64 bits", [("timestamp", "too large")])
-    if (
-        (isinstance(kind, str) and "\x00" in kind)
-        or (isinstance(model_name, str) and "\x00" in model_name)
-        or (isinstance(provider, str) and "\x00" in provider)
-    ):
-        for name, value in (("kind", kind), ("model", model_name), ("provider", provider)):
-            if isinstance(value, str) and "\x00" in value:
-                raise InvalidMessage(
-                    f"{name} holds a NUL character (U+0000), which a database text column cannot store",
-                    [(name, "NUL")],
-                )
-    params = usage_params(usage)
-    params["loop_id"] = loop_id
-    params["turn_index"] = turn_index
-    params["role"] = role
-    params["kind"] = kind
-    params["message"] = text
-    params["model"] = model_name
-    params["provider"] = provider
-    params["stop_reason"] = stop_reason
-    params["timestamp"] = stamp
-    params["source"] = source
-    return params
-
-
-def parse_rows(texts: Iterable[str]) -> list[Any]:
-    """Validate stored message JSON texts in one pass."""
-    return AGENT_MESSAGES.validate_json("[" + ",".join(texts) + "]")
-
-
-def stored_message(row: Sequence[Any]) -> StoredMessage:
-    """A :class:`StoredMessage` from a row of ``queries.STORED_COLUMNS`` plus ``source``."""
-    return _STORED_MESSAGE(
-        {
-            "id": row[0],
-            "session_id": row[1],
-            "loop_id": row[2],
-            "turn_index": row[3],
-            "seq": row[4],
-            "message": AGENT_MESSAGE.validate_json(row[5]),
-            "source": row[6] if len(row) > 6 else None,
-        }
-    )
-
-
-_STORED_MESSAGE = StoredMessage.__pydantic_validator__.validate_python
-"""StoredMessage's validator, called directly: a whole-session read builds thousands (a third faster than ``__init__``)."""

@@ -12,7 +12,8 @@ from ..database import Database
 from ..errors import AlreadyExists, InvalidArgument, SessionNotFound
 from ..limits import check_json, check_text
 from ..records import Session, SessionSummary
-from ._shared import Settings, dumps, loads, utcnow
+from ._shared import Settings, dumps, utcnow
+from .rows import session_from_row, summary_from_row
 
 __all__ = ["SessionRepository"]
 
@@ -193,20 +194,10 @@ class SessionRepository:
                 raise SessionNotFound(f"session {session_id!r} not found")
 
     def _session(self, row: tuple[Any, ...]) -> Session:
-        return Session(**self._fields(row))
+        return session_from_row(row, self._db.load_time)
 
     def _summary(self, row: tuple[Any, ...]) -> SessionSummary:
-        return SessionSummary(**self._fields(row), loops=int(row[6]), messages=int(row[7]))
-
-    def _fields(self, row: tuple[Any, ...]) -> dict[str, Any]:
-        return {
-            "session_id": row[0],
-            "agent_id": row[1],
-            "title": row[2],
-            "metadata": loads(row[3]),
-            "created_at": self._db.load_time(row[4]),
-            "updated_at": self._db.load_time(row[5]),
-        }
+        return summary_from_row(row, self._db.load_time)
 
 
 def _holds_nul(session_id: object) -> bool:
