@@ -36,6 +36,7 @@ from .loops import LoopRepository, is_message_id
 from .message_json import READ_DEPTH, deeper_than, dump_message, find, shorten
 from .rows import (
     MAX_TURN_INDEX,
+    ExportRow,
     parse_rows,
     path_stored_message,
     row_params,
@@ -573,6 +574,18 @@ class MessageRepository:
             cursor = self._db.execute(q.stored_messages(False), {"session_id": session_id})
         return _stream(cursor)
 
+    def rows(self, session_id: str) -> Iterator[ExportRow]:
+        """Stream a session's message rows as stored, in order: JSON text, usage columns, source (what exports write).
+
+        Unlike :meth:`records`, nothing is parsed: the message is its stored
+        JSON text, byte for byte.
+
+        Raises:
+            SessionNotFound: no such session.
+        """
+        self._require_session(session_id)
+        return _export_rows(self._db.execute(q.export_messages(), {"session_id": session_id}))
+
     def _require_loop(self, loop_id: str) -> None:
         if self._db.scalar(q.loop_session(), {"loop_id": loop_id}) is None:
             raise LoopNotFound(f"loop {loop_id!r} not found")
@@ -627,6 +640,11 @@ def _turn_json(loop_id: str, turn_index: int) -> str:
 
 STREAM_BATCH = 2_000
 """Rows :meth:`MessageRepository.records` reads and validates at a time."""
+
+
+def _export_rows(cursor: Any) -> Iterator[ExportRow]:
+    while batch := cursor.fetchmany(STREAM_BATCH):
+        yield from map(ExportRow._make, batch)
 
 
 def _stream(cursor: Any) -> Iterator[StoredMessage]:

@@ -29,6 +29,7 @@ from ._shared import loads
 __all__ = [
     "MAX_TURN_INDEX",
     "ExportRow",
+    "SessionSources",
     "loop_from_row",
     "parse_rows",
     "row_params",
@@ -82,6 +83,17 @@ def path_stored_message(row: Iterable[Any]) -> StoredMessage:
 
 _STORED_MESSAGE = StoredMessage.__pydantic_validator__.validate_python
 """StoredMessage's validator, called directly: a whole-session read builds thousands (a third faster than ``__init__``)."""
+
+
+class SessionSources(NamedTuple):
+    """What an import kept of a session's source: the records as read, and the format they came in."""
+
+    source: str | None
+    """The session's verbatim source header (JSON text), or None."""
+    source_format: str | None
+    """The format of the import the session came from (``phi-core``, ``pi``, ...), or None if it was not imported."""
+    loops: dict[str, str | None]
+    """Each loop's verbatim source record (JSON text, or None), by loop id, in the session's loop order."""
 
 
 class ExportRow(NamedTuple):

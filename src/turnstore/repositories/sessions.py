@@ -13,7 +13,7 @@ from ..errors import AlreadyExists, InvalidArgument, SessionNotFound
 from ..limits import check_json, check_text
 from ..records import Session, SessionSummary
 from ._shared import Settings, dumps, utcnow
-from .rows import session_from_row, summary_from_row
+from .rows import SessionSources, session_from_row, summary_from_row
 
 __all__ = ["SessionRepository"]
 
@@ -105,6 +105,29 @@ class SessionRepository:
         if _holds_nul(session_id):
             return False
         return self._db.fetchone(q.session_exists(), {"session_id": session_id}) is not None
+
+    def sources(self, session_id: str) -> SessionSources:
+        """The verbatim source records an import kept for a session and its loops, and the source's format.
+
+        What exports write back out; a session written through the API has none
+        (every field None, each loop's source None).
+
+        Raises:
+            SessionNotFound: no such session.
+        """
+        with self._db.read():
+            if not self.exists(session_id):
+                raise SessionNotFound(f"session {session_id!r} not found")
+            source = self._db.scalar(q.session_source(), {"session_id": session_id})
+            imported = self._db.fetchone(q.get_import(), {"session_id": session_id})
+            loops = {
+                loop_id: loop_source
+                for loop_id, loop_source in self._db.fetchall(q.loop_sources(), {"session_id": session_id})
+            }
+        source_format = None
+        if imported is not None:
+            _format, _origin, _digest, source_format = imported
+        return SessionSources(source, source_format, loops)
 
     def list(self, *, limit: int = 100, offset: int = 0, agent_id: str | None = None) -> list[SessionSummary]:
         """Sessions, most recently updated first, with their loop and message counts.
