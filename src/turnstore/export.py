@@ -238,8 +238,8 @@ def _turnstore_lines(exporter: _Exporter) -> Iterator[str]:
     yield _dumps(header) + "\n"
     sources = exporter.sources.loops
     for loop in exporter.store.loops.list(session.session_id):
-        record = {"type": "loop", **loop.model_dump(mode="json"), "source": sources.get(loop.loop_id)}
-        yield _dumps(record) + "\n"
+        loop_record = {"type": "loop", **loop.model_dump(mode="json"), "source": sources.get(loop.loop_id)}
+        yield _dumps(loop_record) + "\n"
     for row in exporter.rows():
         record: dict[str, Any] = {
             "type": "message",

@@ -1,11 +1,13 @@
-"""``store.messages``: appending what an agent loop produces, and reading it back by turn, loop or window."""
+"""``store.messages``: appending what an agent loop produces, and reading it back by turn, loop or window.
+
+What a caller may pass as a message is :mod:`.message_input`; how ``last()`` reads a path backwards
+is :mod:`.message_tail`; rows become models in :mod:`.rows`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
-
-from pydantic import ValidationError
 
 from .. import context as ctx
 from .. import queries as q
@@ -21,8 +23,6 @@ from ..errors import (
     TurnstoreError,
 )
 from ..models import (
-    AGENT_MESSAGE,
-    MAX_INT,
     ExtensionMessage,
     Message,
     TurnId,
@@ -30,10 +30,11 @@ from ..models import (
     now_ms,
 )
 from ..records import ContinuationKind, Loop, LoopConfig, StoredMessage, Turn
-from ..wire_input import from_input
 from ._shared import Settings, utcnow
 from .loops import LoopRepository, is_message_id
-from .message_json import READ_DEPTH, deeper_than, dump_message, find, shorten
+from .message_input import MessageInput, parse_message, turn_json
+from .message_json import READ_DEPTH, dump_message
+from .message_tail import newest_tail, path_tail
 from .rows import (
     MAX_TURN_INDEX,
     ExportRow,
@@ -43,41 +44,7 @@ from .rows import (
     stored_message,
 )
 
-__all__ = ["READ_DEPTH", "MessageRepository", "dump_message", "parse_message"]
-
-MessageInput = Message | ExtensionMessage | Mapping[str, Any]
-"""A message as a model, or as its JSON object (validated on append)."""
-
-
-def parse_message(value: MessageInput) -> Message | ExtensionMessage:
-    """A validated message model from a model or a JSON object.
-
-    A JSON object may use Python field names and a plain-string ``content``
-    (see :func:`turnstore.wire_input.from_input`); it is stored in wire form.
-
-    Raises:
-        InvalidMessage: the value is not a valid AgentMessage; names the failing fields.
-    """
-    if isinstance(value, (Message, ExtensionMessage)):
-        return value
-    if isinstance(value, Mapping):
-        if deeper_than(value, READ_DEPTH):
-            # Refused before pydantic sees it: pydantic-core reports input this deep through
-            # sys.unraisablehook (its repr recurses) besides raising, which apps would see as noise.
-            where = shorten(find(value, lambda item, depth: depth > READ_DEPTH and isinstance(item, (list, dict))))
-            raise InvalidMessage(
-                f"{where}: nested more than {READ_DEPTH} levels deep, more than the store can read back",
-                [(where, "nested too deeply")],
-            )
-        try:
-            return AGENT_MESSAGE.validate_python(from_input(value))
-        except ValidationError as error:
-            raise InvalidMessage.from_pydantic(error) from None
-    raise InvalidMessage(
-        f"a message must be a turnstore message model or a JSON object, not {type(value).__name__}",
-        [("message", "wrong type")],
-    )
-
+__all__ = ["READ_DEPTH", "MessageInput", "MessageRepository", "dump_message", "parse_message"]
 
 class MessageRepository:
     """Messages of one store."""
@@ -305,7 +272,7 @@ class MessageRepository:
         text = dump_message(model)
         if stamp:
             # ...cheaply: "turnId" is a message's last key when it has no unknown keys.
-            text = f"{text[:-1]},{_turn_json(loop_id, turn_index)}}}"  # type: ignore[arg-type]
+            text = f"{text[:-1]},{turn_json(loop_id, turn_index)}}}"  # type: ignore[arg-type]
         limits = self._settings.limits
         limits.check_message(text)
         dated = now_ms() if timestamp is None else timestamp  # 0 is a time (1970-01-01), not a missing one
@@ -407,7 +374,7 @@ class MessageRepository:
         _check_count(n)
         _check_model(model, provider)
         if loop_id is None and n > 0:
-            messages = self._newest_tail(session_id, n)
+            messages = newest_tail(self._db, session_id, n)
             if messages is not None:
                 return ctx.for_model(ctx.tail(messages, n), model, provider)
         with self._db.read():
@@ -427,71 +394,8 @@ class MessageRepository:
                 raise LoopNotFound(f"loop {loop_id!r} not found in session {session_id!r}")
             if n == 0:
                 return []
-            messages = self._tail(session_id, ctx.path_pieces(tuple(tree), loop_id), n)
+            messages = path_tail(self._db, session_id, ctx.path_pieces(tuple(tree), loop_id), n)
         return ctx.for_model(ctx.tail(messages, n), model, provider)
-
-    def _newest_tail(self, session_id: str, n: int) -> list[Any] | None:
-        """The context tail of the newest loop from the session's newest ``n`` rows alone, or None.
-
-        Every loop's path ends with all of the loop's own rows, so when the
-        newest ``n`` rows are all one loop's (no compaction summary among
-        them, which opens its loop's share) and their context holds ``n``
-        messages (or they are all the session holds), they decide the tail:
-        one statement, as the session is being written. Otherwise (a branch
-        just forked, a short loop) the caller walks the path.
-        """
-        # A few rows more than n: the oldest rows read are often tool results whose call is further
-        # back (left out at the front), and one such row would otherwise send the caller the long way.
-        limit = n + TAIL_SLACK
-        rows = self._db.fetchall(q.session_tail(), {"session_id": session_id, "limit": limit})
-        if not rows:
-            return None
-        loop_id, _kind, _text = rows[0]
-        if not all(row_loop == loop_id and kind != ctx.COMPACTION_SUMMARY for row_loop, kind, _text in rows):
-            return None
-        messages = ctx.provider_safe(reversed(parse_rows(text for _loop, _kind, text in rows)))
-        # Fewer rows than asked for: the session holds no other row, so no ancestor adds to the context.
-        return messages if len(messages) >= n or len(rows) < limit else None
-
-    def _tail(self, session_id: str, pieces: Sequence[ctx.Piece], n: int) -> list[Any]:
-        """At least the last ``n`` context messages of a path (all of it when shorter), read newest first.
-
-        The context of the messages read back from the end is a tail of the
-        whole context once its leading tool results are left out (what
-        decides a message's fate comes after it), so reading stops as soon
-        as that tail holds ``n`` messages. Each row is validated once.
-        """
-        newest_first: list[Any] = []
-        messages: list[Any] = []
-        for piece in reversed(pieces):
-            for batch in self._backwards(session_id, piece, n):
-                newest_first.extend(batch)
-                messages = ctx.provider_safe(reversed(newest_first))
-                if len(messages) >= n:
-                    return messages
-        return messages
-
-    def _backwards(self, session_id: str, piece: ctx.Piece, limit: int) -> Iterator[list[Any]]:
-        """A piece's messages, newest first, in batches of ``limit`` rows, then twice as many each time."""
-        if piece.summaries:
-            rows = self._db.fetchall(q.compaction_summaries(), {"loop_id": piece.loop_id})
-            yield list(reversed(parse_rows(text for *_columns, text in filter(piece.admits, rows))))
-            return
-        params = {
-            "session_id": session_id,
-            "loop_id": piece.loop_id,
-            "upper": MAX_INT if piece.upper is None else piece.upper,
-            "lower": 0 if piece.lower is None else piece.lower,
-            "limit": limit,
-        }
-        while True:
-            rows = self._db.fetchall(q.loop_messages_backwards(piece.summaries is False), params)
-            yield parse_rows(text for _id, text in rows)
-            if len(rows) < params["limit"]:
-                return
-            oldest, _text = rows[-1]
-            params["upper"] = oldest - 1
-            params["limit"] *= 2
 
     def context(self, loop_id: str, *, model: str | None = None, provider: str | None = None) -> list[Message]:
         """What the next model call of ``loop_id`` should see, in a form every provider accepts.
@@ -595,10 +499,6 @@ class MessageRepository:
             raise SessionNotFound(f"session {session_id!r} not found")
 
 
-TAIL_SLACK = 8
-"""Rows :meth:`MessageRepository.last` reads beyond ``n`` in its one-statement case."""
-
-
 def _check_count(n: object) -> None:
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise InvalidArgument("n", f"n must be a non-negative integer, got {n!r}")
@@ -610,6 +510,8 @@ def _check_model(model: object, provider: object) -> None:
             raise InvalidArgument(name, f"{name} must be a string, got {type(value).__name__}")
     if provider is not None and model is None:
         raise InvalidArgument("model", "provider is given without model: name the model to prepare the history for")
+
+
 def _refused(loop_id: str, turn_index: int | None, state: Sequence[Any] | None) -> TurnstoreError | None:
     """Why a loop does not take a message at ``turn_index``, from its :func:`~turnstore.queries.append_state` row."""
     if state is None:
@@ -622,20 +524,6 @@ def _refused(loop_id: str, turn_index: int | None, state: Sequence[Any] | None) 
             "turn_index", f"turn {turn_index} goes backwards: loop {loop_id!r} already holds turn {last_turn}"
         )
     return None
-
-
-_TURN_JSON: dict[tuple[str, int], str] = {}
-
-
-def _turn_json(loop_id: str, turn_index: int) -> str:
-    """``"turnId":{...}`` exactly as the models dump it (cached: a loop appends many messages per turn)."""
-    key = (loop_id, turn_index)
-    text = _TURN_JSON.get(key)
-    if text is None:
-        if len(_TURN_JSON) > 4096:
-            _TURN_JSON.clear()
-        text = _TURN_JSON[key] = '"turnId":' + TurnId(loop_id=loop_id, turn_index=turn_index).model_dump_json()
-    return text
 
 
 STREAM_BATCH = 2_000

@@ -56,13 +56,14 @@ _NO_USAGE: dict[str, Any] = {name: None for name in (*USAGE_COLUMNS, "cost")}
 
 def parse_rows(texts: Iterable[str]) -> list[Any]:
     """Validate stored message JSON texts in one pass (one JSON array: no per-message call)."""
-    return AGENT_MESSAGES.validate_json("[" + ",".join(texts) + "]")
+    messages: list[Any] = AGENT_MESSAGES.validate_json("[" + ",".join(texts) + "]")
+    return messages
 
 
 def stored_message(row: Iterable[Any]) -> StoredMessage:
     """A :class:`StoredMessage` from a row of ``queries.STORED_COLUMNS`` plus ``source``."""
     message_id, session_id, loop_id, turn_index, seq, text, source = row
-    return _STORED_MESSAGE(
+    stored: StoredMessage = _STORED_MESSAGE(
         {
             "id": message_id,
             "session_id": session_id,
@@ -73,6 +74,7 @@ def stored_message(row: Iterable[Any]) -> StoredMessage:
             "source": source,
         }
     )
+    return stored
 
 
 def path_stored_message(row: Iterable[Any]) -> StoredMessage:
