@@ -7,10 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-import turnstore.repositories.messages as messages_module
 from factories import assistant, extension, tool_result, user
 
+import turnstore.repositories.messages as messages_module
 from turnstore import (
     AssistantMessage,
     ExtensionMessage,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import uuid
 from collections.abc import Mapping
 from datetime import datetime
@@ -91,7 +92,7 @@ class LoopRepository:
         """
         config_dict = _config_dict(config)
         kind = _enum(ContinuationKind, continuation, "continuation") if continuation is not None else None
-        status = _enum(LoopStatus, status, "status")
+        loop_status: LoopStatus = _enum(LoopStatus, status, "status")
         limits = self._settings.limits
         if loop_id is not None:
             limits.check_id("loop_id", loop_id)
@@ -124,7 +125,7 @@ class LoopRepository:
                 "config_id": config_id,
                 "model": (config_dict or {}).get("model"),
                 "provider": (config_dict or {}).get("provider"),
-                "status": status.value,
+                "status": loop_status.value,
                 "started_at": self._db.bind_time(when),
                 "ended_at": None,
                 "spawn_loop_id": spawn_loop_id,
@@ -203,7 +204,7 @@ class LoopRepository:
             LoopNotFound: no such loop.
             InvalidArgument: a bad ``status``, ``usage`` or ``requests``; nothing is written.
         """
-        status = _enum(LoopStatus, status, "status")
+        loop_status: LoopStatus = _enum(LoopStatus, status, "status")
         reported = _usage(usage)
         if requests is not None:
             if reported is None:
@@ -216,7 +217,7 @@ class LoopRepository:
             if session_id is None:
                 raise LoopNotFound(f"loop {loop_id!r} not found")
             self._db.execute(
-                q.end_loop(), {"loop_id": loop_id, "status": status.value, "ended_at": self._db.bind_time(when)}
+                q.end_loop(), {"loop_id": loop_id, "status": loop_status.value, "ended_at": self._db.bind_time(when)}
             )
             if reported is not None:
                 if requests is None:
@@ -249,7 +250,7 @@ class LoopRepository:
             raise SessionNotFound(f"session {session_id!r} not found")
         return [self.from_row(row) for row in rows]
 
-    def children(self, loop_id: str) -> list[Loop]:
+    def children(self, loop_id: str) -> builtins.list[Loop]:
         """Loops that continue, branch from, compact or were spawned by ``loop_id``.
 
         Raises:

@@ -240,7 +240,7 @@ class MessageRepository:
     ) -> dict[str, Any]:
         model = parse_message(message)
         role = model.role
-        turn = model.turn if role != "extension" else None
+        turn = None if isinstance(model, ExtensionMessage) else model.turn
         if turn is not None:
             if loop_id is not None and turn.loop_id != loop_id:
                 raise TurnIdMismatch(
@@ -265,7 +265,7 @@ class MessageRepository:
                 raise InvalidMessage(f"turnId.turnIndex {problem}", [("turnId.turnIndex", "too large")])
             raise InvalidArgument("turn_index", problem)
         stamp = turn is None and turn_index is not None and role != "extension"
-        if stamp and model.__pydantic_extra__:
+        if stamp and turn_index is not None and model.__pydantic_extra__:
             # Stamp the row's turn into the message, as phi-core would have...
             model = model.model_copy(update={"turn": TurnId(loop_id=loop_id, turn_index=turn_index)})
             stamp = False

@@ -157,12 +157,15 @@ def row_params(
             to the same rule so that both accept the same messages).
     """
     role = str(model.role)
+    stop_reason: str | None = None
+    model_name: str | None
+    provider: str | None
     if isinstance(model, AssistantMessage):
         usage = model.usage if usage_known else None
-        model_name, provider, stop_reason = model.model, model.provider, model.stop_reason.value
+        model_name, provider = model.model, model.provider
+        stop_reason = model.stop_reason.value
     else:
         model_name, provider = priced_as if usage is not None else (None, None)
-        stop_reason = None
     kind = model.kind if isinstance(model, ExtensionMessage) else None
     stamp = getattr(model, "timestamp", timestamp)
     if turn_index is not None and not 0 <= turn_index <= MAX_TURN_INDEX:
