@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import builtins
 import uuid
 from collections.abc import Mapping
 from datetime import datetime
@@ -250,7 +249,7 @@ class LoopRepository:
             raise SessionNotFound(f"session {session_id!r} not found")
         return [self.from_row(row) for row in rows]
 
-    def children(self, loop_id: str) -> builtins.list[Loop]:
+    def children(self, loop_id: str) -> list[Loop]:  # type: ignore[valid-type]
         """Loops that continue, branch from, compact or were spawned by ``loop_id``.
 
         Raises:
