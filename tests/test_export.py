@@ -14,7 +14,14 @@ from typing import Any
 import pytest
 from factories import assistant, extension, tool_result, usage, user
 
-from turnstore import ExportFailed, Message, SessionNotFound, StopReason, Store, parse_message
+from turnstore import (
+    ExportFailed,
+    Message,
+    SessionNotFound,
+    StopReason,
+    Store,
+    parse_message,
+)
 from turnstore.cli import main
 from turnstore.export import EXPORT_FORMATS, SESSION_KEY, _Exporter
 
@@ -664,3 +671,74 @@ def test_turnstore_export_keeps_run_usage_and_its_requests(store: Store, tmp_pat
     (loop,) = store.loops.list(session_id)
     assert (loop.reported_usage, loop.reported_requests) == (usage(1_000, 100), 3)
     assert store.usage.session(session_id) == before
+
+
+# --- the session title, and exports read through the repositories ------------------------
+
+
+def test_phi_core_session_export_then_import_keeps_the_title(store: Store, tmp_path: Path) -> None:
+    sid = build_session(store)["sid"]
+    path = tmp_path / "session.json"
+    store.export(sid, "phi-core-session", path)
+    assert json.loads(path.read_text(encoding="utf-8"))["title"] == "Built through the API"
+
+    store.sessions.delete(sid)
+    store.import_("phi-core", path)
+
+    assert store.sessions.get(sid).title == "Built through the API"
+
+
+def test_phi_core_session_export_of_an_untitled_session_has_no_title_key(store: Store) -> None:
+    sid = store.sessions.create("untitled").session_id
+    assert "title" not in json.loads(store.export(sid, "phi-core-session"))
+
+
+def test_exports_never_reach_into_the_database_object(sqlite_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    sid = build_session(sqlite_store)["sid"]
+    expected = {fmt: sqlite_store.export(sid, fmt) for fmt in EXPORT_FORMATS}
+
+    class NoDatabase:
+        def __getattr__(self, name: str) -> Any:
+            raise AssertionError(f"export used store._db.{name}")
+
+    monkeypatch.setattr(sqlite_store, "_db", NoDatabase())
+    assert {fmt: sqlite_store.export(sid, fmt) for fmt in EXPORT_FORMATS} == expected
+
+
+def test_sources_of_an_imported_session_and_of_an_api_session(sqlite_store: Store) -> None:
+    sqlite_store.import_("phi-core", SESSIONS / f"{MAIN}.json")
+    imported = sqlite_store.sessions.sources(MAIN)
+    assert imported.source_format == "phi-core"
+    assert json.loads(imported.source or "null")["session_id"] == MAIN
+    assert list(imported.loops) == [loop.loop_id for loop in sqlite_store.loops.list(MAIN)]
+    assert all(json.loads(source or "null")["loop_id"] == loop_id for loop_id, source in imported.loops.items())
+
+    sid = build_session(sqlite_store)["sid"]
+    built = sqlite_store.sessions.sources(sid)
+    assert (built.source, built.source_format) == (None, None)
+    assert list(built.loops) == [loop.loop_id for loop in sqlite_store.loops.list(sid)]
+    assert set(built.loops.values()) == {None}
+
+
+def test_sources_and_rows_of_a_missing_session(sqlite_store: Store) -> None:
+    with pytest.raises(SessionNotFound):
+        sqlite_store.sessions.sources("nope")
+    with pytest.raises(SessionNotFound):
+        sqlite_store.messages.rows("nope")
+
+
+def test_rows_are_the_stored_text_and_columns_by_name(sqlite_store: Store) -> None:
+    built = build_session(sqlite_store)
+    rows = list(sqlite_store.messages.rows(built["sid"]))
+    records = list(sqlite_store.messages.records(built["sid"]))
+    assert [row.id for row in rows] == [record.id for record in records]
+    for row, record in zip(rows, records):
+        assert (row.session_id, row.loop_id, row.turn_index, row.seq) == (
+            record.session_id, record.loop_id, record.turn_index, record.seq,
+        )  # fmt: skip
+        assert json.loads(row.message) == record.message.model_dump(mode="json")
+        assert row.role == record.message.role
+    refusal = next(row for row in rows if row.id == built["refusal"])
+    assert refusal.model == "claude-sonnet-4-5" and refusal.provider == "anthropic"
+    assert refusal.usage_tokens() == (refusal.input_tokens, refusal.output_tokens, refusal.reasoning_tokens,
+                                      refusal.cache_read_tokens, refusal.cache_write_tokens, refusal.total_tokens)

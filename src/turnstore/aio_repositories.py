@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from .aio import _Workers
     from .models import ExtensionMessage, Message, Usage
     from .records import ContinuationKind, Loop, LoopConfig, Session, SessionSummary, StoredMessage, Turn
-    from .repositories.messages import MessageInput
+    from .repositories.message_input import MessageInput
+    from .repositories.rows import ExportRow, SessionSources
     from .repositories.sessions import _Unset
     from .repositories.usage import Prices
     from .usage import UsageRow, UsageTotals
@@ -77,6 +78,10 @@ class AsyncSessionRepository:
     async def exists(self, session_id: str) -> bool:
         """Async twin of :meth:`SessionRepository.exists <turnstore.repositories.sessions.SessionRepository.exists>`."""
         return await self._workers.call(functools.partial(self._sync.exists, session_id))
+
+    async def sources(self, session_id: str) -> SessionSources:
+        """Async twin of :meth:`SessionRepository.sources <turnstore.repositories.sessions.SessionRepository.sources>`."""
+        return await self._workers.call(functools.partial(self._sync.sources, session_id))
 
     async def list(
         self, *, limit: int = 100, offset: int = 0, agent_id: str | None = None
@@ -305,6 +310,16 @@ class AsyncMessageRepository:
     ) -> AsyncGenerator[StoredMessage, None]:
         """Async twin of :meth:`MessageRepository.records <turnstore.repositories.messages.MessageRepository.records>`: its items, read in batches on one worker."""
         stream = self._workers.stream(functools.partial(self._sync.records, session_id, loop_id=loop_id))
+        try:
+            while batch := await stream.batch():
+                for item in batch:
+                    yield item
+        finally:
+            await stream.close()
+
+    async def rows(self, session_id: str) -> AsyncGenerator[ExportRow, None]:
+        """Async twin of :meth:`MessageRepository.rows <turnstore.repositories.messages.MessageRepository.rows>`: its items, read in batches on one worker."""
+        stream = self._workers.stream(functools.partial(self._sync.rows, session_id))
         try:
             while batch := await stream.batch():
                 for item in batch:

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from .collector import collector_paused
 from .models import (
     AGENT_MESSAGE,
     AssistantMessage,
@@ -47,6 +46,7 @@ __all__ = [
     "assemble",
     "choose",
     "for_model",
+    "loop_nodes",
     "path_pieces",
     "pieces",
     "plan",
@@ -139,9 +139,10 @@ class Piece:
 
     def admits(self, row: Sequence[Any]) -> bool:
         """Whether an ``(id, loop_id, role, kind, ...)`` row of this piece's loop belongs to it."""
-        if self.summaries is not None and _is_summary(row) != self.summaries:
+        message_id, _loop_id, role, kind, *_rest = row
+        if self.summaries is not None and (role == "extension" and kind == COMPACTION_SUMMARY) != self.summaries:
             return False
-        return (self.lower is None or row[0] >= self.lower) and (self.upper is None or row[0] <= self.upper)
+        return (self.lower is None or message_id >= self.lower) and (self.upper is None or message_id <= self.upper)
 
 
 def pieces(segments: Sequence[Segment]) -> list[Piece]:
@@ -172,14 +173,23 @@ def pieces(segments: Sequence[Segment]) -> list[Piece]:
 @lru_cache(maxsize=256)
 def path_pieces(tree: tuple[tuple[Any, ...], ...], loop_id: str) -> tuple[Piece, ...]:
     """:func:`pieces` of ``loop_id``'s path in a tree given as ``loop_tree`` rows (cached: ``last()`` asks often)."""
-    return tuple(pieces(plan({row[0]: LoopNode(*row) for row in tree}, loop_id)[0]))
+    return tuple(pieces(plan(loop_nodes(tree), loop_id)[0]))
+
+
+def loop_nodes(rows: Iterable[Sequence[Any]]) -> dict[str, LoopNode]:
+    """The loop tree from ``queries.loop_tree`` rows (loop id, parent, kind, fork_after, keep_from), by loop id."""
+    return {
+        loop_id: LoopNode(loop_id, parent_loop_id, continuation_kind, fork_after, keep_from)
+        for loop_id, parent_loop_id, continuation_kind, fork_after, keep_from in rows
+    }
 
 
 def choose(pieces: Sequence[Piece], rows: Iterable[Sequence[Any]]) -> list[Any]:
     """The rows of a context's path in order, from ``(id, loop_id, role, kind, ...)`` rows in id order."""
     by_loop: dict[str, list[Sequence[Any]]] = {piece.loop_id: [] for piece in pieces}
     for row in rows:
-        own = by_loop.get(row[1])
+        _id, loop_id, *_rest = row
+        own = by_loop.get(loop_id)
         if own is not None:
             own.append(row)
     return [row for piece in pieces for row in by_loop[piece.loop_id] if piece.admits(row)]
@@ -190,21 +200,16 @@ def to_messages(rows: Iterable[Sequence[Any]]) -> list[Any]:
 
     Extension rows other than summaries are left out unread.
     """
-    with collector_paused():
-        return [
-            AGENT_MESSAGE.validate_json(row[4])
-            for row in rows
-            if row[2] != "extension" or row[3] in SUMMARY_KINDS
-        ]
+    return [
+        AGENT_MESSAGE.validate_json(text)
+        for _id, _loop_id, role, kind, text, *_rest in rows
+        if role != "extension" or kind in SUMMARY_KINDS
+    ]
 
 
 def assemble(segments: Sequence[Segment], rows: Iterable[tuple[Any, ...]]) -> list[Any]:
     """Build the context from ``(id, loop_id, role, kind, message_json)`` rows in id order."""
     return provider_safe(to_messages(choose(pieces(segments), rows)))
-
-
-def _is_summary(row: Sequence[Any]) -> bool:
-    return bool(row[2] == "extension" and row[3] == COMPACTION_SUMMARY)
 
 
 def render_summary(message: ExtensionMessage) -> UserMessage:

@@ -24,10 +24,10 @@ from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from . import queries as q
 from .errors import ExportFailed
 from .records import LoopConfig
 from .repositories._shared import loads
+from .repositories.rows import USAGE_FIELDS, ExportRow
 
 if TYPE_CHECKING:
     from .store import Store
@@ -49,7 +49,6 @@ An empty session's array has no message to carry it.
 """
 
 _STATUS = {"pending": "Pending", "running": "Running", "completed": "Completed", "rejected": "Rejected", "aborted": "Aborted"}
-_USAGE_FIELDS = ("input", "output", "reasoning", "cache_read", "cache_write", "total_tokens")
 
 
 def to_phi_core(message: dict[str, Any]) -> dict[str, Any]:
@@ -87,26 +86,22 @@ def _block_to_phi_core(block: dict[str, Any]) -> dict[str, Any]:
 
 
 class _Exporter:
-    """One session being exported: its rows, and whether its sources are phi-core records."""
+    """One session being exported, read through the store's repositories: its rows, loops and sources."""
 
     def __init__(self, store: Store, session_id: str) -> None:
         self.store = store
-        self.db = store._db
         self.session_id = session_id
         self.session = store.sessions.get(session_id)
-        imported = self.db.fetchone(q.get_import(), {"session_id": session_id})
-        self.source_format = imported[3] if imported else None
-        self.imported = imported
+        self.sources = store.sessions.sources(session_id)
+        self.source_format = self.sources.source_format
 
-    def rows(self) -> Iterator[tuple[Any, ...]]:
-        cursor = self.db.execute(q.export_messages(), {"session_id": self.session_id})
-        while batch := cursor.fetchmany(1000):
-            yield from batch
+    def rows(self) -> Iterator[ExportRow]:
+        return self.store.messages.rows(self.session_id)
 
-    def phi_core_message(self, row: tuple[Any, ...]) -> dict[str, Any]:
+    def phi_core_message(self, row: ExportRow) -> dict[str, Any]:
         # The canonical JSON of an imported phi-core record equals the record by value;
         # records in other spellings (yoagent's) come out in phi-core's.
-        return to_phi_core(json.loads(row[5]))
+        return to_phi_core(json.loads(row.message))
 
 
 def iter_export(store: Store, session_id: str, fmt: str) -> Iterator[str]:
@@ -141,23 +136,23 @@ def _phi_core_array(exporter: _Exporter) -> Iterator[str]:
 def _phi_core_session(exporter: _Exporter) -> dict[str, Any]:
     session = exporter.session
     loops = exporter.store.loops.list(exporter.session_id)
-    sources = dict(exporter.db.fetchall(q.loop_sources(), {"session_id": exporter.session_id}))
-    header_source = exporter.db.scalar(q.session_source(), {"session_id": exporter.session_id})
+    sources = exporter.sources.loops
+    header_source = exporter.sources.source
     by_loop: dict[str, list[dict[str, Any]]] = {loop.loop_id: [] for loop in loops}
     # A loop whose messages carry no usage reports its run usage (loops.end), as the totals count it.
     usage: dict[str, list[int]] = {
-        loop.loop_id: [getattr(loop.reported_usage, name, 0) for name in _USAGE_FIELDS] for loop in loops
+        loop.loop_id: [getattr(loop.reported_usage, name, 0) for name in USAGE_FIELDS] for loop in loops
     }
     with_usage: set[str] = set()
     for row in exporter.rows():
-        by_loop.setdefault(row[2], []).append(exporter.phi_core_message(row))
-        if row[8] is not None:
-            if row[2] not in with_usage:
-                with_usage.add(row[2])
-                usage[row[2]] = [0] * 6
-            totals = usage[row[2]]
-            for index in range(6):
-                totals[index] += int(row[8 + index] or 0)
+        by_loop.setdefault(row.loop_id, []).append(exporter.phi_core_message(row))
+        if row.input_tokens is not None:
+            if row.loop_id not in with_usage:
+                with_usage.add(row.loop_id)
+                usage[row.loop_id] = [0] * 6
+            totals = usage[row.loop_id]
+            for index, value in enumerate(row.usage_tokens()):
+                totals[index] += int(value or 0)
     children: dict[str, list[str]] = {}
     for loop in loops:
         if loop.parent_loop_id:
@@ -183,7 +178,10 @@ def _phi_core_session(exporter: _Exporter) -> dict[str, Any]:
             "scope": "persistent",
         }
     # The stored id, even when a source header said otherwise: the file names the session it holds.
-    return {**header, "session_id": session.session_id, "loops": records}
+    named = {"session_id": session.session_id}
+    if session.title is not None:
+        named["title"] = session.title  # phi-core's Session has no title; it ignores the key, turnstore reads it back
+    return {**header, **named, "loops": records}
 
 
 def _loop_record(loop: Any, agent_id: str | None, messages: list[dict[str, Any]], usage: list[int]) -> dict[str, Any]:
@@ -213,7 +211,7 @@ def _loop_record(loop: Any, agent_id: str | None, messages: list[dict[str, Any]]
         "config": config,
         "messages": messages,
         "turns": [],
-        "usage": dict(zip(_USAGE_FIELDS, usage)),
+        "usage": dict(zip(USAGE_FIELDS, usage)),
         "metadata": loop.metadata,
         "events": [],
         "children_loop_ids": [],
@@ -224,7 +222,6 @@ def _loop_record(loop: Any, agent_id: str | None, messages: list[dict[str, Any]]
 
 def _turnstore_lines(exporter: _Exporter) -> Iterator[str]:
     session = exporter.session
-    imported = exporter.imported
     header = {
         "type": "session",
         "format": "turnstore",
@@ -235,32 +232,32 @@ def _turnstore_lines(exporter: _Exporter) -> Iterator[str]:
         "metadata": session.metadata,
         "created_at": _rfc3339(session.created_at),
         "updated_at": _rfc3339(session.updated_at),
-        "source": exporter.db.scalar(q.session_source(), {"session_id": session.session_id}),
-        "source_format": imported[3] if imported else None,
+        "source": exporter.sources.source,
+        "source_format": exporter.source_format,
     }
     yield _dumps(header) + "\n"
-    sources = dict(exporter.db.fetchall(q.loop_sources(), {"session_id": session.session_id}))
+    sources = exporter.sources.loops
     for loop in exporter.store.loops.list(session.session_id):
-        record = {"type": "loop", **loop.model_dump(mode="json"), "source": sources.get(loop.loop_id)}
-        yield _dumps(record) + "\n"
+        loop_record = {"type": "loop", **loop.model_dump(mode="json"), "source": sources.get(loop.loop_id)}
+        yield _dumps(loop_record) + "\n"
     for row in exporter.rows():
         record: dict[str, Any] = {
             "type": "message",
-            "id": row[0],
-            "loop_id": row[2],
-            "turn_index": row[3],
-            "seq": row[4],
-            "message": json.loads(row[5]),
+            "id": row.id,
+            "loop_id": row.loop_id,
+            "turn_index": row.turn_index,
+            "seq": row.seq,
+            "message": json.loads(row.message),
         }
-        if row[7] != "assistant" and row[8] is not None:
-            record["usage"] = {**dict(zip(_USAGE_FIELDS, (int(v or 0) for v in row[8:14]))), "cost": row[14]}
-            record["priced_as"] = {"model": row[15], "provider": row[16]}
-        if row[7] == "assistant" and row[8] is None:
+        if row.role != "assistant" and row.input_tokens is not None:
+            record["usage"] = {**dict(zip(USAGE_FIELDS, (int(v or 0) for v in row.usage_tokens()))), "cost": row.cost}
+            record["priced_as"] = {"model": row.model, "provider": row.provider}
+        if row.role == "assistant" and row.input_tokens is None:
             record["usage_known"] = False  # the source recorded no usage for it: counted at loop level
-        if "timestamp" not in record["message"] and row[17] is not None:
-            record["timestamp"] = row[17]
-        if row[6] is not None:
-            record["source"] = row[6]
+        if "timestamp" not in record["message"] and row.timestamp is not None:
+            record["timestamp"] = row.timestamp
+        if row.source is not None:
+            record["source"] = row.source
         yield _dumps(record) + "\n"
 
 

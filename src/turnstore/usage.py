@@ -19,8 +19,7 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Iterable, Mapping
-from pathlib import Path
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -303,7 +302,7 @@ class Tally:
     without a reported cost once per model.
     """
 
-    __slots__ = ("sums", "reported", "requests", "_groups")
+    __slots__ = ("_groups", "reported", "requests", "sums")
 
     def __init__(self) -> None:
         self.sums = [0, 0, 0, 0, 0, 0]
@@ -312,7 +311,7 @@ class Tally:
         # (model, provider) -> [input, output, cache_read, cache_write, records] not reported
         self._groups: dict[tuple[str | None, str | None], list[int]] = {}
 
-    def add(self, model: str | None, provider: str | None, values: tuple[Any, ...]) -> None:
+    def add(self, model: str | None, provider: str | None, values: Sequence[Any]) -> None:
         """Add one row: six token sums, a cost, the record count, the part and the requests."""
         tokens = [int(v or 0) for v in values[:6]]
         cost, count, part = values[6], int(values[7] or 0), values[8]

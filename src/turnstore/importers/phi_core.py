@@ -111,6 +111,7 @@ class PhiCoreImporter:
             session_id=session_id,
             origin=str(path),
             agent_id=data.get("agent_id") if isinstance(data.get("agent_id"), str) else None,
+            title=data.get("title") if isinstance(data.get("title"), str) else None,
             created_at=parse_time(data.get("created_at")),
             updated_at=parse_time(data.get("last_active_at")),
             source=compact(header),

@@ -32,7 +32,7 @@ def utcnow() -> datetime:
 class Settings:
     """What every repository of one store shares: its price table and limits."""
 
-    __slots__ = ("prices", "limits")
+    __slots__ = ("limits", "prices")
 
     def __init__(self, prices: PriceTable | None = None, limits: Limits | None = None) -> None:
         self.prices = prices if prices is not None else DEFAULT_PRICES

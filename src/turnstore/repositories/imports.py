@@ -25,9 +25,8 @@ from ..limits import Limits, check_json, check_text
 from ..records import LoopConfig
 from ._shared import Settings, dumps, utcnow
 from .import_writes import ImportWrites
-from .loops import usage_params
 from .message_json import dump_message
-from .messages import MAX_TURN_INDEX, row_params
+from .rows import MAX_TURN_INDEX, row_params, usage_params
 
 __all__ = ["UNCHANGED", "WRITTEN", "ImportRepository", "check_bundle", "check_ids", "screen_messages", "write_bundle"]
 

@@ -17,7 +17,8 @@ from ..limits import check_json, check_text
 from ..models import MAX_INT, ExtensionMessage, Usage
 from ..records import ContinuationKind, Loop, LoopConfig, LoopStatus
 from ..schema import USAGE_COLUMNS
-from ._shared import Settings, dumps, loads, utcnow
+from ._shared import Settings, dumps, utcnow
+from .rows import loop_from_row, usage_params
 
 if TYPE_CHECKING:
     from .messages import MessageRepository
@@ -90,7 +91,7 @@ class LoopRepository:
         """
         config_dict = _config_dict(config)
         kind = _enum(ContinuationKind, continuation, "continuation") if continuation is not None else None
-        status = _enum(LoopStatus, status, "status")
+        loop_status: LoopStatus = _enum(LoopStatus, status, "status")
         limits = self._settings.limits
         if loop_id is not None:
             limits.check_id("loop_id", loop_id)
@@ -123,7 +124,7 @@ class LoopRepository:
                 "config_id": config_id,
                 "model": (config_dict or {}).get("model"),
                 "provider": (config_dict or {}).get("provider"),
-                "status": status.value,
+                "status": loop_status.value,
                 "started_at": self._db.bind_time(when),
                 "ended_at": None,
                 "spawn_loop_id": spawn_loop_id,
@@ -202,7 +203,7 @@ class LoopRepository:
             LoopNotFound: no such loop.
             InvalidArgument: a bad ``status``, ``usage`` or ``requests``; nothing is written.
         """
-        status = _enum(LoopStatus, status, "status")
+        loop_status: LoopStatus = _enum(LoopStatus, status, "status")
         reported = _usage(usage)
         if requests is not None:
             if reported is None:
@@ -215,7 +216,7 @@ class LoopRepository:
             if session_id is None:
                 raise LoopNotFound(f"loop {loop_id!r} not found")
             self._db.execute(
-                q.end_loop(), {"loop_id": loop_id, "status": status.value, "ended_at": self._db.bind_time(when)}
+                q.end_loop(), {"loop_id": loop_id, "status": loop_status.value, "ended_at": self._db.bind_time(when)}
             )
             if reported is not None:
                 if requests is None:
@@ -248,7 +249,7 @@ class LoopRepository:
             raise SessionNotFound(f"session {session_id!r} not found")
         return [self.from_row(row) for row in rows]
 
-    def children(self, loop_id: str) -> list[Loop]:
+    def children(self, loop_id: str) -> list[Loop]:  # type: ignore[valid-type]
         """Loops that continue, branch from, compact or were spawned by ``loop_id``.
 
         Raises:
@@ -261,31 +262,7 @@ class LoopRepository:
 
     def from_row(self, row: tuple[Any, ...]) -> Loop:
         """A :class:`Loop` from a row of ``queries.LOOP_COLUMNS``."""
-        usage_values = row[13:19]
-        reported = None
-        if usage_values[0] is not None:
-            reported = Usage(
-                **{field: int(v or 0) for field, v in zip(_USAGE_FIELDS, usage_values)},
-                cost=row[19],
-            )
-        return Loop(
-            loop_id=row[0],
-            session_id=row[1],
-            parent_loop_id=row[2],
-            continuation_kind=row[3],
-            fork_after=row[4],
-            keep_from=row[5],
-            config=loads(row[6]),
-            config_id=row[7],
-            status=row[8],
-            started_at=self._db.load_time(row[9]),
-            ended_at=self._db.load_time(row[10]),
-            spawn_loop_id=row[11],
-            spawn_tool_call_id=row[12],
-            reported_usage=reported,
-            reported_requests=row[21],
-            metadata=loads(row[20]),
-        )
+        return loop_from_row(row, self._db.load_time)
 
     # --- helpers ------------------------------------------------------------------
 
@@ -300,7 +277,7 @@ class LoopRepository:
                 return str(uuid.uuid4())
             config_id = None
         params = {"session_id": session_id, "config_id": config_id}
-        taken = [row[0] for row in self._db.fetchall(q.loop_ids_for_config(config_id is not None), params)]
+        taken = [taken_id for (taken_id,) in self._db.fetchall(q.loop_ids_for_config(config_id is not None), params)]
         number = next_loop_number(taken)
         while True:
             loop_id = mint_loop_id(session_id, config_id, number)
@@ -354,35 +331,20 @@ class LoopRepository:
             )
         if fork_after is not None:
             row = self._db.fetchone(q.get_message(), {"id": fork_after}) if is_message_id(fork_after) else None
-            if row is None or row[2] != parent:
+            if row is None or _message_place(row)[1] != parent:
                 raise InvalidArgument("fork_after", f"{fork_after!r} is not a message of the parent loop {parent!r}")
         if keep_from is not None:
             if kind != ContinuationKind.COMPACTION:
                 raise InvalidArgument("keep_from", "applies to compaction loops only")
             row = self._db.fetchone(q.get_message(), {"id": keep_from}) if is_message_id(keep_from) else None
-            if row is None or row[1] != session_id:
+            if row is None or _message_place(row)[0] != session_id:
                 raise InvalidArgument("keep_from", f"{keep_from!r} is not a message of session {session_id!r}")
 
 
-_USAGE_FIELDS = ("input", "output", "reasoning", "cache_read", "cache_write", "total_tokens")
-
-
-_NO_USAGE: dict[str, Any] = {name: None for name in (*USAGE_COLUMNS, "cost")}
-
-
-def usage_params(usage: Usage | None) -> dict[str, Any]:
-    """The typed usage columns for ``usage`` (all NULL when there is none)."""
-    if usage is None:
-        return _NO_USAGE.copy()
-    return {
-        "input_tokens": usage.input,
-        "output_tokens": usage.output,
-        "reasoning_tokens": usage.reasoning,
-        "cache_read_tokens": usage.cache_read,
-        "cache_write_tokens": usage.cache_write,
-        "total_tokens": usage.total_tokens,
-        "cost": usage.cost,
-    }
+def _message_place(row: Any) -> tuple[str, str]:
+    """(session id, loop id) of a ``queries.get_message`` row."""
+    _id, session_id, loop_id, _turn_index, _seq, _text, _source = row
+    return session_id, loop_id
 
 
 def _enum(kind: Any, value: Any, what: str) -> Any:

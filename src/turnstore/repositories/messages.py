@@ -1,15 +1,16 @@
-"""``store.messages``: appending what an agent loop produces, and reading it back by turn, loop or window."""
+"""``store.messages``: appending what an agent loop produces, and reading it back by turn, loop or window.
+
+What a caller may pass as a message is :mod:`.message_input`; how ``last()`` reads a path backwards
+is :mod:`.message_tail`; rows become models in :mod:`.rows`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
-
-from pydantic import ValidationError
 
 from .. import context as ctx
 from .. import queries as q
-from ..collector import collector_paused
 from ..database import Database
 from ..errors import (
     InvalidArgument,
@@ -22,10 +23,6 @@ from ..errors import (
     TurnstoreError,
 )
 from ..models import (
-    AGENT_MESSAGE,
-    AGENT_MESSAGES,
-    MAX_INT,
-    AssistantMessage,
     ExtensionMessage,
     Message,
     TurnId,
@@ -33,50 +30,21 @@ from ..models import (
     now_ms,
 )
 from ..records import ContinuationKind, Loop, LoopConfig, StoredMessage, Turn
-from ..wire_input import from_input
 from ._shared import Settings, utcnow
-from .loops import LoopRepository, is_message_id, usage_params
-from .message_json import READ_DEPTH, deeper_than, dump_message, find, shorten
+from .loops import LoopRepository, is_message_id
+from .message_input import MessageInput, parse_message, turn_json
+from .message_json import READ_DEPTH, dump_message
+from .message_tail import newest_tail, path_tail
+from .rows import (
+    MAX_TURN_INDEX,
+    ExportRow,
+    parse_rows,
+    path_stored_message,
+    row_params,
+    stored_message,
+)
 
-__all__ = ["READ_DEPTH", "MessageRepository", "dump_message", "parse_message"]
-
-MessageInput = Message | ExtensionMessage | Mapping[str, Any]
-"""A message as a model, or as its JSON object (validated on append)."""
-
-
-MAX_TURN_INDEX = 2**31 - 1
-"""Largest turn index a row holds (``messages.turn_index`` is a 32-bit integer on PostgreSQL)."""
-
-
-def parse_message(value: MessageInput) -> Message | ExtensionMessage:
-    """A validated message model from a model or a JSON object.
-
-    A JSON object may use Python field names and a plain-string ``content``
-    (see :func:`turnstore.wire_input.from_input`); it is stored in wire form.
-
-    Raises:
-        InvalidMessage: the value is not a valid AgentMessage; names the failing fields.
-    """
-    if isinstance(value, (Message, ExtensionMessage)):
-        return value
-    if isinstance(value, Mapping):
-        if deeper_than(value, READ_DEPTH):
-            # Refused before pydantic sees it: pydantic-core reports input this deep through
-            # sys.unraisablehook (its repr recurses) besides raising, which apps would see as noise.
-            where = shorten(find(value, lambda item, depth: depth > READ_DEPTH and isinstance(item, (list, dict))))
-            raise InvalidMessage(
-                f"{where}: nested more than {READ_DEPTH} levels deep, more than the store can read back",
-                [(where, "nested too deeply")],
-            )
-        try:
-            return AGENT_MESSAGE.validate_python(from_input(value))
-        except ValidationError as error:
-            raise InvalidMessage.from_pydantic(error) from None
-    raise InvalidMessage(
-        f"a message must be a turnstore message model or a JSON object, not {type(value).__name__}",
-        [("message", "wrong type")],
-    )
-
+__all__ = ["READ_DEPTH", "MessageInput", "MessageRepository", "dump_message", "parse_message"]
 
 class MessageRepository:
     """Messages of one store."""
@@ -223,11 +191,11 @@ class MessageRepository:
             row = self._db.fetchone(q.get_message(), {"id": message_id})
             if row is None:
                 raise MessageNotFound(f"message {message_id} not found")
-            session_id, loop_id, seq = row[1], row[2], row[4]
+            _id, session_id, loop_id, _turn_index, seq, _text, _source = row
             if self._db.is_postgresql:
                 self._db.fetchone(q.lock_loop(), {"loop_id": loop_id})
             params = {"loop_id": loop_id, "seq": seq}
-            ids = [found[0] for found in self._db.fetchall(q.loop_tail_ids(), params)]
+            ids = [tail_id for (tail_id,) in self._db.fetchall(q.loop_tail_ids(), params)]
             if len(ids) > 1 and not with_later:
                 raise InvalidArgument(
                     "message_id",
@@ -236,9 +204,10 @@ class MessageRepository:
                 )
             dependent = self._db.fetchone(q.loops_depending_on_tail(), params)
             if dependent is not None:
+                dependent_loop, fork_point = dependent
                 raise InvalidArgument(
                     "message_id",
-                    f"loop {dependent[0]!r} continues from message {dependent[1] or ids[-1]} of loop {loop_id!r}; "
+                    f"loop {dependent_loop!r} continues from message {fork_point or ids[-1]} of loop {loop_id!r}; "
                     "delete or rewind that loop instead",
                 )
             self._db.execute(q.delete_loop_tail(), params)
@@ -248,15 +217,16 @@ class MessageRepository:
     def _owner_in_history(self, loop: Loop, message_id: int) -> str:
         """The loop of ``loop``'s history that holds ``message_id`` (refused if none does)."""
         row = self._db.fetchone(q.get_message(), {"id": message_id}) if is_message_id(message_id) else None
-        if row is not None and row[2] == loop.loop_id:
+        if row is None:
+            raise InvalidArgument("after", f"{message_id!r} is not a message of loop {loop.loop_id!r}'s history")
+        _id, session_id, owner, _turn_index, _seq, _text, _source = row
+        if owner == loop.loop_id:
             return loop.loop_id
-        if row is not None and row[1] == loop.session_id:
-            tree = {
-                node[0]: ctx.LoopNode(*node) for node in self._db.fetchall(q.loop_tree(), {"session_id": loop.session_id})
-            }
+        if session_id == loop.session_id:
+            tree = ctx.loop_nodes(self._db.fetchall(q.loop_tree(), {"session_id": loop.session_id}))
             segments, _ = ctx.plan(tree, loop.loop_id)
             for segment in segments:
-                if segment.loop_id == row[2] and (segment.upper is None or message_id <= segment.upper):
+                if segment.loop_id == owner and (segment.upper is None or message_id <= segment.upper):
                     return segment.loop_id
         raise InvalidArgument("after", f"{message_id!r} is not a message of loop {loop.loop_id!r}'s history")
 
@@ -270,7 +240,7 @@ class MessageRepository:
     ) -> dict[str, Any]:
         model = parse_message(message)
         role = model.role
-        turn = model.turn if role != "extension" else None
+        turn = None if isinstance(model, ExtensionMessage) else model.turn
         if turn is not None:
             if loop_id is not None and turn.loop_id != loop_id:
                 raise TurnIdMismatch(
@@ -295,14 +265,14 @@ class MessageRepository:
                 raise InvalidMessage(f"turnId.turnIndex {problem}", [("turnId.turnIndex", "too large")])
             raise InvalidArgument("turn_index", problem)
         stamp = turn is None and turn_index is not None and role != "extension"
-        if stamp and model.__pydantic_extra__:
+        if stamp and turn_index is not None and model.__pydantic_extra__:
             # Stamp the row's turn into the message, as phi-core would have...
             model = model.model_copy(update={"turn": TurnId(loop_id=loop_id, turn_index=turn_index)})
             stamp = False
         text = dump_message(model)
         if stamp:
             # ...cheaply: "turnId" is a message's last key when it has no unknown keys.
-            text = f"{text[:-1]},{_turn_json(loop_id, turn_index)}}}"  # type: ignore[arg-type]
+            text = f"{text[:-1]},{turn_json(loop_id, turn_index)}}}"  # type: ignore[arg-type]
         limits = self._settings.limits
         limits.check_message(text)
         dated = now_ms() if timestamp is None else timestamp  # 0 is a time (1970-01-01), not a missing one
@@ -340,7 +310,7 @@ class MessageRepository:
         if not rows:
             self._require_loop(loop_id)
             raise TurnNotFound(f"loop {loop_id!r} has no turn {turn_index}")
-        return Turn(loop_id=loop_id, turn_index=turn_index, messages=parse_rows(row[0] for row in rows))
+        return Turn(loop_id=loop_id, turn_index=turn_index, messages=parse_rows(text for (text,) in rows))
 
     def turns(self, loop_id: str, start: int = 0, stop: int | None = None) -> list[Turn]:
         """Turns ``start <= k < stop`` of a loop (``stop=None``: to the end), in order.
@@ -355,7 +325,7 @@ class MessageRepository:
         if not rows:
             self._require_loop(loop_id)
             return []
-        parsed = parse_rows(row[1] for row in rows)
+        parsed = parse_rows(text for _turn_index, text in rows)
         turns: list[Turn] = []
         current: list[Any] = []
         for (index, _), message in zip(rows, parsed):
@@ -377,7 +347,7 @@ class MessageRepository:
         rows = self._db.fetchall(q.loop_messages(), {"loop_id": loop_id})
         if not rows:
             self._require_loop(loop_id)
-        return parse_rows(row[0] for row in rows)
+        return parse_rows(text for (text,) in rows)
 
     def last(
         self,
@@ -404,85 +374,28 @@ class MessageRepository:
         _check_count(n)
         _check_model(model, provider)
         if loop_id is None and n > 0:
-            messages = self._newest_tail(session_id, n)
+            messages = newest_tail(self._db, session_id, n)
             if messages is not None:
                 return ctx.for_model(ctx.tail(messages, n), model, provider)
         with self._db.read():
-            tree = self._db.fetchall(q.loop_tree_and_newest(), {"session_id": session_id})
+            tree: list[tuple[Any, ...]] = []
+            newest = None
+            for node_id, parent_loop_id, kind, fork_after, keep_from, newest in self._db.fetchall(
+                q.loop_tree_and_newest(), {"session_id": session_id}
+            ):
+                tree.append((node_id, parent_loop_id, kind, fork_after, keep_from))
             if loop_id is None:
-                loop_id = tree[0][5] if tree else None
+                loop_id = newest
                 if loop_id is None:
                     self._require_session(session_id)
                     return []
-            elif not any(row[0] == loop_id for row in tree):
+            elif not any(node_id == loop_id for node_id, *_shape in tree):
                 self._require_session(session_id)
                 raise LoopNotFound(f"loop {loop_id!r} not found in session {session_id!r}")
             if n == 0:
                 return []
-            messages = self._tail(session_id, ctx.path_pieces(tuple(row[:5] for row in tree), loop_id), n)
+            messages = path_tail(self._db, session_id, ctx.path_pieces(tuple(tree), loop_id), n)
         return ctx.for_model(ctx.tail(messages, n), model, provider)
-
-    def _newest_tail(self, session_id: str, n: int) -> list[Any] | None:
-        """The context tail of the newest loop from the session's newest ``n`` rows alone, or None.
-
-        Every loop's path ends with all of the loop's own rows, so when the
-        newest ``n`` rows are all one loop's (no compaction summary among
-        them, which opens its loop's share) and their context holds ``n``
-        messages (or they are all the session holds), they decide the tail:
-        one statement, as the session is being written. Otherwise (a branch
-        just forked, a short loop) the caller walks the path.
-        """
-        # A few rows more than n: the oldest rows read are often tool results whose call is further
-        # back (left out at the front), and one such row would otherwise send the caller the long way.
-        limit = n + TAIL_SLACK
-        rows = self._db.fetchall(q.session_tail(), {"session_id": session_id, "limit": limit})
-        if not rows:
-            return None
-        loop_id = rows[0][0]
-        if not all(row[0] == loop_id and row[1] != ctx.COMPACTION_SUMMARY for row in rows):
-            return None
-        messages = ctx.provider_safe(reversed(parse_rows(row[2] for row in rows)))
-        # Fewer rows than asked for: the session holds no other row, so no ancestor adds to the context.
-        return messages if len(messages) >= n or len(rows) < limit else None
-
-    def _tail(self, session_id: str, pieces: Sequence[ctx.Piece], n: int) -> list[Any]:
-        """At least the last ``n`` context messages of a path (all of it when shorter), read newest first.
-
-        The context of the messages read back from the end is a tail of the
-        whole context once its leading tool results are left out (what
-        decides a message's fate comes after it), so reading stops as soon
-        as that tail holds ``n`` messages. Each row is validated once.
-        """
-        newest_first: list[Any] = []
-        messages: list[Any] = []
-        for piece in reversed(pieces):
-            for batch in self._backwards(session_id, piece, n):
-                newest_first.extend(batch)
-                messages = ctx.provider_safe(reversed(newest_first))
-                if len(messages) >= n:
-                    return messages
-        return messages
-
-    def _backwards(self, session_id: str, piece: ctx.Piece, limit: int) -> Iterator[list[Any]]:
-        """A piece's messages, newest first, in batches of ``limit`` rows, then twice as many each time."""
-        if piece.summaries:
-            rows = self._db.fetchall(q.compaction_summaries(), {"loop_id": piece.loop_id})
-            yield list(reversed(parse_rows(row[4] for row in rows if piece.admits(row))))
-            return
-        params = {
-            "session_id": session_id,
-            "loop_id": piece.loop_id,
-            "upper": MAX_INT if piece.upper is None else piece.upper,
-            "lower": 0 if piece.lower is None else piece.lower,
-            "limit": limit,
-        }
-        while True:
-            rows = self._db.fetchall(q.loop_messages_backwards(piece.summaries is False), params)
-            yield parse_rows(row[1] for row in rows)
-            if len(rows) < params["limit"]:
-                return
-            params["upper"] = rows[-1][0] - 1
-            params["limit"] *= 2
 
     def context(self, loop_id: str, *, model: str | None = None, provider: str | None = None) -> list[Message]:
         """What the next model call of ``loop_id`` should see, in a form every provider accepts.
@@ -522,11 +435,7 @@ class MessageRepository:
         with self._db.read():
             session_id, segments, min_id = self._locate(loop_id)
             rows = self._db.fetchall(q.path_messages(), {"session_id": session_id, "min_id": min_id})
-        with collector_paused():
-            return [
-                stored_message((row[0], row[5], row[1], row[6], row[7], row[4], row[8]))
-                for row in ctx.choose(ctx.pieces(segments), rows)
-            ]
+        return [path_stored_message(row) for row in ctx.choose(ctx.pieces(segments), rows)]
 
     def _locate(self, loop_id: str) -> tuple[str, list[ctx.Segment], int]:
         """A loop's session, the segments of its path and the smallest message id they can hold."""
@@ -539,7 +448,7 @@ class MessageRepository:
         return session_id, segments, min_id
 
     def _plan(self, session_id: str, loop_id: str) -> tuple[list[ctx.Segment], int | None]:
-        tree = {row[0]: ctx.LoopNode(*row) for row in self._db.fetchall(q.loop_tree(), {"session_id": session_id})}
+        tree = ctx.loop_nodes(self._db.fetchall(q.loop_tree(), {"session_id": session_id}))
         return ctx.plan(tree, loop_id)
 
     def get(self, message_id: int) -> StoredMessage:
@@ -569,6 +478,18 @@ class MessageRepository:
             cursor = self._db.execute(q.stored_messages(False), {"session_id": session_id})
         return _stream(cursor)
 
+    def rows(self, session_id: str) -> Iterator[ExportRow]:
+        """Stream a session's message rows as stored, in order: JSON text, usage columns, source (what exports write).
+
+        Unlike :meth:`records`, nothing is parsed: the message is its stored
+        JSON text, byte for byte.
+
+        Raises:
+            SessionNotFound: no such session.
+        """
+        self._require_session(session_id)
+        return _export_rows(self._db.execute(q.export_messages(), {"session_id": session_id}))
+
     def _require_loop(self, loop_id: str) -> None:
         if self._db.scalar(q.loop_session(), {"loop_id": loop_id}) is None:
             raise LoopNotFound(f"loop {loop_id!r} not found")
@@ -576,10 +497,6 @@ class MessageRepository:
     def _require_session(self, session_id: str) -> None:
         if self._db.fetchone(q.session_exists(), {"session_id": session_id}) is None:
             raise SessionNotFound(f"session {session_id!r} not found")
-
-
-TAIL_SLACK = 8
-"""Rows :meth:`MessageRepository.last` reads beyond ``n`` in its one-statement case."""
 
 
 def _check_count(n: object) -> None:
@@ -593,129 +510,34 @@ def _check_model(model: object, provider: object) -> None:
             raise InvalidArgument(name, f"{name} must be a string, got {type(value).__name__}")
     if provider is not None and model is None:
         raise InvalidArgument("model", "provider is given without model: name the model to prepare the history for")
+
+
 def _refused(loop_id: str, turn_index: int | None, state: Sequence[Any] | None) -> TurnstoreError | None:
     """Why a loop does not take a message at ``turn_index``, from its :func:`~turnstore.queries.append_state` row."""
     if state is None:
         return LoopNotFound(f"loop {loop_id!r} not found")
-    if state[1] is not None:
+    _session_id, ended_at, last_turn = state
+    if ended_at is not None:
         return InvalidArgument("loop_id", f"loop {loop_id!r} has ended; start a new loop to continue it")
-    if turn_index is not None and state[2] is not None and turn_index < state[2]:
+    if turn_index is not None and last_turn is not None and turn_index < last_turn:
         return InvalidArgument(
-            "turn_index", f"turn {turn_index} goes backwards: loop {loop_id!r} already holds turn {state[2]}"
+            "turn_index", f"turn {turn_index} goes backwards: loop {loop_id!r} already holds turn {last_turn}"
         )
     return None
 
 
-_TURN_JSON: dict[tuple[str, int], str] = {}
-
-
-def _turn_json(loop_id: str, turn_index: int) -> str:
-    """``"turnId":{...}`` exactly as the models dump it (cached: a loop appends many messages per turn)."""
-    key = (loop_id, turn_index)
-    text = _TURN_JSON.get(key)
-    if text is None:
-        if len(_TURN_JSON) > 4096:
-            _TURN_JSON.clear()
-        text = _TURN_JSON[key] = '"turnId":' + TurnId(loop_id=loop_id, turn_index=turn_index).model_dump_json()
-    return text
-
-
 STREAM_BATCH = 2_000
-"""Rows :meth:`MessageRepository.records` reads and validates at a time, with the collector paused."""
+"""Rows :meth:`MessageRepository.records` reads and validates at a time."""
+
+
+def _export_rows(cursor: Any) -> Iterator[ExportRow]:
+    while batch := cursor.fetchmany(STREAM_BATCH):
+        yield from map(ExportRow._make, batch)
 
 
 def _stream(cursor: Any) -> Iterator[StoredMessage]:
     while True:
-        with collector_paused():  # per batch: never across the caller's code at a yield
-            models = [stored_message(row) for row in cursor.fetchmany(STREAM_BATCH)]
+        models = [stored_message(row) for row in cursor.fetchmany(STREAM_BATCH)]
         if not models:
             return
         yield from models
-
-
-def row_params(
-    model: Message | ExtensionMessage,
-    text: str,
-    loop_id: str,
-    turn_index: int | None,
-    usage: Usage | None = None,
-    source: str | None = None,
-    priced_as: tuple[str | None, str | None] = (None, None),
-    timestamp: int | None = None,
-    usage_known: bool = True,
-) -> dict[str, Any]:
-    """The column values of one message row (the seq is the database's to assign).
-
-    ``priced_as`` is the (model, provider) of ``usage`` on a non-assistant
-    message; ``timestamp`` dates a message that has no timestamp of its own
-    (extension messages), so usage by day can place it; ``usage_known=False``
-    leaves an assistant message's usage columns NULL (its source recorded none).
-
-    Raises:
-        InvalidMessage: a value no column of every backend can hold: a turn index
-            over :data:`MAX_TURN_INDEX`, a timestamp beyond 64 bits, NUL in the
-            kind, model or provider (PostgreSQL text refuses it; SQLite is held
-            to the same rule so that both accept the same messages).
-    """
-    role = str(model.role)
-    if isinstance(model, AssistantMessage):
-        usage = model.usage if usage_known else None
-        model_name, provider, stop_reason = model.model, model.provider, model.stop_reason.value
-    else:
-        model_name, provider = priced_as if usage is not None else (None, None)
-        stop_reason = None
-    kind = model.kind if isinstance(model, ExtensionMessage) else None
-    stamp = getattr(model, "timestamp", timestamp)
-    if turn_index is not None and not 0 <= turn_index <= MAX_TURN_INDEX:
-        raise InvalidMessage(f"turn index {turn_index} is over the largest, {MAX_TURN_INDEX}", [("turn_index", "too large")])
-    if stamp is not None and not -MAX_INT - 1 <= stamp <= MAX_INT:
-        raise InvalidMessage(f"timestamp {stamp} does not fit 64 bits", [("timestamp", "too large")])
-    if (
-        (isinstance(kind, str) and "\x00" in kind)
-        or (isinstance(model_name, str) and "\x00" in model_name)
-        or (isinstance(provider, str) and "\x00" in provider)
-    ):
-        for name, value in (("kind", kind), ("model", model_name), ("provider", provider)):
-            if isinstance(value, str) and "\x00" in value:
-                raise InvalidMessage(
-                    f"{name} holds a NUL character (U+0000), which a database text column cannot store",
-                    [(name, "NUL")],
-                )
-    params = usage_params(usage)
-    params["loop_id"] = loop_id
-    params["turn_index"] = turn_index
-    params["role"] = role
-    params["kind"] = kind
-    params["message"] = text
-    params["model"] = model_name
-    params["provider"] = provider
-    params["stop_reason"] = stop_reason
-    params["timestamp"] = stamp
-    params["source"] = source
-    return params
-
-
-def parse_rows(texts: Iterable[str]) -> list[Any]:
-    """Validate stored message JSON texts in one pass (the garbage collector paused meanwhile)."""
-    text = "[" + ",".join(texts) + "]"
-    with collector_paused():
-        return AGENT_MESSAGES.validate_json(text)
-
-
-def stored_message(row: Sequence[Any]) -> StoredMessage:
-    """A :class:`StoredMessage` from a row of ``queries.STORED_COLUMNS`` plus ``source``."""
-    return _STORED_MESSAGE(
-        {
-            "id": row[0],
-            "session_id": row[1],
-            "loop_id": row[2],
-            "turn_index": row[3],
-            "seq": row[4],
-            "message": AGENT_MESSAGE.validate_json(row[5]),
-            "source": row[6] if len(row) > 6 else None,
-        }
-    )
-
-
-_STORED_MESSAGE = StoredMessage.__pydantic_validator__.validate_python
-"""StoredMessage's validator, called directly: a whole-session read builds thousands (a third faster than ``__init__``)."""

@@ -12,7 +12,8 @@ from ..database import Database
 from ..errors import AlreadyExists, InvalidArgument, SessionNotFound
 from ..limits import check_json, check_text
 from ..records import Session, SessionSummary
-from ._shared import Settings, dumps, loads, utcnow
+from ._shared import Settings, dumps, utcnow
+from .rows import SessionSources, session_from_row, summary_from_row
 
 __all__ = ["SessionRepository"]
 
@@ -105,6 +106,29 @@ class SessionRepository:
             return False
         return self._db.fetchone(q.session_exists(), {"session_id": session_id}) is not None
 
+    def sources(self, session_id: str) -> SessionSources:
+        """The verbatim source records an import kept for a session and its loops, and the source's format.
+
+        What exports write back out; a session written through the API has none
+        (every field None, each loop's source None).
+
+        Raises:
+            SessionNotFound: no such session.
+        """
+        with self._db.read():
+            if not self.exists(session_id):
+                raise SessionNotFound(f"session {session_id!r} not found")
+            source = self._db.scalar(q.session_source(), {"session_id": session_id})
+            imported = self._db.fetchone(q.get_import(), {"session_id": session_id})
+            loops = {
+                loop_id: loop_source
+                for loop_id, loop_source in self._db.fetchall(q.loop_sources(), {"session_id": session_id})
+            }
+        source_format = None
+        if imported is not None:
+            _format, _origin, _digest, source_format = imported
+        return SessionSources(source, source_format, loops)
+
     def list(self, *, limit: int = 100, offset: int = 0, agent_id: str | None = None) -> list[SessionSummary]:
         """Sessions, most recently updated first, with their loop and message counts.
 
@@ -193,20 +217,10 @@ class SessionRepository:
                 raise SessionNotFound(f"session {session_id!r} not found")
 
     def _session(self, row: tuple[Any, ...]) -> Session:
-        return Session(**self._fields(row))
+        return session_from_row(row, self._db.load_time)
 
     def _summary(self, row: tuple[Any, ...]) -> SessionSummary:
-        return SessionSummary(**self._fields(row), loops=int(row[6]), messages=int(row[7]))
-
-    def _fields(self, row: tuple[Any, ...]) -> dict[str, Any]:
-        return {
-            "session_id": row[0],
-            "agent_id": row[1],
-            "title": row[2],
-            "metadata": loads(row[3]),
-            "created_at": self._db.load_time(row[4]),
-            "updated_at": self._db.load_time(row[5]),
-        }
+        return summary_from_row(row, self._db.load_time)
 
 
 def _holds_nul(session_id: object) -> bool:

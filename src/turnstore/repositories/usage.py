@@ -74,11 +74,11 @@ class UsageRepository:
         level, params = self._scope(session_id, loop_id)
         table = self._prices(prices)
         rows: dict[tuple[Any, ...], Tally] = {}
-        for row in self._rows(level, "none", params):
-            rows.setdefault((row[0], row[1]), Tally()).add(row[0], row[1], row[2:])
+        for model, provider, *sums in self._rows(level, "none", params):
+            rows.setdefault((model, provider), Tally()).add(model, provider, sums)
         return [
             UsageRow(model=model, provider=provider, **tally.fields(table))
-            for (model, provider), tally in sorted(rows.items(), key=lambda item: (item[0][0] or "", item[0][1] or ""))
+            for (model, provider), tally in sorted(rows.items(), key=_model_key)
         ]
 
     def by_loop(self, session_id: str, *, prices: Prices = None) -> list[UsageRow]:
@@ -125,15 +125,15 @@ class UsageRepository:
     def _total(self, level: str, params: dict[str, Any], prices: Prices) -> UsageTotals:
         table = self._prices(prices)
         tally = Tally()
-        for row in self._rows(level, "none", params):
-            tally.add(row[0], row[1], row[2:])
+        for model, provider, *sums in self._rows(level, "none", params):
+            tally.add(model, provider, sums)
         return UsageTotals(**tally.fields(table))
 
     def _grouped(self, level: str, group: str, params: dict[str, Any], key: str, prices: Prices) -> list[UsageRow]:
         table = self._prices(prices)
         tallies: dict[Any, Tally] = {}
-        for row in self._rows(level, group, params):
-            tallies.setdefault(row[0], Tally()).add(row[1], row[2], row[3:])
+        for group_key, model, provider, *sums in self._rows(level, group, params):
+            tallies.setdefault(group_key, Tally()).add(model, provider, sums)
         return [UsageRow(**{key: name}, **tally.fields(table)) for name, tally in sorted(tallies.items(), key=_sort_key)]
 
     def _scope(self, session_id: str | None, loop_id: str | None) -> tuple[str, dict[str, Any]]:
@@ -155,4 +155,11 @@ class UsageRepository:
 
 
 def _sort_key(item: tuple[Any, Tally]) -> tuple[str]:
-    return (str(item[0] or ""),)
+    key, _tally = item
+    return (str(key or ""),)
+
+
+def _model_key(item: tuple[tuple[Any, ...], Tally]) -> tuple[str, str]:
+    """Sort key of a (model, provider) group: by model, then provider (None first, as "")."""
+    (model, provider), _tally = item
+    return (model or "", provider or "")

@@ -1,0 +1,308 @@
+"""Rows to models and models to rows: the one place that knows the column order of every select and insert.
+
+Every read names each column it takes: a row is unpacked into names that
+follow the select's column list in :mod:`turnstore.queries` (``STORED_COLUMNS``,
+``SESSION_COLUMNS``, ``LOOP_COLUMNS``, ``export_messages``), never indexed by
+position. Unpacking is as fast as indexing and fails loudly if a select and
+its reader ever disagree on the number of columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
+
+from ..errors import InvalidMessage
+from ..models import (
+    AGENT_MESSAGE,
+    AGENT_MESSAGES,
+    MAX_INT,
+    AssistantMessage,
+    ExtensionMessage,
+    Message,
+    Usage,
+)
+from ..records import Loop, Session, SessionSummary, StoredMessage
+from ..schema import USAGE_COLUMNS
+from ._shared import loads
+
+__all__ = [
+    "MAX_TURN_INDEX",
+    "ExportRow",
+    "SessionSources",
+    "loop_from_row",
+    "parse_rows",
+    "row_params",
+    "session_from_row",
+    "stored_message",
+    "summary_from_row",
+    "usage_params",
+]
+
+LoadTime = Callable[[Any], Any]
+"""The database's reader of a timestamp column (``Database.load_time``)."""
+
+MAX_TURN_INDEX = 2**31 - 1
+"""Largest turn index a row holds (``messages.turn_index`` is a 32-bit integer on PostgreSQL)."""
+
+USAGE_FIELDS = ("input", "output", "reasoning", "cache_read", "cache_write", "total_tokens")
+""":class:`~turnstore.models.Usage`'s token fields, in the order of ``schema.USAGE_COLUMNS``."""
+
+_NO_USAGE: dict[str, Any] = {name: None for name in (*USAGE_COLUMNS, "cost")}
+
+
+# --- messages -----------------------------------------------------------------------
+
+
+def parse_rows(texts: Iterable[str]) -> list[Any]:
+    """Validate stored message JSON texts in one pass (one JSON array: no per-message call)."""
+    messages: list[Any] = AGENT_MESSAGES.validate_json("[" + ",".join(texts) + "]")
+    return messages
+
+
+def stored_message(row: Iterable[Any]) -> StoredMessage:
+    """A :class:`StoredMessage` from a row of ``queries.STORED_COLUMNS`` plus ``source``.
+
+    Built without a second validation pass: the row's columns already have the
+    model's types (the schema holds them), and only the message JSON needs
+    validating. A whole-session read builds thousands, and the cyclic garbage
+    collector walks every container each one allocates, so each is built with
+    the fewest: its field dict, and one fields set shared by every stored
+    message (pydantic copies it before any change, as in ``model_copy``).
+    """
+    message_id, session_id, loop_id, turn_index, seq, text, source = row
+    stored = _NEW(StoredMessage)
+    _SET(
+        stored,
+        "__dict__",
+        {
+            "id": message_id,
+            "session_id": session_id,
+            "loop_id": loop_id,
+            "turn_index": turn_index,
+            "seq": seq,
+            "message": _VALIDATE_JSON(text),
+            "source": source,
+        },
+    )
+    _SET(stored, "__pydantic_fields_set__", _STORED_FIELDS)
+    _SET(stored, "__pydantic_extra__", None)
+    _SET(stored, "__pydantic_private__", None)
+    return stored
+
+
+def path_stored_message(row: Iterable[Any]) -> StoredMessage:
+    """A :class:`StoredMessage` from a row of ``queries.path_messages`` (``PATH_COLUMNS`` then the place)."""
+    message_id, loop_id, _role, _kind, text, session_id, turn_index, seq, source = row
+    return stored_message((message_id, session_id, loop_id, turn_index, seq, text, source))
+
+
+_NEW = object.__new__
+_SET = object.__setattr__
+_VALIDATE_JSON = AGENT_MESSAGE.validate_json
+_STORED_FIELDS = set(StoredMessage.model_fields)
+"""Every field of a stored message is set: one set, shared (never changed in place: pydantic copies before updating)."""
+
+
+class SessionSources(NamedTuple):
+    """What an import kept of a session's source: the records as read, and the format they came in."""
+
+    source: str | None
+    """The session's verbatim source header (JSON text), or None."""
+    source_format: str | None
+    """The format of the import the session came from (``phi-core``, ``pi``, ...), or None if it was not imported."""
+    loops: dict[str, str | None]
+    """Each loop's verbatim source record (JSON text, or None), by loop id, in the session's loop order."""
+
+
+class ExportRow(NamedTuple):
+    """A row of ``queries.export_messages``, by column name."""
+
+    id: int
+    session_id: str
+    loop_id: str
+    turn_index: int | None
+    seq: int
+    message: str
+    source: str | None
+    role: str
+    input_tokens: int | None
+    output_tokens: int | None
+    reasoning_tokens: int | None
+    cache_read_tokens: int | None
+    cache_write_tokens: int | None
+    total_tokens: int | None
+    cost: float | None
+    model: str | None
+    provider: str | None
+    timestamp: int | None
+
+    def usage_tokens(self) -> tuple[int | None, ...]:
+        """The typed token columns, in :data:`USAGE_FIELDS` order (None: the row holds no usage)."""
+        return (
+            self.input_tokens,
+            self.output_tokens,
+            self.reasoning_tokens,
+            self.cache_read_tokens,
+            self.cache_write_tokens,
+            self.total_tokens,
+        )
+
+
+def row_params(
+    model: Message | ExtensionMessage,
+    text: str,
+    loop_id: str,
+    turn_index: int | None,
+    usage: Usage | None = None,
+    source: str | None = None,
+    priced_as: tuple[str | None, str | None] = (None, None),
+    timestamp: int | None = None,
+    usage_known: bool = True,
+) -> dict[str, Any]:
+    """The column values of one message row (the seq is the database's to assign).
+
+    ``priced_as`` is the (model, provider) of ``usage`` on a non-assistant
+    message; ``timestamp`` dates a message that has no timestamp of its own
+    (extension messages), so usage by day can place it; ``usage_known=False``
+    leaves an assistant message's usage columns NULL (its source recorded none).
+
+    Raises:
+        InvalidMessage: a value no column of every backend can hold: a turn index
+            over :data:`MAX_TURN_INDEX`, a timestamp beyond 64 bits, NUL in the
+            kind, model or provider (PostgreSQL text refuses it; SQLite is held
+            to the same rule so that both accept the same messages).
+    """
+    role = str(model.role)
+    stop_reason: str | None = None
+    model_name: str | None
+    provider: str | None
+    if isinstance(model, AssistantMessage):
+        usage = model.usage if usage_known else None
+        model_name, provider = model.model, model.provider
+        stop_reason = model.stop_reason.value
+    else:
+        model_name, provider = priced_as if usage is not None else (None, None)
+    kind = model.kind if isinstance(model, ExtensionMessage) else None
+    stamp = getattr(model, "timestamp", timestamp)
+    if turn_index is not None and not 0 <= turn_index <= MAX_TURN_INDEX:
+        raise InvalidMessage(f"turn index {turn_index} is over the largest, {MAX_TURN_INDEX}", [("turn_index", "too large")])
+    if stamp is not None and not -MAX_INT - 1 <= stamp <= MAX_INT:
+        raise InvalidMessage(f"timestamp {stamp} does not fit 64 bits", [("timestamp", "too large")])
+    if (
+        (isinstance(kind, str) and "\x00" in kind)
+        or (isinstance(model_name, str) and "\x00" in model_name)
+        or (isinstance(provider, str) and "\x00" in provider)
+    ):
+        for name, value in (("kind", kind), ("model", model_name), ("provider", provider)):
+            if isinstance(value, str) and "\x00" in value:
+                raise InvalidMessage(
+                    f"{name} holds a NUL character (U+0000), which a database text column cannot store",
+                    [(name, "NUL")],
+                )
+    params = usage_params(usage)
+    params["loop_id"] = loop_id
+    params["turn_index"] = turn_index
+    params["role"] = role
+    params["kind"] = kind
+    params["message"] = text
+    params["model"] = model_name
+    params["provider"] = provider
+    params["stop_reason"] = stop_reason
+    params["timestamp"] = stamp
+    params["source"] = source
+    return params
+
+
+def usage_params(usage: Usage | None) -> dict[str, Any]:
+    """The typed usage columns for ``usage`` (all NULL when there is none)."""
+    if usage is None:
+        return _NO_USAGE.copy()
+    return {
+        "input_tokens": usage.input,
+        "output_tokens": usage.output,
+        "reasoning_tokens": usage.reasoning,
+        "cache_read_tokens": usage.cache_read,
+        "cache_write_tokens": usage.cache_write,
+        "total_tokens": usage.total_tokens,
+        "cost": usage.cost,
+    }
+
+
+# --- sessions -----------------------------------------------------------------------
+
+
+def _session_fields(row: Iterable[Any], load_time: LoadTime) -> dict[str, Any]:
+    session_id, agent_id, title, metadata, created_at, updated_at = row
+    return {
+        "session_id": session_id,
+        "agent_id": agent_id,
+        "title": title,
+        "metadata": loads(metadata),
+        "created_at": load_time(created_at),
+        "updated_at": load_time(updated_at),
+    }
+
+
+def session_from_row(row: Iterable[Any], load_time: LoadTime) -> Session:
+    """A :class:`Session` from a row of ``queries.SESSION_COLUMNS``."""
+    return Session(**_session_fields(row, load_time))
+
+
+def summary_from_row(row: Iterable[Any], load_time: LoadTime) -> SessionSummary:
+    """A :class:`SessionSummary` from a row of ``queries.SESSION_COLUMNS`` plus its loop and message counts."""
+    *columns, loops, messages = row
+    return SessionSummary(**_session_fields(columns, load_time), loops=int(loops), messages=int(messages))
+
+
+# --- loops --------------------------------------------------------------------------
+
+
+def loop_from_row(row: Iterable[Any], load_time: LoadTime) -> Loop:
+    """A :class:`Loop` from a row of ``queries.LOOP_COLUMNS``."""
+    (
+        loop_id,
+        session_id,
+        parent_loop_id,
+        continuation_kind,
+        fork_after,
+        keep_from,
+        config,
+        config_id,
+        status,
+        started_at,
+        ended_at,
+        spawn_loop_id,
+        spawn_tool_call_id,
+        input_tokens,
+        output_tokens,
+        reasoning_tokens,
+        cache_read_tokens,
+        cache_write_tokens,
+        total_tokens,
+        cost,
+        metadata,
+        requests,
+    ) = row
+    reported = None
+    if input_tokens is not None:
+        tokens = (input_tokens, output_tokens, reasoning_tokens, cache_read_tokens, cache_write_tokens, total_tokens)
+        reported = Usage(**{field: int(value or 0) for field, value in zip(USAGE_FIELDS, tokens)}, cost=cost)
+    return Loop(
+        loop_id=loop_id,
+        session_id=session_id,
+        parent_loop_id=parent_loop_id,
+        continuation_kind=continuation_kind,
+        fork_after=fork_after,
+        keep_from=keep_from,
+        config=loads(config),
+        config_id=config_id,
+        status=status,
+        started_at=load_time(started_at),
+        ended_at=load_time(ended_at),
+        spawn_loop_id=spawn_loop_id,
+        spawn_tool_call_id=spawn_tool_call_id,
+        reported_usage=reported,
+        reported_requests=requests,
+        metadata=loads(metadata),
+    )
