@@ -1,18 +1,18 @@
-"""Pausing Python's cyclic garbage collector while turnstore builds many models at once.
+"""Pausing Python's cyclic garbage collector while an import reads and writes one file.
 
-Reading a session or importing a file allocates tens of thousands of
-long-lived objects (models, their content blocks and strings) and makes no
-reference cycles. Left on, the collector runs every 700 allocations and, as
-those objects survive, walks them again in its older generations: on a
-5,000-message session read in a plain process, more time than building the
-models (171 vs 70 ms, measured), and in an app with a large heap its full
-passes also walk everything the app holds.
+Importing a file allocates tens of thousands of long-lived objects (models,
+their content blocks and strings) and makes no reference cycles. Left on,
+the collector runs every 700 allocations and, as those objects survive,
+walks them again in its older generations, and in an app with a large heap
+its full passes also walk everything the app holds.
 
-:func:`collector_paused` turns it off for one such block and back on (if it
-was on) as soon as the block ends, so anything it would have collected still
-is; reference counting frees memory meanwhile. The block never includes the
-caller's own code: a generator pauses it per batch it builds, never across a
-``yield``.
+This is the library's only use of :mod:`gc`, and only ``Store.import_``
+(:mod:`turnstore.importing`) makes it, around each file it reads and writes:
+:func:`collector_paused` turns the collector off for that block and back on
+(if it was on) as soon as the block ends, so anything it would have
+collected still is; reference counting frees memory meanwhile. The
+``progress`` callback and everything else of the caller run with the
+collector as the caller left it. Reads never touch it.
 """
 
 from __future__ import annotations

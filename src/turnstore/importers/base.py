@@ -34,7 +34,6 @@ from typing import Any, Protocol, TypeVar
 from pydantic import ValidationError
 from pydantic_core import from_json
 
-from ..collector import collector_paused
 from ..errors import ImportFailed, InvalidMessage, InvalidRecord
 from ..limits import Limits
 from ..ids import session_of_loop_id
@@ -49,7 +48,6 @@ __all__ = [
     "MessageRow",
     "RecordError",
     "SessionBundle",
-    "collector_paused",
     "connect_read_only",
     "first_turn_session",
     "guess_mime_type",

@@ -52,7 +52,6 @@ from .base import (
     ImportOptions,
     RecordError,
     SessionBundle,
-    collector_paused,
     parse_time,
     path_stem,
     path_text,
@@ -148,12 +147,11 @@ class _SessionFile:
             InvalidRecord: the file does not start with a pi session header
                 (or holds a version this importer does not know).
         """
-        with collector_paused():
-            try:
-                return self._read()
-            finally:
-                if self.compact is not None:
-                    self.compact.close()
+        try:
+            return self._read()
+        finally:
+            if self.compact is not None:
+                self.compact.close()
 
     def _read(self) -> SessionBundle:
         lines = read_jsonl(self.path, fast_message_line)
