@@ -323,7 +323,7 @@ def insert_message_at(without_nulls: bool = False) -> sa.Insert:
     result without usage (usage, cost, model, provider, stop reason, kind), so
     that no NULL parameter is bound for them.
     """
-    names = (*MESSAGE_VALUES, "session_id", "seq")
+    names: tuple[str, ...] = (*MESSAGE_VALUES, "session_id", "seq")
     if without_nulls:
         names = tuple(name for name in names if name not in MESSAGE_NULL_COLUMNS)
     return sa.insert(messages).values({name: bp(name) for name in names})

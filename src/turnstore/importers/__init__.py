@@ -40,4 +40,5 @@ def get_importer(fmt: str) -> Importer:
     if target is None:
         raise ImportFailed(f"unknown import format {fmt!r}; choose one of {', '.join(sorted(FORMATS))}")
     module, _, name = target.partition(":")
-    return getattr(importlib.import_module(f".{module}", __name__), name)()
+    importer: Importer = getattr(importlib.import_module(f".{module}", __name__), name)()
+    return importer

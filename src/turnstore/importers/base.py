@@ -328,7 +328,7 @@ class ImportReport:
         kinds: Counter[str] = Counter()
         for cls, count in classes.items():
             if cls is not SpilledMessage:
-                roles[cls.ROLE] += count
+                roles[cls.ROLE] += count  # type: ignore[attr-defined]  # every message class declares ROLE
         if SpilledMessage in classes:
             spilled = [message for message in messages if type(message) is SpilledMessage and message.at >= 0]
             roles.update(message.role for message in spilled)
@@ -506,7 +506,8 @@ def parse_agent_message(data: Any, place: str) -> Message | ExtensionMessage:
     if not isinstance(data, dict):
         raise InvalidRecord(place, f"expected a JSON object, got {type(data).__name__}")
     try:
-        return AGENT_MESSAGE.validate_python(data)
+        message: Message | ExtensionMessage = AGENT_MESSAGE.validate_python(data)
+        return message
     except ValidationError as error:
         raise InvalidRecord(place, str(InvalidMessage.from_pydantic(error))) from None
     except RecursionError:

@@ -502,7 +502,8 @@ def _usage(raw: Any, place: str) -> Usage:
     if not isinstance(raw, dict):
         raise InvalidRecord(place, f"usage must be an object, got {type(raw).__name__}")
     try:
-        return Usage.model_validate(canonical_usage(dict(raw)))
+        usage: Usage = Usage.model_validate(canonical_usage(dict(raw)))
+        return usage
     except ValidationError as error:
         raise InvalidRecord(place, str(InvalidMessage.from_pydantic(error, "usage"))) from None
 

@@ -360,7 +360,7 @@ def _convert(session: _Session, entry: _Entry, setting: dict[str, str]) -> None:
     """Turn one entry into its node(s), or into session data."""
     data, kind = entry.data, entry.data.get("type")
     timestamp = ms(data.get("timestamp"))
-    config = dict(setting) if "model" in setting else None
+    config: dict[str, object] | None = dict(setting) if "model" in setting else None
     priced_as = (setting.get("model"), setting.get("provider"))
 
     def node(message: Any, **extra: Any) -> Node:

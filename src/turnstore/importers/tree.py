@@ -204,9 +204,9 @@ def _walk(bundle: SessionBundle, roots: list[Node], loop_prefix: str, row_of: di
                 elif line is None:
                     line = new_loop("initial", None, None, node.config)
             tools = role == "assistant" and asked_tools(message)
-            opens_loop, turn = line.deriver.step(role, tools)  # type: ignore[union-attr]
+            opens_loop, turn = line.deriver.step(role, tools)
             if opens_loop:
-                line = new_loop("default", line.loop, None, node.config)  # type: ignore[union-attr]
+                line = new_loop("default", line.loop, None, node.config)
                 _, turn = line.deriver.step(role, tools)
             if opens is not None:
                 turn = None
@@ -214,7 +214,7 @@ def _walk(bundle: SessionBundle, roots: list[Node], loop_prefix: str, row_of: di
             messages.append(
                 MessageRow(
                     message=message,
-                    loop_id=line.loop.loop_id,  # type: ignore[union-attr]
+                    loop_id=line.loop.loop_id,
                     turn_index=turn,
                     source=node.source,
                     usage=node.usage,
