@@ -179,8 +179,12 @@ class _Source:
         rows = [tuple(_plain(value) for value in row) for row in self.connection.execute(query, (session_id,))]
         for row in rows:
             bundle.add_source(compact(list(row)))
-        rows.sort(key=lambda row: (row[3] if isinstance(row[3], int) else 0, row[4]))  # sequence order
-        return [(row[0], str(row[1]), row[2] if isinstance(row[2], int) else None) for row in rows]
+        structure = []
+        for message_id, branch_id, user_turn, sequence, row_id in rows:
+            order = (sequence if isinstance(sequence, int) else 0, row_id)
+            structure.append((order, (message_id, str(branch_id), user_turn if isinstance(user_turn, int) else None)))
+        structure.sort(key=lambda entry: entry[0])  # sequence order
+        return [entry for _, entry in structure]
 
     def _usage(self, session_id: str) -> list[dict[str, Any]]:
         query = f'SELECT * FROM "{TURN_USAGE}" WHERE session_id = ? ORDER BY id'
