@@ -13,7 +13,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from .schema import USAGE_COLUMNS, imports, loops, messages, sessions
+from .schema import USAGE_COLUMNS, imports, loops, messages, sessions, staging
 
 bp = sa.bindparam
 
@@ -65,6 +65,18 @@ PATH_COLUMNS = (
 """What the context walk reads of a row (``context.choose`` and ``context.to_messages`` take rows in this shape)."""
 
 
+# --- staged sessions (see turnstore.repositories.staging) ---------------------
+
+
+def visible(session_id: Any) -> Any:
+    """A filter that leaves out a staged session: one probe of the ``staging`` primary key.
+
+    The table is empty but while a large session is being written, so the probe
+    finds nothing in a page already in the cache.
+    """
+    return ~sa.exists().where(staging.c.session_id == session_id)
+
+
 # --- sessions -----------------------------------------------------------------
 
 
@@ -83,7 +95,7 @@ def insert_session() -> sa.Insert:
 
 @cache
 def get_session() -> sa.Select:
-    return sa.select(*SESSION_COLUMNS).where(sessions.c.session_id == bp("session_id"))
+    return sa.select(*SESSION_COLUMNS).where(sessions.c.session_id == bp("session_id"), visible(bp("session_id")))
 
 
 @cache
@@ -97,7 +109,7 @@ def lock_session() -> sa.Select:
 
 @cache
 def session_exists() -> sa.Select:
-    return sa.select(sa.literal(1)).where(sessions.c.session_id == bp("session_id"))
+    return sa.select(sa.literal(1)).where(sessions.c.session_id == bp("session_id"), visible(bp("session_id")))
 
 
 @cache
@@ -114,7 +126,7 @@ def list_sessions(by_agent: bool) -> sa.Select:
         .where(loops.c.session_id == sessions.c.session_id)
         .scalar_subquery()
     )
-    statement = sa.select(*SESSION_COLUMNS, loop_count, message_count)
+    statement = sa.select(*SESSION_COLUMNS, loop_count, message_count).where(visible(sessions.c.session_id))
     if by_agent:
         statement = statement.where(sessions.c.agent_id == bp("agent_id"))
     return (
@@ -126,7 +138,7 @@ def list_sessions(by_agent: bool) -> sa.Select:
 
 @cache
 def count_sessions() -> sa.Select:
-    return sa.select(sa.func.count()).select_from(sessions)
+    return sa.select(sa.func.count()).select_from(sessions).where(visible(sessions.c.session_id))
 
 
 @cache
@@ -186,14 +198,14 @@ def insert_loop() -> sa.Insert:
 
 @cache
 def get_loop() -> sa.Select:
-    return sa.select(*LOOP_COLUMNS).where(loops.c.loop_id == bp("loop_id"))
+    return sa.select(*LOOP_COLUMNS).where(loops.c.loop_id == bp("loop_id"), visible(loops.c.session_id))
 
 
 @cache
 def list_loops() -> sa.Select:
     return (
         sa.select(*LOOP_COLUMNS)
-        .where(loops.c.session_id == bp("session_id"))
+        .where(loops.c.session_id == bp("session_id"), visible(bp("session_id")))
         .order_by(loops.c.started_at, loops.c.loop_id)
     )
 
@@ -225,12 +237,12 @@ def loop_ids_for_config(has_config: bool) -> sa.Select:
 
 @cache
 def loop_exists() -> sa.Select:
-    return sa.select(loops.c.loop_id).where(loops.c.loop_id == bp("loop_id"))
+    return sa.select(loops.c.loop_id).where(loops.c.loop_id == bp("loop_id"), visible(loops.c.session_id))
 
 
 @cache
 def loop_session() -> sa.Select:
-    return sa.select(loops.c.session_id).where(loops.c.loop_id == bp("loop_id"))
+    return sa.select(loops.c.session_id).where(loops.c.loop_id == bp("loop_id"), visible(loops.c.session_id))
 
 
 @cache

@@ -17,6 +17,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.functions import FunctionElement
 
+from .queries import visible
 from .schema import USAGE_COLUMNS, loops, messages
 
 bp = sa.bindparam
@@ -176,7 +177,10 @@ def _group_key(table: sa.Table, group: str) -> list[ColumnElement]:
 
 
 def _by_level(statement: sa.Select, level: str) -> sa.Select:
-    """Filter messages by ``level``: all; session (:session_id); loop (:loop_id); turn (:loop_id, :turn_index)."""
+    """Filter messages by ``level``: all; visible (all but staged sessions); session (:session_id);
+    loop (:loop_id); turn (:loop_id, :turn_index)."""
+    if level == "visible":
+        statement = statement.where(visible(messages.c.session_id))
     if level == "session":
         statement = statement.where(messages.c.session_id == bp("session_id"))
     if level in ("loop", "turn"):
@@ -243,6 +247,8 @@ def loop_reported_usage(level: str, group: str, split: bool = False) -> sa.Selec
     statement = sa.select(
         *keys, loops.c.model, loops.c.provider, *_sums(loops, _cost(loops, split), USAGE_PART_LOOP, split)
     ).where(loops.c.input_tokens.is_not(None), ~has_message_usage)
+    if level == "visible":
+        statement = statement.where(visible(loops.c.session_id))
     if level == "session":
         statement = statement.where(loops.c.session_id == bp("session_id"))
     if level == "loop":

@@ -23,7 +23,9 @@ from ..records import LoopConfig
 from ..repositories._shared import dumps, utcnow
 from ..repositories.loops import usage_params
 from ..repositories.message_json import dump_message
+from ..repositories import staging
 from ..repositories.messages import MAX_TURN_INDEX, row_params
+from ..repositories.staging import staged_write, write_staged
 from .background import Background
 from .base import LoopRow, MessageRow, RecordError, SessionBundle, SpilledMessage
 
@@ -115,13 +117,16 @@ def _write(
     report: dict[str, Any],
 ) -> str:
     freeing = None
+    owner = None
     with _large_write(db, len(bundle.messages), spilled=bundle.spill is not None), db.write():
         if check_bundle(db, bundle, fmt, replace=replace) == UNCHANGED:
             return UNCHANGED
+        staging.refuse_live(db, bundle.session_id)
+        owner = staged_write(db, bundle.session_id, len(bundle.messages), replace=replace)
         # Without replace the check found no session here, so a delete could only take the rows of
         # an import of it that committed since (PostgreSQL reads each statement afresh): let the
         # insert meet them instead (see _after_conflict).
-        if replace:
+        if replace and owner is None:
             for statement in q.delete_session():
                 db.execute(statement, {"session_id": bundle.session_id})
         first_times, created, updated = _times(bundle)
@@ -146,26 +151,39 @@ def _write(
                     for loop in bundle.loops
                 ],
             )
-        for batch in rows:
-            db.executemany(q.insert_message_at(), batch)
-        _resolve_forks(db, bundle)
-        db.execute(
-            q.insert_import(),
-            {
-                "session_id": bundle.session_id,
-                "format": fmt,
-                "source_format": bundle.source_format if fmt == "turnstore" else fmt,
-                "origin": bundle.origin,
-                "digest": bundle.digest(fmt),
-                "imported_at": db.bind_time(utcnow()),
-                "report": dumps(report),
-            },
-        )
+        if owner is not None:
+            staging.begin(db, bundle.session_id, owner)
+        else:
+            for batch in rows:
+                db.executemany(q.insert_message_at(), batch)
+            _finish(db, bundle, fmt, report)
+            freeing = _free_meanwhile(bundle, rows)
+            del rows
+    if owner is not None:
+        with _large_write(db, len(bundle.messages), spilled=True):
+            write_staged(db, bundle.session_id, owner, rows, lambda: _finish(db, bundle, fmt, report))
         freeing = _free_meanwhile(bundle, rows)
         del rows
     if freeing is not None:
         freeing.result()
     return WRITTEN
+
+
+def _finish(db: Database, bundle: SessionBundle, fmt: str, report: dict[str, Any]) -> None:
+    """The last writes of a session, after its messages: fork points and the import record."""
+    _resolve_forks(db, bundle)
+    db.execute(
+        q.insert_import(),
+        {
+            "session_id": bundle.session_id,
+            "format": fmt,
+            "source_format": bundle.source_format if fmt == "turnstore" else fmt,
+            "origin": bundle.origin,
+            "digest": bundle.digest(fmt),
+            "imported_at": db.bind_time(utcnow()),
+            "report": dumps(report),
+        },
+    )
 
 
 LARGE_SESSION_MESSAGES = 1_000

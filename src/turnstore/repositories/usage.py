@@ -10,6 +10,7 @@ from ..database import Database
 from ..errors import InvalidMessage, LoopNotFound, SessionNotFound
 from ..usage import PriceTable, Tally, UsageRow, UsageTotals
 from ._shared import Settings
+from .staging import any_staged
 
 __all__ = ["UsageRepository"]
 
@@ -112,6 +113,15 @@ class UsageRepository:
         overflow (``uq.usage_rows(..., split=True)``), rejoined here. Reads whose
         sums fit pay nothing for this.
         """
+        if level != "all":
+            return self._read_rows(level, group, params)
+        # Across the store: staged sessions are left out. The filter costs a probe per usage
+        # row, so it is added only when a probe of the (nearly always empty) staging table,
+        # in the same read transaction, finds one.
+        with self._db.read():
+            return self._read_rows("visible" if any_staged(self._db) else level, group, params)
+
+    def _read_rows(self, level: str, group: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         try:
             return self._db.fetchall(uq.usage_rows(level, group), params)
         except (self._db.OperationalError, InvalidMessage) as error:
