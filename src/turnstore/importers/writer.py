@@ -160,7 +160,7 @@ def _write(
             freeing = _free_meanwhile(bundle, rows)
             del rows
     if owner is not None:
-        with _large_write(db, len(bundle.messages), spilled=True):
+        with _large_write(db, 0):  # short transactions: SQLite checkpoints the log as usual
             write_staged(db, bundle.session_id, owner, rows, lambda: _finish(db, bundle, fmt, report))
         freeing = _free_meanwhile(bundle, rows)
         del rows

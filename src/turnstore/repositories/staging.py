@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 import uuid
 from datetime import datetime, timedelta, timezone
 from collections.abc import Callable, Iterable
@@ -62,6 +63,11 @@ which holds the write lock for well under a second)."""
 
 BATCH_MESSAGES = 2_000
 """Messages per transaction of a staged session: the longest the write lock is held by it between turns."""
+
+PAUSE_FRACTION = 0.25
+MIN_PAUSE = 0.005
+"""Between two transactions of a staged session the write lock is left free for ``PAUSE_FRACTION`` of the time
+the last one held it, and at least ``MIN_PAUSE`` seconds (see :func:`_give_way`)."""
 
 LEASE = timedelta(minutes=10)
 """A staging whose owner has not renewed it for this long is abandoned (owners renew it every batch)."""
@@ -246,12 +252,17 @@ def write_staged(
     Raises:
         StagingLost: the staging was taken away meanwhile (nothing is published).
     """
+    held = 0.0
     try:
         for batch in rows:
             for start in range(0, len(batch), BATCH_MESSAGES):
+                _give_way(held)
+                began = time.monotonic()
                 with db.write():
                     renew(db, session_id, owner)
                     db.executemany(q.insert_message_at(), batch[start : start + BATCH_MESSAGES])
+                held = time.monotonic() - began
+        _give_way(held)
         with db.write():
             finish()
             publish(db, session_id, owner)
@@ -261,6 +272,19 @@ def write_staged(
         except Exception:  # the next open cleans it up
             pass
         raise
+
+
+def _give_way(held: float) -> None:
+    """Leave the write lock free for a while after a transaction that held it for ``held`` seconds.
+
+    A writer kept waiting on SQLite polls for the lock, every 100 ms once it
+    has waited a few hundred; a lock taken again as soon as it is released is
+    found free by chance only, and such a writer can wait for many batches.
+    Free for a quarter of the time it was held (at least a few milliseconds),
+    it is found within a few polls.
+    """
+    if held > 0:
+        time.sleep(max(MIN_PAUSE, PAUSE_FRACTION * held))
 
 
 def abandon(db: Database, session_id: str, owner: str) -> None:
