@@ -13,7 +13,13 @@ from .database import Database
 from .engine import describe, open_engine, resolve_url, storage_error
 from .errors import ReadOnlyStore, StorageError
 from .limits import Limits
-from .repositories import LoopRepository, MessageRepository, SessionRepository, UsageRepository, staging
+from .repositories import (
+    LoopRepository,
+    MessageRepository,
+    SessionRepository,
+    UsageRepository,
+    staging,
+)
 from .repositories._shared import Settings
 from .usage import DEFAULT_PRICES, PriceTable
 

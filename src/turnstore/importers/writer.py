@@ -20,10 +20,10 @@ from ..errors import AlreadyExists, InvalidMessage, InvalidRecord
 from ..limits import Limits, check_json, check_text
 from ..null_binding import fast_null_binding
 from ..records import LoopConfig
+from ..repositories import staging
 from ..repositories._shared import dumps, utcnow
 from ..repositories.loops import usage_params
 from ..repositories.message_json import dump_message
-from ..repositories import staging
 from ..repositories.messages import MAX_TURN_INDEX, row_params
 from ..repositories.staging import staged_write, write_staged
 from .background import Background

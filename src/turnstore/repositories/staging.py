@@ -24,12 +24,13 @@ while it renews its lease, which each batch does.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
 from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta, timezone
 from functools import cache
 from typing import Any
 
@@ -37,7 +38,7 @@ import sqlalchemy as sa
 
 from .. import queries as q
 from ..database import Database
-from ..errors import AlreadyExists
+from ..errors import AlreadyExists, TurnstoreError
 from ..schema import imports, loops, messages, sessions, staging
 
 __all__ = [
@@ -76,6 +77,7 @@ DELETE_BATCH_ROWS = 5_000
 """Rows removed per transaction when an abandoned staging is cleaned up."""
 
 bp = sa.bindparam
+log = logging.getLogger(__name__)
 
 
 class StagingLost(AlreadyExists):
@@ -269,8 +271,8 @@ def write_staged(
     except BaseException:
         try:
             abandon(db, session_id, owner)
-        except Exception:  # the next open cleans it up
-            pass
+        except (TurnstoreError, db.DatabaseError) as error:  # invisible; the next writable open removes it
+            log.warning("turnstore: the staged rows of session %r were left for the next open: %s", session_id, error)
         raise
 
 
