@@ -282,3 +282,29 @@ def test_appends_of_other_sessions_go_through_while_a_session_is_imported(
     assert len(appended) == 6 and staged_rows is None
     assert app.sessions.count() == 2 and len(list(app.messages.records("big"))) == 6
     app.close()
+
+
+def test_message_reads_of_a_staged_session_find_nothing(tmp_path: Path, stage_everything: None) -> None:
+    """A staged session's loop and message ids, if known, lead to nothing: every read says not found."""
+    path = tmp_path / "store.db"
+    with Store(path) as store:
+        store.import_("pi", _pi_file(tmp_path / "big.jsonl", ["one", "two"]))
+        loop_id = store.loops.list("big")[0].loop_id
+        first = next(iter(store.messages.records("big"))).id
+        db = store._db
+        with db.write():
+            staging.begin(db, "big", staging.new_owner())
+        with pytest.raises(SessionNotFound):
+            store.messages.last("big", 5)
+        with pytest.raises(SessionNotFound):
+            list(store.messages.records("big"))
+        for read in (store.messages.loop, store.messages.turns, store.messages.context, store.loops.get,
+                     store.usage.loop, lambda loop: store.messages.turn(loop, 0)):
+            with pytest.raises(LookupError):
+                read(loop_id)
+        with pytest.raises(LookupError):
+            store.messages.get(first)
+        for session_read in (store.loops.list, store.usage.session, store.usage.by_loop, store.sessions.get):
+            with pytest.raises(SessionNotFound):
+                session_read("big")
+        assert store.usage.by_session() == [] and store.usage.by_day() == []

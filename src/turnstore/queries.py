@@ -254,7 +254,7 @@ def loop_tree() -> sa.Select:
         loops.c.continuation_kind,
         loops.c.fork_after,
         loops.c.keep_from,
-    ).where(loops.c.session_id == bp("session_id"))
+    ).where(loops.c.session_id == bp("session_id"), visible(bp("session_id")))
 
 
 @cache
@@ -387,14 +387,18 @@ def delete_loop_tail() -> sa.Delete:
 def turn_messages() -> sa.Select:
     return (
         sa.select(messages.c.message)
-        .where(messages.c.loop_id == bp("loop_id"), messages.c.turn_index == bp("turn_index"))
+        .where(
+            messages.c.loop_id == bp("loop_id"),
+            messages.c.turn_index == bp("turn_index"),
+            visible(messages.c.session_id),
+        )
         .order_by(messages.c.seq)
     )
 
 
 @cache
 def turn_range_messages(bounded: bool) -> sa.Select:
-    condition = [messages.c.loop_id == bp("loop_id"), messages.c.turn_index >= bp("start")]
+    condition = [messages.c.loop_id == bp("loop_id"), messages.c.turn_index >= bp("start"), visible(messages.c.session_id)]
     if bounded:
         condition.append(messages.c.turn_index < bp("stop"))
     return (
@@ -406,7 +410,11 @@ def turn_range_messages(bounded: bool) -> sa.Select:
 
 @cache
 def loop_messages() -> sa.Select:
-    return sa.select(messages.c.message).where(messages.c.loop_id == bp("loop_id")).order_by(messages.c.seq)
+    return (
+        sa.select(messages.c.message)
+        .where(messages.c.loop_id == bp("loop_id"), visible(messages.c.session_id))
+        .order_by(messages.c.seq)
+    )
 
 
 @cache
@@ -456,7 +464,7 @@ def session_tail() -> sa.Select:
     """A session's newest ``limit`` messages, newest first, with their loop and kind (``last()``'s first read)."""
     return (
         sa.select(messages.c.loop_id, messages.c.kind, messages.c.message)
-        .where(messages.c.session_id == bp("session_id"))
+        .where(messages.c.session_id == bp("session_id"), visible(bp("session_id")))
         .order_by(messages.c.id.desc())
         .limit(bp("limit"))
     )
@@ -504,7 +512,7 @@ def stored_messages(by_loop: bool) -> sa.Select:
 
 @cache
 def get_message() -> sa.Select:
-    return sa.select(*STORED_COLUMNS, messages.c.source).where(messages.c.id == bp("id"))
+    return sa.select(*STORED_COLUMNS, messages.c.source).where(messages.c.id == bp("id"), visible(messages.c.session_id))
 
 
 @cache
