@@ -118,6 +118,12 @@ def _write(
 ) -> str:
     freeing = None
     owner = None
+    # Worked out before the write lock is taken: Python work that keeps no other writer waiting.
+    first_times, created, updated = _times(bundle)
+    configs: dict[Any, tuple[Any, ...]] = {}
+    loop_rows = [
+        _loop_params(db, bundle, loop, first_times.get(loop.loop_id, created), configs) for loop in bundle.loops
+    ]
     with _large_write(db, len(bundle.messages), spilled=bundle.spill is not None), db.write():
         if check_bundle(db, bundle, fmt, replace=replace) == UNCHANGED:
             return UNCHANGED
@@ -129,7 +135,6 @@ def _write(
         if replace and owner is None:
             for statement in q.delete_session():
                 db.execute(statement, {"session_id": bundle.session_id})
-        first_times, created, updated = _times(bundle)
         db.execute(
             q.insert_session(),
             {
@@ -142,15 +147,8 @@ def _write(
                 "source": bundle.source,
             },
         )
-        if bundle.loops:
-            configs: dict[Any, tuple[Any, ...]] = {}
-            db.executemany(
-                q.insert_loop(),
-                [
-                    _loop_params(db, bundle, loop, first_times.get(loop.loop_id, created), configs)
-                    for loop in bundle.loops
-                ],
-            )
+        if loop_rows:
+            db.executemany(q.insert_loop(), loop_rows)
         if owner is not None:
             staging.begin(db, bundle.session_id, owner)
         else:
