@@ -16,7 +16,10 @@ and the import's time.
 During the pi import, ``--appenders`` other processes append one message at
 a time to a session of their own in the same store, 20 a second each; each
 reports the longest time one append took and how many failed (``StoreBusy``:
-the store's ``busy_timeout``, 5 s by default, ran out).
+the store's ``busy_timeout``, 5 s by default, ran out). A large session is
+written in batches under a staging marker (turnstore.repositories.staging),
+so the longest append should stay near one batch's transaction, far below
+``busy_timeout``; the median and 99th percentile show the common case.
 """
 
 from __future__ import annotations
@@ -150,7 +153,7 @@ def child_append(db: str, stop_file: str, index: int) -> None:
     store = Store(db)
     session = store.sessions.create(title=f"appender {index}")
     loop = store.loops.start(session.session_id)
-    longest = 0.0
+    waits: list[float] = []
     appended = failed = 0
     while not os.path.exists(stop_file):
         start = time.perf_counter()
@@ -159,10 +162,13 @@ def child_append(db: str, stop_file: str, index: int) -> None:
             appended += 1
         except StoreBusy:
             failed += 1
-        longest = max(longest, time.perf_counter() - start)
+        waits.append(time.perf_counter() - start)
         time.sleep(0.05)
     store.close()
-    print(json.dumps({"appended": appended, "failed": failed, "longest_wait_s": round(longest, 3)}))
+    waits.sort()
+    p99 = waits[min(len(waits) - 1, int(len(waits) * 0.99))] if waits else 0.0
+    print(json.dumps({"appended": appended, "failed": failed, "longest_wait_s": round(waits[-1] if waits else 0.0, 3),
+                      "median_wait_s": round(waits[len(waits) // 2] if waits else 0.0, 4), "p99_wait_s": round(p99, 3)}))
 
 
 # --- the run ---------------------------------------------------------------------------------
@@ -225,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"({result['rss_before_kib'] / 1024:,.0f} MB before the import)")
             for index, appender in enumerate(result["appenders"]):
                 print(f"  appender {index}: {appender['appended']} appends, {appender['failed']} failed (StoreBusy), "
-                      f"longest append {appender['longest_wait_s'] * 1000:,.0f} ms")
+                      f"append median {appender['median_wait_s'] * 1000:,.1f} ms, "
+                      f"p99 {appender['p99_wait_s'] * 1000:,.0f} ms, longest {appender['longest_wait_s'] * 1000:,.0f} ms")
             if result["errors"]:
                 print(f"  errors: {result['errors']}")
     return 0

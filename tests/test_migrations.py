@@ -28,7 +28,7 @@ from turnstore import Store, migrate
 from turnstore.engine import create_engine, resolve_url
 
 REPO = Path(__file__).resolve().parents[1]
-TABLES = {"sessions", "loops", "messages", "imports"}
+TABLES = {"sessions", "loops", "messages", "imports", "staging"}
 
 
 @pytest.fixture
@@ -423,3 +423,16 @@ def test_existing_database_file_keeps_its_mode(db_path: Path) -> None:
     os.chmod(db_path, 0o644)
     Store(db_path).close()
     assert stat.S_IMODE(db_path.stat().st_mode) == 0o644
+
+
+def test_0004_adds_the_staging_table_to_a_store_with_data_and_takes_it_away(engine: sa.Engine, db_path: Path) -> None:
+    migrate.upgrade(engine, "0003")
+    with Store(db_path, auto_upgrade=True) as store:  # 0003 -> head on open
+        session_id = store.sessions.create(title="kept").session_id
+    assert "staging" in table_names(db_path)
+    migrate.downgrade(engine, "0003")
+    assert "staging" not in table_names(db_path)
+    migrate.upgrade(engine)
+    assert migrate.check(engine) == []
+    with Store(db_path, auto_upgrade=False) as store:
+        assert store.sessions.get(session_id).title == "kept" and store.sessions.count() == 1

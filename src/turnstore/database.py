@@ -156,6 +156,7 @@ class Database:
         except Exception as error:
             raise storage_error(error, self.engine.url) or error from None
         dbapi = proxied.driver_connection
+        assert dbapi is not None  # a connection the pool just handed out
         if self.is_postgresql:
             dbapi.autocommit = True  # turnstore issues BEGIN / COMMIT itself
             _load_json_as_text(dbapi)
@@ -313,7 +314,7 @@ class Database:
             cursor.execute(compiled.sql, compiled.params(params))
         except (UnicodeEncodeError, self.DataError, self.OperationalError) as error:
             raise self.refused(error) from None
-        row_id = cursor.lastrowid if self.is_sqlite else cursor.fetchone()[0]
+        row_id: int = cursor.lastrowid if self.is_sqlite else cursor.fetchone()[0]
         if follow is not None:
             cursor.execute(follow[0].sql, follow[0].params(follow[1]))
         return row_id
@@ -337,11 +338,13 @@ class Database:
 
     def fetchall(self, statement: ClauseElement, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
         """All result rows, as tuples."""
-        return self.execute(statement, params).fetchall()
+        rows: list[tuple[Any, ...]] = self.execute(statement, params).fetchall()
+        return rows
 
     def fetchone(self, statement: ClauseElement, params: Mapping[str, Any] | None = None) -> tuple[Any, ...] | None:
         """The first result row, or None."""
-        return self.execute(statement, params).fetchone()
+        row: tuple[Any, ...] | None = self.execute(statement, params).fetchone()
+        return row
 
     def scalar(self, statement: ClauseElement, params: Mapping[str, Any] | None = None) -> Any:
         """The first column of the first row, or None."""
@@ -474,7 +477,8 @@ class Database:
                 return datetime.fromisoformat(value).replace(tzinfo=timezone.utc)
             except ValueError:
                 return _unpadded_year(value)
-        return value.astimezone(timezone.utc)
+        stamp: datetime = value.astimezone(timezone.utc)
+        return stamp
 
 
 def _unpadded_year(value: str) -> datetime:

@@ -13,7 +13,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from .schema import USAGE_COLUMNS, imports, loops, messages, sessions
+from .schema import USAGE_COLUMNS, imports, loops, messages, sessions, staging
 
 bp = sa.bindparam
 
@@ -65,6 +65,18 @@ PATH_COLUMNS = (
 """What the context walk reads of a row (``context.choose`` and ``context.to_messages`` take rows in this shape)."""
 
 
+# --- staged sessions (see turnstore.repositories.staging) ---------------------
+
+
+def visible(session_id: Any) -> Any:
+    """A filter that leaves out a staged session: one probe of the ``staging`` primary key.
+
+    The table is empty but while a large session is being written, so the probe
+    finds nothing in a page already in the cache.
+    """
+    return ~sa.exists().where(staging.c.session_id == session_id)
+
+
 # --- sessions -----------------------------------------------------------------
 
 
@@ -83,7 +95,7 @@ def insert_session() -> sa.Insert:
 
 @cache
 def get_session() -> sa.Select[Any]:
-    return sa.select(*SESSION_COLUMNS).where(sessions.c.session_id == bp("session_id"))
+    return sa.select(*SESSION_COLUMNS).where(sessions.c.session_id == bp("session_id"), visible(bp("session_id")))
 
 
 @cache
@@ -97,7 +109,7 @@ def lock_session() -> sa.Select[Any]:
 
 @cache
 def session_exists() -> sa.Select[Any]:
-    return sa.select(sa.literal(1)).where(sessions.c.session_id == bp("session_id"))
+    return sa.select(sa.literal(1)).where(sessions.c.session_id == bp("session_id"), visible(bp("session_id")))
 
 
 @cache
@@ -114,7 +126,7 @@ def list_sessions(by_agent: bool) -> sa.Select[Any]:
         .where(loops.c.session_id == sessions.c.session_id)
         .scalar_subquery()
     )
-    statement = sa.select(*SESSION_COLUMNS, loop_count, message_count)
+    statement = sa.select(*SESSION_COLUMNS, loop_count, message_count).where(visible(sessions.c.session_id))
     if by_agent:
         statement = statement.where(sessions.c.agent_id == bp("agent_id"))
     return (
@@ -126,7 +138,7 @@ def list_sessions(by_agent: bool) -> sa.Select[Any]:
 
 @cache
 def count_sessions() -> sa.Select[Any]:
-    return sa.select(sa.func.count()).select_from(sessions)
+    return sa.select(sa.func.count()).select_from(sessions).where(visible(sessions.c.session_id))
 
 
 @cache
@@ -186,14 +198,14 @@ def insert_loop() -> sa.Insert:
 
 @cache
 def get_loop() -> sa.Select[Any]:
-    return sa.select(*LOOP_COLUMNS).where(loops.c.loop_id == bp("loop_id"))
+    return sa.select(*LOOP_COLUMNS).where(loops.c.loop_id == bp("loop_id"), visible(loops.c.session_id))
 
 
 @cache
 def list_loops() -> sa.Select[Any]:
     return (
         sa.select(*LOOP_COLUMNS)
-        .where(loops.c.session_id == bp("session_id"))
+        .where(loops.c.session_id == bp("session_id"), visible(bp("session_id")))
         .order_by(loops.c.started_at, loops.c.loop_id)
     )
 
@@ -225,12 +237,12 @@ def loop_ids_for_config(has_config: bool) -> sa.Select[Any]:
 
 @cache
 def loop_exists() -> sa.Select[Any]:
-    return sa.select(loops.c.loop_id).where(loops.c.loop_id == bp("loop_id"))
+    return sa.select(loops.c.loop_id).where(loops.c.loop_id == bp("loop_id"), visible(loops.c.session_id))
 
 
 @cache
 def loop_session() -> sa.Select[Any]:
-    return sa.select(loops.c.session_id).where(loops.c.loop_id == bp("loop_id"))
+    return sa.select(loops.c.session_id).where(loops.c.loop_id == bp("loop_id"), visible(loops.c.session_id))
 
 
 @cache
@@ -242,7 +254,7 @@ def loop_tree() -> sa.Select[Any]:
         loops.c.continuation_kind,
         loops.c.fork_after,
         loops.c.keep_from,
-    ).where(loops.c.session_id == bp("session_id"))
+    ).where(loops.c.session_id == bp("session_id"), visible(bp("session_id")))
 
 
 @cache
@@ -386,14 +398,18 @@ def delete_loop_tail() -> sa.Delete:
 def turn_messages() -> sa.Select[Any]:
     return (
         sa.select(messages.c.message)
-        .where(messages.c.loop_id == bp("loop_id"), messages.c.turn_index == bp("turn_index"))
+        .where(
+            messages.c.loop_id == bp("loop_id"),
+            messages.c.turn_index == bp("turn_index"),
+            visible(messages.c.session_id),
+        )
         .order_by(messages.c.seq)
     )
 
 
 @cache
 def turn_range_messages(bounded: bool) -> sa.Select[Any]:
-    condition = [messages.c.loop_id == bp("loop_id"), messages.c.turn_index >= bp("start")]
+    condition = [messages.c.loop_id == bp("loop_id"), messages.c.turn_index >= bp("start"), visible(messages.c.session_id)]
     if bounded:
         condition.append(messages.c.turn_index < bp("stop"))
     return (
@@ -405,7 +421,11 @@ def turn_range_messages(bounded: bool) -> sa.Select[Any]:
 
 @cache
 def loop_messages() -> sa.Select[Any]:
-    return sa.select(messages.c.message).where(messages.c.loop_id == bp("loop_id")).order_by(messages.c.seq)
+    return (
+        sa.select(messages.c.message)
+        .where(messages.c.loop_id == bp("loop_id"), visible(messages.c.session_id))
+        .order_by(messages.c.seq)
+    )
 
 
 @cache
@@ -455,7 +475,7 @@ def session_tail() -> sa.Select[Any]:
     """A session's newest ``limit`` messages, newest first, with their loop and kind (``last()``'s first read)."""
     return (
         sa.select(messages.c.loop_id, messages.c.kind, messages.c.message)
-        .where(messages.c.session_id == bp("session_id"))
+        .where(messages.c.session_id == bp("session_id"), visible(bp("session_id")))
         .order_by(messages.c.id.desc())
         .limit(bp("limit"))
     )
@@ -503,7 +523,7 @@ def stored_messages(by_loop: bool) -> sa.Select[Any]:
 
 @cache
 def get_message() -> sa.Select[Any]:
-    return sa.select(*STORED_COLUMNS, messages.c.source).where(messages.c.id == bp("id"))
+    return sa.select(*STORED_COLUMNS, messages.c.source).where(messages.c.id == bp("id"), visible(messages.c.session_id))
 
 
 @cache

@@ -24,7 +24,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-__all__ = ["imports", "loops", "messages", "metadata", "sessions"]
+__all__ = ["imports", "loops", "messages", "metadata", "sessions", "staging"]
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -243,3 +243,16 @@ imports = sa.Table(
     # The count report of the import that wrote the session.
     sa.Column("report", Json, nullable=True),
 )
+
+staging = sa.Table(
+    "staging",
+    metadata,
+    # A session being written in batches (migration 0004): every read leaves it out until it is published.
+    sa.Column("session_id", sa.String, primary_key=True),
+    # Who writes it: ``host:pid:token``. The next writer to open the store removes a staging whose
+    # owner is gone (a process of this host that no longer runs, or a lease not renewed in time).
+    sa.Column("owner", sa.String, nullable=False),
+    # Renewed by every batch; a staging not renewed for the lease is abandoned.
+    sa.Column("heartbeat_at", Timestamp, nullable=False),
+)
+"""Sessions being written in batches and not yet published (see :mod:`turnstore.repositories.staging`)."""

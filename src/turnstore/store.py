@@ -14,7 +14,13 @@ from .database import Database
 from .engine import describe, open_engine, resolve_url, storage_error
 from .errors import ReadOnlyStore, StorageError
 from .limits import Limits
-from .repositories import LoopRepository, MessageRepository, SessionRepository, UsageRepository
+from .repositories import (
+    LoopRepository,
+    MessageRepository,
+    SessionRepository,
+    UsageRepository,
+    staging,
+)
 from .repositories._shared import Settings
 from .usage import DEFAULT_PRICES, PriceTable
 
@@ -81,6 +87,14 @@ class Store:
             self.engine.dispose()
             raise storage_error(error, self.url) or error from None
         self._db = Database(self.engine, busy_budget=busy_budget)
+        if not read_only:
+            # A session a crashed import left staged is removed (invisible all along); a live one is left alone.
+            try:
+                staging.clean_up(self._db)
+            except BaseException as error:
+                self._db.close()
+                self.engine.dispose()
+                raise storage_error(error, self.url) or error from None
         self.settings = Settings(DEFAULT_PRICES.merged(prices) if prices is not None else DEFAULT_PRICES, limits)
         self.sessions = SessionRepository(self._db, self.settings)
         self.loops = LoopRepository(self._db, self.settings)

@@ -17,6 +17,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.functions import FunctionElement
 
+from .queries import visible
 from .schema import USAGE_COLUMNS, loops, messages
 
 bp = sa.bindparam
@@ -176,11 +177,16 @@ def _group_key(table: sa.Table, group: str) -> list[ColumnElement[Any]]:
 
 
 def _by_level(statement: sa.Select[Any], level: str) -> sa.Select[Any]:
-    """Filter messages by ``level``: all; session (:session_id); loop (:loop_id); turn (:loop_id, :turn_index)."""
+    """Filter messages by ``level``: all; visible (all but staged sessions); session (:session_id);
+    loop (:loop_id); turn (:loop_id, :turn_index)."""
+    if level == "visible":
+        statement = statement.where(visible(messages.c.session_id))
+    # A staged session's usage is left out: one probe per statement (the conditions are uncorrelated).
     if level == "session":
-        statement = statement.where(messages.c.session_id == bp("session_id"))
+        statement = statement.where(messages.c.session_id == bp("session_id"), visible(bp("session_id")))
     if level in ("loop", "turn"):
-        statement = statement.where(messages.c.loop_id == bp("loop_id"))
+        loop_session = sa.select(loops.c.session_id).where(loops.c.loop_id == bp("loop_id")).scalar_subquery()
+        statement = statement.where(messages.c.loop_id == bp("loop_id"), visible(loop_session))
     if level == "turn":
         statement = statement.where(messages.c.turn_index == bp("turn_index"))
     return statement
@@ -243,10 +249,12 @@ def loop_reported_usage(level: str, group: str, split: bool = False) -> sa.Selec
     statement = sa.select(
         *keys, loops.c.model, loops.c.provider, *_sums(loops, _cost(loops, split), USAGE_PART_LOOP, split)
     ).where(loops.c.input_tokens.is_not(None), ~has_message_usage)
+    if level == "visible":
+        statement = statement.where(visible(loops.c.session_id))
     if level == "session":
-        statement = statement.where(loops.c.session_id == bp("session_id"))
+        statement = statement.where(loops.c.session_id == bp("session_id"), visible(bp("session_id")))
     if level == "loop":
-        statement = statement.where(loops.c.loop_id == bp("loop_id"))
+        statement = statement.where(loops.c.loop_id == bp("loop_id"), visible(loops.c.session_id))
     if level == "turn":
         statement = statement.where(sa.false())
     return statement.group_by(*keys, loops.c.model, loops.c.provider, loops.c.cost.is_(None))

@@ -15,6 +15,8 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
 from contextlib import nullcontext
 from datetime import datetime, timezone
+from functools import partial
+from itertools import chain
 from typing import Any
 
 from .. import queries as q
@@ -23,6 +25,7 @@ from ..errors import AlreadyExists, InvalidMessage, InvalidRecord
 from ..importers.base import LoopRow, MessageRow, RecordError, SessionBundle, SpilledMessage
 from ..limits import Limits, check_json, check_text
 from ..records import LoopConfig
+from . import staging
 from ._shared import Settings, dumps, utcnow
 from .import_writes import ImportWrites
 from .message_json import dump_message
@@ -165,17 +168,24 @@ def _write(
     report: dict[str, Any],
     writes: ImportWrites | None = None,
 ) -> str:
-    large = writes.session(len(bundle.messages), spilled=bundle.spill is not None) if writes else nullcontext()
+    owner = None
+    # Worked out before the write lock is taken: Python work that keeps no other writer waiting.
+    first_times, created, updated = _times(bundle)
+    # A session that may be staged is written in short transactions with SQLite's own cache and checkpoints.
+    large = nullcontext() if writes is None or staging.may_stage(db, len(bundle.messages)) else (
+        writes.session(len(bundle.messages), spilled=bundle.spill is not None)
+    )
     with large, db.write():
         if check_bundle(db, bundle, fmt, replace=replace) == UNCHANGED:
             return UNCHANGED
+        staging.refuse_live(db, bundle.session_id)
+        owner = staging.staged_write(db, bundle.session_id, len(bundle.messages), replace=replace)
         # Without replace the check found no session here, so a delete could only take the rows of
         # an import of it that committed since (PostgreSQL reads each statement afresh): let the
         # insert meet them instead (see _after_conflict).
-        if replace:
+        if replace and owner is None:
             for statement in q.delete_session():
                 db.execute(statement, {"session_id": bundle.session_id})
-        first_times, created, updated = _times(bundle)
         db.execute(
             q.insert_session(),
             {
@@ -188,33 +198,52 @@ def _write(
                 "source": bundle.source,
             },
         )
-        configs: dict[Any, tuple[Any, ...]] = {}
-        for start in range(0, len(bundle.loops), LOOP_BATCH):  # a batch at a time: a large session has many
-            db.executemany(
-                q.insert_loop(),
-                [
-                    _loop_params(db, bundle, loop, first_times.get(loop.loop_id, created), configs)
-                    for loop in bundle.loops[start : start + LOOP_BATCH]
-                ],
-            )
-        for batch in rows:
-            _insert_messages(db, batch)
-        _resolve_forks(db, bundle)
-        db.execute(
-            q.insert_import(),
-            {
-                "session_id": bundle.session_id,
-                "format": fmt,
-                "source_format": bundle.source_format if fmt == "turnstore" else fmt,
-                "origin": bundle.origin,
-                "digest": bundle.digest(fmt),
-                "imported_at": db.bind_time(utcnow()),
-                "report": dumps(report),
-            },
+        if owner is not None:  # the rest in short transactions of their own, the session hidden meanwhile
+            staging.begin(db, bundle.session_id, owner)
+        else:
+            for batch in _loop_batches(db, bundle, first_times, created):
+                db.executemany(q.insert_loop(), batch)
+            for batch in rows:
+                _insert_messages(db, batch)
+            _finish(db, bundle, fmt, report)
+            del rows  # let go before the commit
+    if owner is not None:
+        steps = chain(  # made one at a time, as they run: a large session's rows are never all in memory
+            (partial(db.executemany, q.insert_loop(), batch) for batch in _loop_batches(db, bundle, first_times, created)),
+            (partial(_insert_messages, db, part) for batch in rows for part in staging.parts(batch)),
         )
-        del rows
+        staging.write_staged(db, bundle.session_id, owner, steps, partial(_finish, db, bundle, fmt, report))
     bundle.release()  # the messages and source records go now; the bundle keeps its loops and digest
     return WRITTEN
+
+
+def _loop_batches(
+    db: Database, bundle: SessionBundle, first_times: dict[str, datetime], created: datetime
+) -> Iterator[list[dict[str, Any]]]:
+    """The session's loop rows, :data:`LOOP_BATCH` at a time (a large session has many)."""
+    configs: dict[Any, tuple[Any, ...]] = {}
+    for start in range(0, len(bundle.loops), LOOP_BATCH):
+        yield [
+            _loop_params(db, bundle, loop, first_times.get(loop.loop_id, created), configs)
+            for loop in bundle.loops[start : start + LOOP_BATCH]
+        ]
+
+
+def _finish(db: Database, bundle: SessionBundle, fmt: str, report: dict[str, Any]) -> None:
+    """The last writes of a session, after its messages: fork points and the import record."""
+    _resolve_forks(db, bundle)
+    db.execute(
+        q.insert_import(),
+        {
+            "session_id": bundle.session_id,
+            "format": fmt,
+            "source_format": bundle.source_format if fmt == "turnstore" else fmt,
+            "origin": bundle.origin,
+            "digest": bundle.digest(fmt),
+            "imported_at": db.bind_time(utcnow()),
+            "report": dumps(report),
+        },
+    )
 
 
 LOOP_BATCH = 2_000
@@ -383,7 +412,7 @@ def _message_params(bundle: SessionBundle, limits: Limits) -> list[dict[str, Any
     """Every message row's column values, numbered per loop; the screened values are used up (not copied)."""
     session_id = bundle.session_id
     seqs: dict[str, int] = {}
-    rows = []
+    rows: list[dict[str, Any]] = []
     append = rows.append
     for row in bundle.messages:
         params = row.params
@@ -484,10 +513,12 @@ def _config_columns(config: dict[str, Any] | None, seen: dict[Any, tuple[Any, ..
     else:  # other values (numbers, nested objects) are worked out every time
         key = found = None
     if found is None:
+        config_id: str | None
         try:
             config_id = LoopConfig(**config).effective_config_id()
         except (TypeError, ValueError):
-            config_id = config.get("config_id") if isinstance(config.get("config_id"), str) else None
+            raw_id = config.get("config_id")
+            config_id = raw_id if isinstance(raw_id, str) else None
         found = (dumps(config), config_id, _text(config, "model"), _text(config, "provider"))
         if key is not None:
             seen[key] = found
@@ -497,13 +528,14 @@ def _config_columns(config: dict[str, Any] | None, seen: dict[Any, tuple[Any, ..
 def _times(bundle: SessionBundle) -> tuple[dict[str, datetime], datetime, datetime]:
     """Each loop's first message time, and the session's created and updated times."""
     first: dict[str, Any] = {}
-    low = high = None
+    low: int | None = None
+    high: int | None = None
     for row in bundle.messages:
         stamp = getattr(row.message, "timestamp", 0)
         if stamp:
             if row.loop_id not in first:
                 first[row.loop_id] = stamp
-            if low is None:
+            if low is None or high is None:
                 low = high = stamp
             elif stamp < low:
                 low = stamp

@@ -10,6 +10,7 @@ from ..database import Database
 from ..errors import InvalidMessage, LoopNotFound, SessionNotFound
 from ..usage import PriceTable, Tally, UsageRow, UsageTotals
 from ._shared import Settings
+from .staging import any_staged
 
 __all__ = ["UsageRepository"]
 
@@ -112,15 +113,28 @@ class UsageRepository:
         overflow (``uq.usage_rows(..., split=True)``), rejoined here. Reads whose
         sums fit pay nothing for this.
         """
-        try:
-            return self._db.fetchall(uq.usage_rows(level, group), params)
-        except (self._db.OperationalError, InvalidMessage) as error:
-            # The database's own words: SQLite's OperationalError; PostgreSQL's DataError,
-            # which Database.execute reports as a value it cannot hold.
-            if not any(words in str(error) for words in _OVERFLOWED):
-                raise
         start = 2 if group == "none" else 3  # the sums follow the group key, model and provider
-        return [uq.joined(row, start) for row in self._db.fetchall(uq.usage_rows(level, group, True), params)]
+        for split in (False, True):
+            try:
+                rows = self._fetch(level, group, params, split)
+            except (self._db.OperationalError, InvalidMessage) as error:
+                # The database's own words: SQLite's OperationalError; PostgreSQL's DataError,
+                # which Database.execute reports as a value it cannot hold.
+                if split or not any(words in str(error) for words in _OVERFLOWED):
+                    raise
+                continue
+            return [uq.joined(row, start) for row in rows] if split else rows
+        raise AssertionError("unreachable")
+
+    def _fetch(self, level: str, group: str, params: dict[str, Any], split: bool) -> list[tuple[Any, ...]]:
+        if level != "all":
+            return self._db.fetchall(uq.usage_rows(level, group, split), params)
+        # Across the store: staged sessions are left out. The filter costs a probe per usage
+        # row, so it is added only when a probe of the (nearly always empty) staging table,
+        # in the same read transaction, finds one.
+        with self._db.read():
+            scope = "visible" if any_staged(self._db) else level
+            return self._db.fetchall(uq.usage_rows(scope, group, split), params)
 
     def _total(self, level: str, params: dict[str, Any], prices: Prices) -> UsageTotals:
         table = self._prices(prices)

@@ -1,0 +1,352 @@
+"""Staging: a large session written in batches, each its own short transaction, invisible until published.
+
+On SQLite one transaction holds the store's only write lock, so a session
+written in one transaction keeps every other writer of the store waiting for
+its whole length (an app's ``append`` gives up after ``busy_timeout``). A large
+imported session is therefore written in steps:
+
+1. :func:`begin`, one short transaction: the session row and a ``staging`` row
+   naming its owner. From here on every read leaves the session out (its row,
+   loops, messages, usage), through :func:`turnstore.queries.visible`, a
+   ``NOT EXISTS`` probe of the ``staging`` primary key.
+2. batches of rows, each in its own short transaction that also renews the
+   owner's lease (:func:`renew`); other writers take turns between them.
+3. :func:`publish`, in the last short transaction (with the import record):
+   the ``staging`` row is removed and the session appears whole at once.
+
+A crash leaves a staging row whose owner is gone. :func:`clean_up` (run when a
+writable store opens) removes such a session in batches, and the staging row
+last. An owner is gone when it ran on this host and its process no longer
+exists, or when its lease was not renewed for :data:`LEASE` (any host, e.g.
+several machines on one PostgreSQL server): a live import is never removed
+while it renews its lease, which each batch does.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime, timedelta, timezone
+from functools import cache
+from typing import Any
+
+import sqlalchemy as sa
+
+from .. import queries as q
+from ..database import Database
+from ..errors import AlreadyExists, TurnstoreError
+from ..schema import imports, loops, messages, sessions, staging
+
+__all__ = [
+    "LEASE",
+    "may_stage",
+    "StagingLost",
+    "abandon",
+    "any_staged",
+    "begin",
+    "clean_up",
+    "new_owner",
+    "owner_gone",
+    "parts",
+    "publish",
+    "refuse_live",
+    "renew",
+    "staged_owner",
+    "staged_write",
+    "write_staged",
+]
+
+STAGED_SESSION_MESSAGES = 10_000
+"""Imported sessions of at least this many messages are staged on SQLite (smaller ones take one transaction,
+which holds the write lock for well under a second)."""
+
+BATCH_MESSAGES = 2_000
+"""Messages per transaction of a staged session: the longest the write lock is held by it between turns."""
+
+PAUSE_FRACTION = 0.25
+MIN_PAUSE = 0.005
+"""Between two transactions of a staged session the write lock is left free for ``PAUSE_FRACTION`` of the time
+the last one held it, and at least ``MIN_PAUSE`` seconds (see :func:`_give_way`)."""
+
+LEASE = timedelta(minutes=10)
+"""A staging whose owner has not renewed it for this long is abandoned (owners renew it every batch)."""
+
+DELETE_BATCH_ROWS = 5_000
+"""Rows removed per transaction when an abandoned staging is cleaned up."""
+
+bp = sa.bindparam
+log = logging.getLogger(__name__)
+
+
+class StagingLost(AlreadyExists):
+    """A session's staging is not (or no longer) this writer's: another import of it is under way, or
+    its lease ran out and another writer removed it."""
+
+
+def new_owner() -> str:
+    """A fresh owner name: ``host:pid:token``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+
+
+def owner_gone(owner: str, heartbeat_at: datetime, now: datetime) -> bool:
+    """Whether a staging's owner is gone: its process (on this host) has ended, or its lease ran out."""
+    if heartbeat_at.tzinfo is None:
+        heartbeat_at = heartbeat_at.replace(tzinfo=timezone.utc)
+    if now - heartbeat_at > LEASE:
+        return True
+    parts = owner.rsplit(":", 2)
+    if len(parts) != 3 or parts[0] != socket.gethostname():
+        return False  # another host's process: only its lease tells
+    try:
+        pid = int(parts[1])
+    except ValueError:
+        return True
+    if pid == os.getpid():
+        return False  # this process: its own staging is live (or is being abandoned by it)
+    return not _process_exists(pid)
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by another user
+        return True
+    except OSError:
+        return True
+    return True
+
+
+# --- statements ---------------------------------------------------------------
+
+
+@cache
+def _insert() -> sa.Insert:
+    return sa.insert(staging).values(session_id=bp("session_id"), owner=bp("owner"), heartbeat_at=bp("heartbeat_at"))
+
+
+@cache
+def _renew() -> sa.Update:
+    return (
+        sa.update(staging)
+        .where(staging.c.session_id == bp("session_id"), staging.c.owner == bp("owner"))
+        .values(heartbeat_at=bp("heartbeat_at"))
+    )
+
+
+@cache
+def _delete() -> sa.Delete:
+    return sa.delete(staging).where(staging.c.session_id == bp("session_id"), staging.c.owner == bp("owner"))
+
+
+@cache
+def _owner() -> sa.Select[Any]:
+    return sa.select(staging.c.owner, staging.c.heartbeat_at).where(staging.c.session_id == bp("session_id"))
+
+
+@cache
+def _all() -> sa.Select[Any]:
+    return sa.select(staging.c.session_id, staging.c.owner, staging.c.heartbeat_at)
+
+
+@cache
+def _any() -> sa.Select[Any]:
+    return sa.select(sa.literal(1)).select_from(staging).limit(1)
+
+
+@cache
+def _delete_some(table: sa.Table) -> sa.Delete:
+    """Up to :data:`DELETE_BATCH_ROWS` of a session's rows in ``table`` (by rowid order of its key)."""
+    key = table.c.id if table is messages else table.c.loop_id
+    some = sa.select(key).where(table.c.session_id == bp("session_id")).limit(DELETE_BATCH_ROWS)
+    return sa.delete(table).where(key.in_(some.scalar_subquery()))
+
+
+@cache
+def _delete_rest() -> tuple[sa.Delete, ...]:
+    return tuple(sa.delete(table).where(table.c.session_id == bp("session_id")) for table in (imports, sessions))
+
+
+# --- the steps ----------------------------------------------------------------
+
+
+def any_staged(db: Database) -> bool:
+    """Whether any session is staged (one probe of a table that is empty but during a large import)."""
+    return db.fetchone(_any()) is not None
+
+
+def staged_owner(db: Database, session_id: str) -> tuple[str, datetime] | None:
+    """The owner and last renewal of a session's staging, or None if it is not staged."""
+    row = db.fetchone(_owner(), {"session_id": session_id})
+    return None if row is None else (row[0], _aware(row[1]))
+
+
+def begin(db: Database, session_id: str, owner: str) -> None:
+    """Mark a session as staged by ``owner`` (inside the caller's transaction, before its rows are written)."""
+    db.execute(_insert(), {"session_id": session_id, "owner": owner, "heartbeat_at": db.bind_time(_now())})
+
+
+def refuse_live(db: Database, session_id: str) -> None:
+    """Make way for writing a session (inside the caller's write transaction): remove a staging of it whose
+    owner is gone, refuse one whose owner is live.
+
+    Raises:
+        StagingLost: another import of the session is under way.
+    """
+    found = staged_owner(db, session_id)
+    if found is None:
+        return
+    if not owner_gone(found[0], found[1], _now()):
+        raise StagingLost(f"session {session_id!r} is being imported by another writer; try again when it is done")
+    abandon(db, session_id, found[0])
+
+
+def renew(db: Database, session_id: str, owner: str) -> None:
+    """Renew the owner's lease (inside each batch's transaction).
+
+    Raises:
+        StagingLost: the staging is no longer this owner's.
+    """
+    cursor = db.execute(_renew(), {"session_id": session_id, "owner": owner, "heartbeat_at": db.bind_time(_now())})
+    if cursor.rowcount != 1:
+        raise StagingLost(f"the staging of session {session_id!r} was removed while it was written")
+
+
+def publish(db: Database, session_id: str, owner: str) -> None:
+    """Make the staged session visible (inside the caller's last transaction).
+
+    Raises:
+        StagingLost: the staging is no longer this owner's.
+    """
+    cursor = db.execute(_delete(), {"session_id": session_id, "owner": owner})
+    if cursor.rowcount != 1:
+        raise StagingLost(f"the staging of session {session_id!r} was removed while it was written")
+
+
+def may_stage(db: Database, messages: int) -> bool:
+    """Whether a session of this many messages is staged unless it replaces a stored one (see :func:`staged_write`)."""
+    return db.is_sqlite and messages >= STAGED_SESSION_MESSAGES
+
+
+def staged_write(db: Database, session_id: str, messages: int, *, replace: bool) -> str | None:
+    """The owner name to stage a session under, or None to write it in one transaction.
+
+    Staged: a session of at least :data:`STAGED_SESSION_MESSAGES` messages on
+    SQLite, unless it replaces a stored session (a replace stays one
+    transaction, so a crash leaves the old session whole). PostgreSQL locks
+    rows, not the store: a long import transaction keeps no other session's
+    writer waiting, so it keeps the one transaction.
+    """
+    if not may_stage(db, messages):
+        return None
+    if replace and db.fetchone(q.session_exists(), {"session_id": session_id}) is not None:
+        return None
+    return new_owner()
+
+
+def parts(batch: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
+    """A batch of message rows in parts of at most :data:`BATCH_MESSAGES`, one transaction each."""
+    for start in range(0, len(batch), BATCH_MESSAGES):
+        yield batch[start : start + BATCH_MESSAGES]
+
+
+def write_staged(
+    db: Database, session_id: str, owner: str, steps: Iterable[Callable[[], None]], finish: Callable[[], None]
+) -> None:
+    """Run each of a staged session's write ``steps`` in a short transaction, then ``finish`` and publish it in one more.
+
+    Each transaction renews the owner's lease. ``steps`` is iterated lazily, so
+    a step's rows are made only when it runs. On any error (or interruption)
+    the staged rows are removed before it propagates; if even that fails, the
+    next writer to open the store removes them.
+
+    Raises:
+        StagingLost: the staging was taken away meanwhile (nothing is published).
+    """
+    held = 0.0
+    try:
+        for step in steps:
+            _give_way(held)
+            began = time.monotonic()
+            with db.write():
+                renew(db, session_id, owner)
+                step()
+            held = time.monotonic() - began
+        _give_way(held)
+        with db.write():
+            finish()
+            publish(db, session_id, owner)
+    except BaseException:
+        try:
+            abandon(db, session_id, owner)
+        except (TurnstoreError, db.DatabaseError) as error:  # invisible; the next writable open removes it
+            log.warning("turnstore: the staged rows of session %r were left for the next open: %s", session_id, error)
+        raise
+
+
+def _give_way(held: float) -> None:
+    """Leave the write lock free for a while after a transaction that held it for ``held`` seconds.
+
+    A writer kept waiting on SQLite polls for the lock, every 100 ms once it
+    has waited a few hundred; a lock taken again as soon as it is released is
+    found free by chance only, and such a writer can wait for many batches.
+    Free for a quarter of the time it was held (at least a few milliseconds),
+    it is found within a few polls.
+    """
+    if held > 0:
+        time.sleep(max(MIN_PAUSE, PAUSE_FRACTION * held))
+
+
+def abandon(db: Database, session_id: str, owner: str) -> None:
+    """Remove a staged session and its rows, in short transactions; the staging row goes last.
+
+    Does nothing if the staging is not ``owner``'s (another writer took it over).
+    """
+    while True:
+        with db.write():
+            found = db.fetchone(_owner(), {"session_id": session_id})
+            if found is None or found[0] != owner:
+                return
+            removed = 0
+            for table in (messages, loops):
+                removed += db.execute(_delete_some(table), {"session_id": session_id}).rowcount
+                if removed:
+                    break
+            if removed:
+                continue
+            for statement in _delete_rest():
+                db.execute(statement, {"session_id": session_id})
+            db.execute(_delete(), {"session_id": session_id, "owner": owner})
+            return
+
+
+def clean_up(db: Database) -> list[str]:
+    """Remove every staged session whose owner is gone; returns their ids.
+
+    Cheap when nothing is staged: one probe of the empty ``staging`` table.
+    """
+    if not any_staged(db):
+        return []
+    now = _now()
+    removed = []
+    for session_id, owner, heartbeat_at in db.fetchall(_all()):
+        if owner_gone(owner, _aware(heartbeat_at), now):
+            abandon(db, session_id, owner)
+            removed.append(session_id)
+    return removed
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _aware(value: Any) -> datetime:
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    stamp: datetime = value
+    return stamp if stamp.tzinfo is not None else stamp.replace(tzinfo=timezone.utc)
