@@ -105,10 +105,19 @@ class MessageRepository:
         except self._db.IntegrityError as error:
             raise self._integrity(error, params["loop_id"], params["turn_index"]) from None
 
-    def append_turn(self, loop_id: str, turn_index: int, messages: Sequence[MessageInput]) -> list[int]:
+    def append_turn(
+        self,
+        loop_id: str,
+        turn_index: int,
+        messages: Sequence[MessageInput],
+        *,
+        sources: Sequence[str | None] | None = None,
+    ) -> list[int]:
         """Append a whole turn (prompt, response, tool results) atomically; returns the ids.
 
         Every message is validated before anything is written; all or nothing.
+        ``sources`` (one per message) keeps the record each message was made
+        from verbatim, as an import does (a framework adapter's original item).
 
         Raises:
             InvalidMessage / TurnIdMismatch: a message is invalid; nothing is written.
@@ -117,6 +126,11 @@ class MessageRepository:
             LoopNotFound: no such loop.
         """
         rows = [self._prepare(message, loop_id, turn_index, None, None) for message in messages]
+        if sources is not None:
+            if len(sources) != len(rows):
+                raise InvalidArgument("sources", f"needs one source per message ({len(rows)}), got {len(sources)}")
+            for params, source in zip(rows, sources):
+                params["source"] = source
         if not rows:
             return []
         statement = q.insert_message(not self._db.is_sqlite)
