@@ -253,10 +253,13 @@ class AsyncMessageRepository:
         messages: Sequence[MessageInput],
         *,
         sources: Sequence[str | None] | None = None,
+        usage_known: bool = True,
     ) -> list[int]:
         """Async twin of :meth:`MessageRepository.append_turn <turnstore.repositories.messages.MessageRepository.append_turn>`."""
         return await self._workers.call(
-            functools.partial(self._sync.append_turn, loop_id, turn_index, messages, sources=sources)
+            functools.partial(
+                self._sync.append_turn, loop_id, turn_index, messages, sources=sources, usage_known=usage_known
+            )
         )
 
     async def rewind(

@@ -19,7 +19,8 @@ keeps its history in turnstore:
   context): one ``openai_agents.request_usage`` extension message per model
   request where the SDK lists them (``request_usage_entries``), else the
   run's usage on the loop (``store.loops.end(usage=..., requests=...)``).
-  ``store.usage.session(session_id)`` then holds the SDK's totals.
+  Items carry no usage, so their assistant messages are stored with unknown
+  usage; ``store.usage.session(session_id)`` then holds the SDK's totals.
 
 Database calls run on the :class:`~turnstore.aio.AsyncStore`'s worker threads;
 a cancelled call still finishes (or never starts) as a whole, never halfway.
@@ -173,7 +174,7 @@ class TurnstoreSession(SessionABC):
             self._start(store)
             last = store._db.scalar(_LAST_TURN, {"loop_id": self.loop_id})
             turn = 0 if last is None else last + 1 if opens else last
-            store.messages.append_turn(self.loop_id, turn, messages, sources=texts)
+            store.messages.append_turn(self.loop_id, turn, messages, sources=texts, usage_known=False)
 
     def _start(self, store: Store) -> None:
         """Create the session and its items loop if they do not exist yet."""
