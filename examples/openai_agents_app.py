@@ -17,7 +17,11 @@ from typing import Any
 from agents import Agent, ModelResponse, RunConfig, Runner, Usage, function_tool
 from agents.models.interface import Model
 from agents.usage import InputTokensDetails, OutputTokensDetails
-from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
+from openai.types.responses import (
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseOutputText,
+)
 
 from turnstore.aio import AsyncStore
 from turnstore.integrations.openai_agents import TurnstoreSession

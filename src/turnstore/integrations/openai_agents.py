@@ -37,11 +37,10 @@ from agents.memory.session_settings import SessionSettings, resolve_session_limi
 
 from .. import schema
 from ..aio import AsyncStore
-from ..models import now_ms
 from ..errors import InvalidArgument, SessionNotFound
 from ..importers.base import RecordError
 from ..importers.openai_agents_items import Row, item_messages
-from ..models import ExtensionMessage, Usage
+from ..models import ExtensionMessage, Usage, now_ms
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -264,8 +263,14 @@ def _usage(usage: Any) -> Usage:
 
 
 def _usage_data(entry: Any) -> dict[str, Any]:
-    """A ``RequestUsage`` as JSON, as the SDK reports it."""
-    import dataclasses
-
-    data = dataclasses.asdict(entry) if dataclasses.is_dataclass(entry) else dict(entry)
-    return cast("dict[str, Any]", json.loads(json.dumps(data, default=lambda value: getattr(value, "__dict__", str(value)))))
+    """A ``RequestUsage`` as JSON, field for field as the SDK reports it."""
+    data: dict[str, Any] = {
+        "input_tokens": int(entry.input_tokens),
+        "output_tokens": int(entry.output_tokens),
+        "total_tokens": int(entry.total_tokens),
+    }
+    for name in ("input_tokens_details", "output_tokens_details"):
+        details = getattr(entry, name, None)
+        if details is not None and hasattr(details, "model_dump"):
+            data[name] = details.model_dump(mode="json")
+    return data
