@@ -258,7 +258,12 @@ class AsyncMessageRepository:
         """Async twin of :meth:`MessageRepository.append_turn <turnstore.repositories.messages.MessageRepository.append_turn>`."""
         return await self._workers.call(
             functools.partial(
-                self._sync.append_turn, loop_id, turn_index, messages, sources=sources, usage_known=usage_known
+                self._sync.append_turn,
+                loop_id,
+                turn_index,
+                messages,
+                sources=sources,
+                usage_known=usage_known,
             )
         )
 
