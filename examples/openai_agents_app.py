@@ -40,7 +40,9 @@ class ScriptedModel(Model):
         usage = Usage(
             requests=1,
             input_tokens=100 + self.calls,
-            input_tokens_details=InputTokensDetails(cached_tokens=10, cache_write_tokens=4),
+            input_tokens_details=InputTokensDetails(
+                cached_tokens=10, cache_write_tokens=4
+            ),
             output_tokens=20 + self.calls,
             output_tokens_details=OutputTokensDetails(reasoning_tokens=5),
             total_tokens=120 + 2 * self.calls,
@@ -59,17 +61,31 @@ def add(a: int, b: int) -> int:
 
 def script() -> list[list[Any]]:
     """A tool call, then the answer."""
-    call = ResponseFunctionToolCall(type="function_call", call_id="call_1", name="add", arguments='{"a": 2, "b": 3}')
+    call = ResponseFunctionToolCall(
+        type="function_call", call_id="call_1", name="add", arguments='{"a": 2, "b": 3}'
+    )
     text = ResponseOutputText(type="output_text", text="2 + 3 = 5", annotations=[])
-    answer = ResponseOutputMessage(type="message", id="msg_1", role="assistant", status="completed", content=[text])
+    answer = ResponseOutputMessage(
+        type="message", id="msg_1", role="assistant", status="completed", content=[text]
+    )
     return [[call], [answer]]
 
 
 async def main(path: str) -> None:
-    agent = Agent(name="calculator", instructions="Use the add tool.", model=ScriptedModel(script()), tools=[add])
+    agent = Agent(
+        name="calculator",
+        instructions="Use the add tool.",
+        model=ScriptedModel(script()),
+        tools=[add],
+    )
     async with await AsyncStore.open(path) as store:
         session = TurnstoreSession("calculator-demo", store)
-        result = await Runner.run(agent, "What is 2 + 3?", session=session, run_config=RunConfig(tracing_disabled=True))
+        result = await Runner.run(
+            agent,
+            "What is 2 + 3?",
+            session=session,
+            run_config=RunConfig(tracing_disabled=True),
+        )
         await session.record_usage(result)
         print("answer:", result.final_output)
         print("items stored:", len(await session.get_items()))
@@ -80,8 +96,10 @@ async def main(path: str) -> None:
             f"requests={totals.requests}"
         )
         sdk = result.context_wrapper.usage
-        print(f"usage from the SDK:   input_tokens={sdk.input_tokens} output_tokens={sdk.output_tokens} "
-              f"total_tokens={sdk.total_tokens} requests={sdk.requests}")
+        print(
+            f"usage from the SDK:   input_tokens={sdk.input_tokens} output_tokens={sdk.output_tokens} "
+            f"total_tokens={sdk.total_tokens} requests={sdk.requests}"
+        )
 
 
 if __name__ == "__main__":

@@ -59,15 +59,21 @@ def make(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     kind = request.param
 
     class Opened:
-        def __init__(self, session_id: str, settings: SessionSettings | None = None) -> None:
+        def __init__(
+            self, session_id: str, settings: SessionSettings | None = None
+        ) -> None:
             self.session_id, self.settings = session_id, settings
 
         async def __aenter__(self) -> Any:
             if kind == "sqlite":
-                self.session = SQLiteSession(self.session_id, tmp_path / "sdk.db", session_settings=self.settings)
+                self.session = SQLiteSession(
+                    self.session_id, tmp_path / "sdk.db", session_settings=self.settings
+                )
             else:
                 self.store = await AsyncStore.open(tmp_path / "turnstore.db")
-                self.session = TurnstoreSession(self.session_id, self.store, session_settings=self.settings)
+                self.session = TurnstoreSession(
+                    self.session_id, self.store, session_settings=self.settings
+                )
             return self.session
 
         async def __aexit__(self, *exc: object) -> None:
@@ -94,7 +100,12 @@ def test_items_come_back_in_order(make: Factory) -> None:
             await session.add_items(items[2:])
             assert await session.get_items() == items
             await session.add_items([assistant("Fine.")])
-            assert [item["role"] for item in await session.get_items()] == ["user", "assistant", "user", "assistant"]
+            assert [item["role"] for item in await session.get_items()] == [
+                "user",
+                "assistant",
+                "user",
+                "assistant",
+            ]
 
     run(scenario())
 
@@ -112,7 +123,9 @@ def test_limit_returns_the_latest_in_order(make: Factory) -> None:
     run(scenario())
 
 
-def test_settings_limit_is_the_default_and_an_explicit_limit_wins(make: Factory) -> None:
+def test_settings_limit_is_the_default_and_an_explicit_limit_wins(
+    make: Factory,
+) -> None:
     async def scenario() -> None:
         async with make("settings", SessionSettings(limit=3)) as session:
             items = [user(f"message {n}") for n in range(6)]
@@ -169,7 +182,10 @@ def test_sessions_are_isolated(make: Factory) -> None:
 def test_unicode_and_special_characters_survive(make: Factory) -> None:
     async def scenario() -> None:
         async with make("unicode") as session:
-            items = [user("こんにちは 😊👍 Привет"), assistant("quotes ' \" \\ and <html> & \n\t; DROP TABLE x; --")]
+            items = [
+                user("こんにちは 😊👍 Привет"),
+                assistant("quotes ' \" \\ and <html> & \n\t; DROP TABLE x; --"),
+            ]
             await session.add_items(items)
             assert await session.get_items() == items
 
@@ -189,7 +205,12 @@ def test_large_items_survive(make: Factory) -> None:
 def test_concurrent_adds_keep_every_item(make: Factory) -> None:
     async def scenario() -> None:
         async with make("concurrent") as session:
-            await asyncio.gather(*(session.add_items([user(f"m{n}"), assistant(f"r{n}")]) for n in range(10)))
+            await asyncio.gather(
+                *(
+                    session.add_items([user(f"m{n}"), assistant(f"r{n}")])
+                    for n in range(10)
+                )
+            )
             got = await session.get_items()
             assert len(got) == 20
             for n in range(10):  # each call's items stay together, in order
@@ -214,7 +235,13 @@ def test_empty_add_changes_nothing(make: Factory) -> None:
 def test_items_become_canonical_messages_in_turns(tmp_path: Path) -> None:
     items = [
         user("Weather in Paris?"),
-        {"type": "function_call", "call_id": "c1", "name": "weather", "arguments": '{"city": "Paris"}', "id": "fc1"},
+        {
+            "type": "function_call",
+            "call_id": "c1",
+            "name": "weather",
+            "arguments": '{"city": "Paris"}',
+            "id": "fc1",
+        },
         {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
         assistant("Sunny."),
     ]
@@ -229,18 +256,37 @@ def test_items_become_canonical_messages_in_turns(tmp_path: Path) -> None:
     run(scenario())
     with Store(tmp_path / "t.db") as store:
         rows = list(store.messages.records("trip"))
-    assert [row.message.role for row in rows] == ["user", "assistant", "toolResult", "assistant", "user"]
+    assert [row.message.role for row in rows] == [
+        "user",
+        "assistant",
+        "toolResult",
+        "assistant",
+        "user",
+    ]
     assert [row.turn_index for row in rows] == [0, 0, 0, 0, 1]
-    assert rows[1].message.model_dump(mode="json")["content"][0]["arguments"] == {"city": "Paris"}
+    assert rows[1].message.model_dump(mode="json")["content"][0]["arguments"] == {
+        "city": "Paris"
+    }
     assert rows[2].message.model_dump(mode="json")["toolName"] == "weather"
     assert [json.loads(row.source or "") for row in rows[:4]] == items
 
 
-def test_items_that_are_not_messages_are_kept_as_extensions_in_order(tmp_path: Path) -> None:
+def test_items_that_are_not_messages_are_kept_as_extensions_in_order(
+    tmp_path: Path,
+) -> None:
     items = [
         user("search"),
-        {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "think"}]},
-        {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "q"}},
+        {
+            "type": "reasoning",
+            "id": "rs_1",
+            "summary": [{"type": "summary_text", "text": "think"}],
+        },
+        {
+            "type": "web_search_call",
+            "id": "ws_1",
+            "status": "completed",
+            "action": {"type": "search", "query": "q"},
+        },
         {"type": "item_reference", "id": "msg_0"},
         {"type": "compaction", "id": "cmp_1", "encrypted_content": "opaque"},
         assistant("found"),
@@ -267,7 +313,10 @@ def test_items_that_are_not_messages_are_kept_as_extensions_in_order(tmp_path: P
 
 
 def test_a_malformed_item_is_kept_as_an_extension(tmp_path: Path) -> None:
-    items = [{"type": "function_call", "name": "no call id"}, {"type": "message", "role": "robot", "content": "?"}]
+    items = [
+        {"type": "function_call", "name": "no call id"},
+        {"type": "message", "role": "robot", "content": "?"},
+    ]
 
     async def scenario() -> list[Any]:
         async with await AsyncStore.open(tmp_path / "t.db") as store:
@@ -278,7 +327,9 @@ def test_a_malformed_item_is_kept_as_an_extension(tmp_path: Path) -> None:
     assert run(scenario()) == items
 
 
-def test_an_item_that_is_not_an_object_is_refused_and_nothing_written(tmp_path: Path) -> None:
+def test_an_item_that_is_not_an_object_is_refused_and_nothing_written(
+    tmp_path: Path,
+) -> None:
     async def scenario() -> list[Any]:
         async with await AsyncStore.open(tmp_path / "t.db") as store:
             session = TurnstoreSession("bad", store)
@@ -315,21 +366,33 @@ def fixture_sessions() -> list[tuple[str, list[str]]]:
     found = []
     for path in sorted(FIXTURES.glob("*.db")):
         with sqlite3.connect(path) as connection:
-            ids = [row[0] for row in connection.execute("SELECT DISTINCT session_id FROM agent_messages")]
+            ids = [
+                row[0]
+                for row in connection.execute(
+                    "SELECT DISTINCT session_id FROM agent_messages"
+                )
+            ]
             for session_id in ids:
                 texts = [
                     row[0]
                     for row in connection.execute(
-                        "SELECT message_data FROM agent_messages WHERE session_id = ? ORDER BY id", (session_id,)
+                        "SELECT message_data FROM agent_messages WHERE session_id = ? ORDER BY id",
+                        (session_id,),
                     )
                 ]
                 found.append((f"{path.stem}/{session_id}", texts))
     return found
 
 
-def test_every_item_type_the_sdk_wrote_round_trips_byte_for_byte(tmp_path: Path) -> None:
+def test_every_item_type_the_sdk_wrote_round_trips_byte_for_byte(
+    tmp_path: Path,
+) -> None:
     sessions = fixture_sessions()
-    kinds = {json.loads(text).get("type", "message") for _, texts in sessions for text in texts}
+    kinds = {
+        json.loads(text).get("type", "message")
+        for _, texts in sessions
+        for text in texts
+    }
     assert {"message", "reasoning", "function_call", "function_call_output"} <= kinds
 
     async def scenario() -> None:
@@ -342,7 +405,9 @@ def test_every_item_type_the_sdk_wrote_round_trips_byte_for_byte(tmp_path: Path)
     run(scenario())
     with Store(tmp_path / "t.db") as store:
         for number, (_name, texts) in enumerate(sessions):
-            assert [row.source for row in store.messages.records(f"fixture-{number}")] == texts
+            assert [
+                row.source for row in store.messages.records(f"fixture-{number}")
+            ] == texts
 
 
 # --- under Runner.run, with usage ----------------------------------------------------------
@@ -358,27 +423,48 @@ def test_a_run_stores_its_history_and_its_usage_equals_the_sdks(tmp_path: Path) 
     async def scenario() -> None:
         async with await AsyncStore.open(tmp_path / "t.db") as store:
             session = TurnstoreSession("run", store)
-            agent = Agent(name="calc", model=app["ScriptedModel"](app["script"]()), tools=[app["add"]])
+            agent = Agent(
+                name="calc",
+                model=app["ScriptedModel"](app["script"]()),
+                tools=[app["add"]],
+            )
             config = RunConfig(tracing_disabled=True)
-            first = await Runner.run(agent, "What is 2 + 3?", session=session, run_config=config)
+            first = await Runner.run(
+                agent, "What is 2 + 3?", session=session, run_config=config
+            )
             await session.record_usage(first)
-            second = await Runner.run(agent, "Again?", session=session, run_config=config)
+            second = await Runner.run(
+                agent, "Again?", session=session, run_config=config
+            )
             await session.record_usage(second)
             items = await session.get_items()
-            assert [item.get("type", "message") for item in items] == ["message", "function_call",
-                                                                       "function_call_output", "message"] * 2
+            assert [item.get("type", "message") for item in items] == [
+                "message",
+                "function_call",
+                "function_call_output",
+                "message",
+            ] * 2
             assert items[0] == {"content": "What is 2 + 3?", "role": "user"}
             totals = await store.usage.session("run")
             sdk = [first.context_wrapper.usage, second.context_wrapper.usage]
             cached = sum(u.input_tokens_details.cached_tokens for u in sdk)
             written = sum(u.input_tokens_details.cache_write_tokens for u in sdk)
-            assert totals.input + totals.cache_read + totals.cache_write == sum(u.input_tokens for u in sdk)
+            assert totals.input + totals.cache_read + totals.cache_write == sum(
+                u.input_tokens for u in sdk
+            )
             assert (totals.cache_read, totals.cache_write) == (cached, written)
             assert totals.output == sum(u.output_tokens for u in sdk)
-            assert totals.reasoning == sum(u.output_tokens_details.reasoning_tokens for u in sdk)
+            assert totals.reasoning == sum(
+                u.output_tokens_details.reasoning_tokens for u in sdk
+            )
             assert totals.total_tokens == sum(u.total_tokens for u in sdk)
             assert totals.requests == sum(u.requests for u in sdk) == 4
-            turns = sorted({row.turn_index async for row in store.messages.records(loop_id=session.loop_id)})
+            turns = sorted(
+                {
+                    row.turn_index
+                    async for row in store.messages.records(loop_id=session.loop_id)
+                }
+            )
             assert turns == [0, 1]
 
     run(scenario())
@@ -400,7 +486,12 @@ def test_usage_without_request_entries_goes_on_the_run_loop(tmp_path: Path) -> N
             loop = await store.loops.get(loop_id)
             assert (loop.reported_usage.input, loop.reported_requests) == (30, 3)  # type: ignore[union-attr]
             totals = await store.usage.session("runs")
-            assert (totals.input, totals.output, totals.total_tokens, totals.requests) == (30, 9, 39, 3)
+            assert (
+                totals.input,
+                totals.output,
+                totals.total_tokens,
+                totals.requests,
+            ) == (30, 9, 39, 3)
             assert await session.get_items() == []
 
     run(scenario())
@@ -412,10 +503,21 @@ def test_request_usage_is_kept_as_extension_messages(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with await AsyncStore.open(tmp_path / "t.db") as store:
             session = TurnstoreSession("kinds", store)
-            agent = Agent(name="calc", model=app["ScriptedModel"](app["script"]()), tools=[app["add"]])
-            result = await Runner.run(agent, "2 + 3?", session=session, run_config=RunConfig(tracing_disabled=True))
+            agent = Agent(
+                name="calc",
+                model=app["ScriptedModel"](app["script"]()),
+                tools=[app["add"]],
+            )
+            result = await Runner.run(
+                agent,
+                "2 + 3?",
+                session=session,
+                run_config=RunConfig(tracing_disabled=True),
+            )
             loop_id = await session.record_usage(result)
-            kept = [message async for message in store.messages.records(loop_id=loop_id)]
+            kept = [
+                message async for message in store.messages.records(loop_id=loop_id)
+            ]
             assert [message.message.kind for message in kept] == [REQUEST_USAGE] * 2  # type: ignore[union-attr]
             assert kept[0].message.data["input_tokens"] == 101  # type: ignore[union-attr]
 
@@ -426,7 +528,14 @@ def test_the_example_app_runs_offline_and_prints_usage(tmp_path: Path) -> None:
     import subprocess
 
     done = subprocess.run(
-        [sys.executable, str(EXAMPLE), str(tmp_path / "app.db")], capture_output=True, text=True, timeout=120, check=True
+        [sys.executable, str(EXAMPLE), str(tmp_path / "app.db")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
     )
     assert "answer: 2 + 3 = 5" in done.stdout
-    assert "usage from turnstore: input=175 cache_read=20 cache_write=8 output=43 total_tokens=246 requests=2" in done.stdout
+    assert (
+        "usage from turnstore: input=175 cache_read=20 cache_write=8 output=43 total_tokens=246 requests=2"
+        in done.stdout
+    )

@@ -65,7 +65,11 @@ def _last_sources() -> sa.Select[Any]:
 
 
 def _all_sources() -> sa.Select[Any]:
-    return sa.select(_messages.c.source).where(_messages.c.loop_id == sa.bindparam("loop_id")).order_by(_messages.c.seq)
+    return (
+        sa.select(_messages.c.source)
+        .where(_messages.c.loop_id == sa.bindparam("loop_id"))
+        .order_by(_messages.c.seq)
+    )
 
 
 def _last_row() -> sa.Select[Any]:
@@ -78,10 +82,17 @@ def _last_row() -> sa.Select[Any]:
 
 
 def _last_turn() -> sa.Select[Any]:
-    return sa.select(sa.func.max(_messages.c.turn_index)).where(_messages.c.loop_id == sa.bindparam("loop_id"))
+    return sa.select(sa.func.max(_messages.c.turn_index)).where(
+        _messages.c.loop_id == sa.bindparam("loop_id")
+    )
 
 
-_LAST_SOURCES, _ALL_SOURCES, _LAST_ROW, _LAST_TURN = _last_sources(), _all_sources(), _last_row(), _last_turn()
+_LAST_SOURCES, _ALL_SOURCES, _LAST_ROW, _LAST_TURN = (
+    _last_sources(),
+    _all_sources(),
+    _last_row(),
+    _last_turn(),
+)
 
 
 class TurnstoreSession(SessionABC):
@@ -130,7 +141,12 @@ class TurnstoreSession(SessionABC):
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The session's items, oldest first; with ``limit`` (or the settings' limit), the latest ``limit``."""
-        return cast("list[TResponseInputItem]", await self._call(self._get, resolve_session_limit(limit, self.session_settings)))
+        return cast(
+            "list[TResponseInputItem]",
+            await self._call(
+                self._get, resolve_session_limit(limit, self.session_settings)
+            ),
+        )
 
     def _get(self, store: Store, limit: int | None) -> list[Any]:
         db = store._db
@@ -140,7 +156,9 @@ class TurnstoreSession(SessionABC):
             elif limit <= 0:
                 return []
             else:
-                rows = db.fetchall(_LAST_SOURCES, {"loop_id": self.loop_id, "limit": limit})[::-1]
+                rows = db.fetchall(
+                    _LAST_SOURCES, {"loop_id": self.loop_id, "limit": limit}
+                )[::-1]
         return [json.loads(source) for (source,) in rows if source is not None]
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
@@ -154,26 +172,40 @@ class TurnstoreSession(SessionABC):
         texts = []
         for index, item in enumerate(items):
             if not isinstance(item, dict):
-                raise InvalidArgument("items", f"item {index} is not a JSON object (got {type(item).__name__})")
+                raise InvalidArgument(
+                    "items",
+                    f"item {index} is not a JSON object (got {type(item).__name__})",
+                )
             texts.append(json.dumps(item))
         stamp = now_ms()
-        rows = [Row(index, text, json.loads(text), f"item {index}", stamp) for index, text in enumerate(texts)]
+        rows = [
+            Row(index, text, cast("dict[str, Any]", item), f"item {index}", stamp)
+            for index, (text, item) in enumerate(zip(texts, items))
+        ]
         errors: list[RecordError] = []
         made = item_messages(rows, errors)
         messages = [
-            message if message is not None else ExtensionMessage(kind=str(row.item.get("type", "item")), data=row.item)
+            message
+            if message is not None
+            else ExtensionMessage(kind=str(row.item.get("type", "item")), data=row.item)
             for message, row in zip(made, rows)
         ]
         first = rows[0].item
-        opens = first.get("role") == "user" and first.get("type", "message") == "message"
+        opens = (
+            first.get("role") == "user" and first.get("type", "message") == "message"
+        )
         await self._call(self._add, messages, texts, opens)
 
-    def _add(self, store: Store, messages: list[Any], texts: list[str], opens: bool) -> None:
+    def _add(
+        self, store: Store, messages: list[Any], texts: list[str], opens: bool
+    ) -> None:
         with store.transaction():
             self._start(store)
             last = store._db.scalar(_LAST_TURN, {"loop_id": self.loop_id})
             turn = 0 if last is None else last + 1 if opens else last
-            store.messages.append_turn(self.loop_id, turn, messages, sources=texts, usage_known=False)
+            store.messages.append_turn(
+                self.loop_id, turn, messages, sources=texts, usage_known=False
+            )
 
     def _start(self, store: Store) -> None:
         """Create the session and its items loop if they do not exist yet."""
@@ -181,8 +213,15 @@ class TurnstoreSession(SessionABC):
             return
         if not store.sessions.exists(self.session_id):
             store.sessions.create(session_id=self.session_id)
-        if not any(loop.loop_id == self.loop_id for loop in store.loops.list(self.session_id)):
-            store.loops.start(self.session_id, loop_id=self.loop_id, parent_loop_id=None, continuation="initial")
+        if not any(
+            loop.loop_id == self.loop_id for loop in store.loops.list(self.session_id)
+        ):
+            store.loops.start(
+                self.session_id,
+                loop_id=self.loop_id,
+                parent_loop_id=None,
+                continuation="initial",
+            )
         self._started = True
 
     async def pop_item(self) -> TResponseInputItem | None:
@@ -224,8 +263,12 @@ class TurnstoreSession(SessionABC):
     def _record(self, store: Store, usage: Any, entries: list[Any]) -> str:
         with store.transaction():
             self._start(store)
-            loop = store.loops.start(self.session_id, parent_loop_id=None, continuation="initial",
-                                     metadata={"kind": "openai_agents.run_usage"})
+            loop = store.loops.start(
+                self.session_id,
+                parent_loop_id=None,
+                continuation="initial",
+                metadata={"kind": "openai_agents.run_usage"},
+            )
             if entries:
                 for entry in entries:
                     store.messages.append(
@@ -235,7 +278,9 @@ class TurnstoreSession(SessionABC):
                     )
                 store.loops.end(loop.loop_id)
             else:
-                store.loops.end(loop.loop_id, usage=_usage(usage), requests=int(usage.requests))
+                store.loops.end(
+                    loop.loop_id, usage=_usage(usage), requests=int(usage.requests)
+                )
         return loop.loop_id
 
     async def close(self) -> None:
@@ -251,7 +296,10 @@ def _usage(usage: Any) -> Usage:
     details = getattr(usage, "input_tokens_details", None)
     cached = int(getattr(details, "cached_tokens", 0) or 0)
     written = int(getattr(details, "cache_write_tokens", 0) or 0)
-    reasoning = int(getattr(getattr(usage, "output_tokens_details", None), "reasoning_tokens", 0) or 0)
+    reasoning = int(
+        getattr(getattr(usage, "output_tokens_details", None), "reasoning_tokens", 0)
+        or 0
+    )
     return Usage(
         input=int(usage.input_tokens) - cached - written,
         output=int(usage.output_tokens),
