@@ -3,7 +3,9 @@
 Each ``agent_messages`` row of the OpenAI Agents SDK holds one Responses-API
 input item (``message_data``, ``json.dumps`` of the item). This module holds
 what items become; :mod:`turnstore.importers.openai_agents` reads the tables
-and puts the messages into loops and branches.
+and puts the messages into loops and branches, and
+:mod:`turnstore.integrations.openai_agents` stores a live session's items
+with the same mapping (:func:`item_messages`, one message per item).
 
 * ``user`` / ``system`` / ``developer`` messages -> user and system messages;
   their input parts (``input_text``, ``input_image``, ``input_file``,
