@@ -94,9 +94,7 @@ async def open_sqlite(folder: Path) -> tuple[Any, Callable[[], Awaitable[None]]]
 
 
 async def open_advanced(folder: Path) -> tuple[Any, Callable[[], Awaitable[None]]]:
-    session = AdvancedSQLiteSession(
-        session_id="bench", db_path=folder / "advanced.db", create_tables=True
-    )
+    session = AdvancedSQLiteSession(session_id="bench", db_path=folder / "advanced.db", create_tables=True)
 
     async def close() -> None:
         session.close()
@@ -110,9 +108,7 @@ async def measure(opener: Opener, calls: int) -> dict[str, float]:
         session, close = await opener(Path(directory))
         try:
             turns = [turn(number) for number in range(calls)]
-            await session.add_items(
-                turn(-1)
-            )  # create the tables and the session outside the timing
+            await session.add_items(turn(-1))  # create the tables and the session outside the timing
             start = time.perf_counter()
             for items in turns:
                 await session.add_items(items)
@@ -138,23 +134,16 @@ async def main(calls: int, repeats: int) -> None:
     if AdvancedSQLiteSession is not None:
         systems["AdvancedSQLiteSession"] = open_advanced
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in systems}
-    for _ in range(
-        repeats
-    ):  # alternate the systems, so that load on the machine hits them alike
+    for _ in range(repeats):  # alternate the systems, so that load on the machine hits them alike
         for name, opener in systems.items():
             runs[name].append(await measure(opener, calls))
     medians = {
-        name: {key: statistics.median(run[key] for run in found) for key in found[0]}
-        for name, found in runs.items()
+        name: {key: statistics.median(run[key] for run in found) for key in found[0]} for name, found in runs.items()
     }
     print(f"{calls} add_items calls of 5 items; medians of {repeats} runs")
-    print(
-        f"{'system':24} {'add_items (ms/call)':>20} {'get_items() all (ms)':>21} {'get_items(20) (ms)':>19}"
-    )
+    print(f"{'system':24} {'add_items (ms/call)':>20} {'get_items() all (ms)':>21} {'get_items(20) (ms)':>19}")
     for name, row in medians.items():
-        print(
-            f"{name:24} {row['add'] * 1e3:20.3f} {row['get_all'] * 1e3:21.3f} {row['get_20'] * 1e3:19.3f}"
-        )
+        print(f"{name:24} {row['add'] * 1e3:20.3f} {row['get_all'] * 1e3:21.3f} {row['get_20'] * 1e3:19.3f}")
     ours = medians["TurnstoreSession"]
     for name, row in medians.items():
         if name != "TurnstoreSession":
@@ -166,9 +155,7 @@ async def main(calls: int, repeats: int) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0] if __doc__ else None
-    )
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--repeats", type=int, default=5)
     arguments = parser.parse_args()

@@ -40,9 +40,7 @@ class ScriptedModel(Model):
         usage = Usage(
             requests=1,
             input_tokens=100 + self.calls,
-            input_tokens_details=InputTokensDetails(
-                cached_tokens=10, cache_write_tokens=4
-            ),
+            input_tokens_details=InputTokensDetails(cached_tokens=10, cache_write_tokens=4),
             output_tokens=20 + self.calls,
             output_tokens_details=OutputTokensDetails(reasoning_tokens=5),
             total_tokens=120 + 2 * self.calls,
@@ -61,13 +59,9 @@ def add(a: int, b: int) -> int:
 
 def script() -> list[list[Any]]:
     """A tool call, then the answer."""
-    call = ResponseFunctionToolCall(
-        type="function_call", call_id="call_1", name="add", arguments='{"a": 2, "b": 3}'
-    )
+    call = ResponseFunctionToolCall(type="function_call", call_id="call_1", name="add", arguments='{"a": 2, "b": 3}')
     text = ResponseOutputText(type="output_text", text="2 + 3 = 5", annotations=[])
-    answer = ResponseOutputMessage(
-        type="message", id="msg_1", role="assistant", status="completed", content=[text]
-    )
+    answer = ResponseOutputMessage(type="message", id="msg_1", role="assistant", status="completed", content=[text])
     return [[call], [answer]]
 
 

@@ -59,21 +59,15 @@ def make(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     kind = request.param
 
     class Opened:
-        def __init__(
-            self, session_id: str, settings: SessionSettings | None = None
-        ) -> None:
+        def __init__(self, session_id: str, settings: SessionSettings | None = None) -> None:
             self.session_id, self.settings = session_id, settings
 
         async def __aenter__(self) -> Any:
             if kind == "sqlite":
-                self.session = SQLiteSession(
-                    self.session_id, tmp_path / "sdk.db", session_settings=self.settings
-                )
+                self.session = SQLiteSession(self.session_id, tmp_path / "sdk.db", session_settings=self.settings)
             else:
                 self.store = await AsyncStore.open(tmp_path / "turnstore.db")
-                self.session = TurnstoreSession(
-                    self.session_id, self.store, session_settings=self.settings
-                )
+                self.session = TurnstoreSession(self.session_id, self.store, session_settings=self.settings)
             return self.session
 
         async def __aexit__(self, *exc: object) -> None:
@@ -205,12 +199,7 @@ def test_large_items_survive(make: Factory) -> None:
 def test_concurrent_adds_keep_every_item(make: Factory) -> None:
     async def scenario() -> None:
         async with make("concurrent") as session:
-            await asyncio.gather(
-                *(
-                    session.add_items([user(f"m{n}"), assistant(f"r{n}")])
-                    for n in range(10)
-                )
-            )
+            await asyncio.gather(*(session.add_items([user(f"m{n}"), assistant(f"r{n}")]) for n in range(10)))
             got = await session.get_items()
             assert len(got) == 20
             for n in range(10):  # each call's items stay together, in order
@@ -264,9 +253,7 @@ def test_items_become_canonical_messages_in_turns(tmp_path: Path) -> None:
         "user",
     ]
     assert [row.turn_index for row in rows] == [0, 0, 0, 0, 1]
-    assert rows[1].message.model_dump(mode="json")["content"][0]["arguments"] == {
-        "city": "Paris"
-    }
+    assert rows[1].message.model_dump(mode="json")["content"][0]["arguments"] == {"city": "Paris"}
     assert rows[2].message.model_dump(mode="json")["toolName"] == "weather"
     assert [json.loads(row.source or "") for row in rows[:4]] == items
 
@@ -366,12 +353,7 @@ def fixture_sessions() -> list[tuple[str, list[str]]]:
     found = []
     for path in sorted(FIXTURES.glob("*.db")):
         with sqlite3.connect(path) as connection:
-            ids = [
-                row[0]
-                for row in connection.execute(
-                    "SELECT DISTINCT session_id FROM agent_messages"
-                )
-            ]
+            ids = [row[0] for row in connection.execute("SELECT DISTINCT session_id FROM agent_messages")]
             for session_id in ids:
                 texts = [
                     row[0]
@@ -388,11 +370,7 @@ def test_every_item_type_the_sdk_wrote_round_trips_byte_for_byte(
     tmp_path: Path,
 ) -> None:
     sessions = fixture_sessions()
-    kinds = {
-        json.loads(text).get("type", "message")
-        for _, texts in sessions
-        for text in texts
-    }
+    kinds = {json.loads(text).get("type", "message") for _, texts in sessions for text in texts}
     assert {"message", "reasoning", "function_call", "function_call_output"} <= kinds
 
     async def scenario() -> None:
@@ -405,9 +383,7 @@ def test_every_item_type_the_sdk_wrote_round_trips_byte_for_byte(
     run(scenario())
     with Store(tmp_path / "t.db") as store:
         for number, (_name, texts) in enumerate(sessions):
-            assert [
-                row.source for row in store.messages.records(f"fixture-{number}")
-            ] == texts
+            assert [row.source for row in store.messages.records(f"fixture-{number}")] == texts
 
 
 # --- under Runner.run, with usage ----------------------------------------------------------
@@ -429,13 +405,9 @@ def test_a_run_stores_its_history_and_its_usage_equals_the_sdks(tmp_path: Path) 
                 tools=[app["add"]],
             )
             config = RunConfig(tracing_disabled=True)
-            first = await Runner.run(
-                agent, "What is 2 + 3?", session=session, run_config=config
-            )
+            first = await Runner.run(agent, "What is 2 + 3?", session=session, run_config=config)
             await session.record_usage(first)
-            second = await Runner.run(
-                agent, "Again?", session=session, run_config=config
-            )
+            second = await Runner.run(agent, "Again?", session=session, run_config=config)
             await session.record_usage(second)
             items = await session.get_items()
             assert [item.get("type", "message") for item in items] == [
@@ -449,22 +421,13 @@ def test_a_run_stores_its_history_and_its_usage_equals_the_sdks(tmp_path: Path) 
             sdk = [first.context_wrapper.usage, second.context_wrapper.usage]
             cached = sum(u.input_tokens_details.cached_tokens for u in sdk)
             written = sum(u.input_tokens_details.cache_write_tokens for u in sdk)
-            assert totals.input + totals.cache_read + totals.cache_write == sum(
-                u.input_tokens for u in sdk
-            )
+            assert totals.input + totals.cache_read + totals.cache_write == sum(u.input_tokens for u in sdk)
             assert (totals.cache_read, totals.cache_write) == (cached, written)
             assert totals.output == sum(u.output_tokens for u in sdk)
-            assert totals.reasoning == sum(
-                u.output_tokens_details.reasoning_tokens for u in sdk
-            )
+            assert totals.reasoning == sum(u.output_tokens_details.reasoning_tokens for u in sdk)
             assert totals.total_tokens == sum(u.total_tokens for u in sdk)
             assert totals.requests == sum(u.requests for u in sdk) == 4
-            turns = sorted(
-                {
-                    row.turn_index
-                    async for row in store.messages.records(loop_id=session.loop_id)
-                }
-            )
+            turns = sorted({row.turn_index async for row in store.messages.records(loop_id=session.loop_id)})
             assert turns == [0, 1]
 
     run(scenario())
@@ -515,9 +478,7 @@ def test_request_usage_is_kept_as_extension_messages(tmp_path: Path) -> None:
                 run_config=RunConfig(tracing_disabled=True),
             )
             loop_id = await session.record_usage(result)
-            kept = [
-                message async for message in store.messages.records(loop_id=loop_id)
-            ]
+            kept = [message async for message in store.messages.records(loop_id=loop_id)]
             assert [message.message.kind for message in kept] == [REQUEST_USAGE] * 2  # type: ignore[union-attr]
             assert kept[0].message.data["input_tokens"] == 101  # type: ignore[union-attr]
 
@@ -539,3 +500,21 @@ def test_the_example_app_runs_offline_and_prints_usage(tmp_path: Path) -> None:
         "usage from turnstore: input=175 cache_read=20 cache_write=8 output=43 total_tokens=246 requests=2"
         in done.stdout
     )
+
+
+def test_a_session_cleared_through_another_object_takes_items_again(make: Factory) -> None:
+    async def scenario() -> None:
+        async with make("shared") as first, make("shared") as second:
+            await first.add_items([user("one")])
+            await second.clear_session()
+            await first.add_items([user("two")])
+            assert await second.get_items() == [user("two")]
+            await session_usage_if_turnstore(first)
+
+    async def session_usage_if_turnstore(session: Any) -> None:
+        if isinstance(session, TurnstoreSession):
+            await session.clear_session()
+            await session.add_items([assistant("after a clear")])
+            assert await session.get_items() == [assistant("after a clear")]
+
+    run(scenario())

@@ -65,11 +65,7 @@ def _last_sources() -> sa.Select[Any]:
 
 
 def _all_sources() -> sa.Select[Any]:
-    return (
-        sa.select(_messages.c.source)
-        .where(_messages.c.loop_id == sa.bindparam("loop_id"))
-        .order_by(_messages.c.seq)
-    )
+    return sa.select(_messages.c.source).where(_messages.c.loop_id == sa.bindparam("loop_id")).order_by(_messages.c.seq)
 
 
 def _last_row() -> sa.Select[Any]:
@@ -82,9 +78,7 @@ def _last_row() -> sa.Select[Any]:
 
 
 def _last_turn() -> sa.Select[Any]:
-    return sa.select(sa.func.max(_messages.c.turn_index)).where(
-        _messages.c.loop_id == sa.bindparam("loop_id")
-    )
+    return sa.select(sa.func.max(_messages.c.turn_index)).where(_messages.c.loop_id == sa.bindparam("loop_id"))
 
 
 _LAST_SOURCES, _ALL_SOURCES, _LAST_ROW, _LAST_TURN = (
@@ -143,9 +137,7 @@ class TurnstoreSession(SessionABC):
         """The session's items, oldest first; with ``limit`` (or the settings' limit), the latest ``limit``."""
         return cast(
             "list[TResponseInputItem]",
-            await self._call(
-                self._get, resolve_session_limit(limit, self.session_settings)
-            ),
+            await self._call(self._get, resolve_session_limit(limit, self.session_settings)),
         )
 
     def _get(self, store: Store, limit: int | None) -> list[Any]:
@@ -156,9 +148,7 @@ class TurnstoreSession(SessionABC):
             elif limit <= 0:
                 return []
             else:
-                rows = db.fetchall(
-                    _LAST_SOURCES, {"loop_id": self.loop_id, "limit": limit}
-                )[::-1]
+                rows = db.fetchall(_LAST_SOURCES, {"loop_id": self.loop_id, "limit": limit})[::-1]
         return [json.loads(source) for (source,) in rows if source is not None]
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
@@ -185,27 +175,21 @@ class TurnstoreSession(SessionABC):
         errors: list[RecordError] = []
         made = item_messages(rows, errors)
         messages = [
-            message
-            if message is not None
-            else ExtensionMessage(kind=str(row.item.get("type", "item")), data=row.item)
+            message if message is not None else ExtensionMessage(kind=str(row.item.get("type", "item")), data=row.item)
             for message, row in zip(made, rows)
         ]
         first = rows[0].item
-        opens = (
-            first.get("role") == "user" and first.get("type", "message") == "message"
-        )
+        opens = first.get("role") == "user" and first.get("type", "message") == "message"
         await self._call(self._add, messages, texts, opens)
 
-    def _add(
-        self, store: Store, messages: list[Any], texts: list[str], opens: bool
-    ) -> None:
+    def _add(self, store: Store, messages: list[Any], texts: list[str], opens: bool) -> None:
         with store.transaction():
-            self._start(store)
             last = store._db.scalar(_LAST_TURN, {"loop_id": self.loop_id})
+            if last is None:  # a new session, or one cleared (perhaps through another session object)
+                self._started = False
+            self._start(store)
             turn = 0 if last is None else last + 1 if opens else last
-            store.messages.append_turn(
-                self.loop_id, turn, messages, sources=texts, usage_known=False
-            )
+            store.messages.append_turn(self.loop_id, turn, messages, sources=texts, usage_known=False)
 
     def _start(self, store: Store) -> None:
         """Create the session and its items loop if they do not exist yet."""
@@ -213,9 +197,7 @@ class TurnstoreSession(SessionABC):
             return
         if not store.sessions.exists(self.session_id):
             store.sessions.create(session_id=self.session_id)
-        if not any(
-            loop.loop_id == self.loop_id for loop in store.loops.list(self.session_id)
-        ):
+        if not any(loop.loop_id == self.loop_id for loop in store.loops.list(self.session_id)):
             store.loops.start(
                 self.session_id,
                 loop_id=self.loop_id,
@@ -262,6 +244,7 @@ class TurnstoreSession(SessionABC):
 
     def _record(self, store: Store, usage: Any, entries: list[Any]) -> str:
         with store.transaction():
+            self._started = False
             self._start(store)
             loop = store.loops.start(
                 self.session_id,
@@ -278,9 +261,7 @@ class TurnstoreSession(SessionABC):
                     )
                 store.loops.end(loop.loop_id)
             else:
-                store.loops.end(
-                    loop.loop_id, usage=_usage(usage), requests=int(usage.requests)
-                )
+                store.loops.end(loop.loop_id, usage=_usage(usage), requests=int(usage.requests))
         return loop.loop_id
 
     async def close(self) -> None:
@@ -296,10 +277,7 @@ def _usage(usage: Any) -> Usage:
     details = getattr(usage, "input_tokens_details", None)
     cached = int(getattr(details, "cached_tokens", 0) or 0)
     written = int(getattr(details, "cache_write_tokens", 0) or 0)
-    reasoning = int(
-        getattr(getattr(usage, "output_tokens_details", None), "reasoning_tokens", 0)
-        or 0
-    )
+    reasoning = int(getattr(getattr(usage, "output_tokens_details", None), "reasoning_tokens", 0) or 0)
     return Usage(
         input=int(usage.input_tokens) - cached - written,
         output=int(usage.output_tokens),
