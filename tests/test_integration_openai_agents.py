@@ -53,10 +53,16 @@ def assistant(text: str) -> dict[str, Any]:
     }
 
 
-@pytest.fixture(params=["turnstore", "sqlite"])
+@pytest.fixture(params=["turnstore", "turnstore-postgresql", "sqlite"])
 def make(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    """``make(session_id, settings=None)`` -> an async context yielding a session of the parametrized kind."""
+    """``make(session_id, settings=None)`` -> an async context yielding a session of the parametrized kind
+    (``turnstore-postgresql``: on the test PostgreSQL server, skipped when it is not up)."""
     kind = request.param
+    url = str(tmp_path / "turnstore.db")
+    if kind == "turnstore-postgresql":
+        database = request.getfixturevalue("postgres")
+        database.empty()
+        url = database.url
 
     class Opened:
         def __init__(self, session_id: str, settings: SessionSettings | None = None) -> None:
@@ -66,7 +72,7 @@ def make(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
             if kind == "sqlite":
                 self.session = SQLiteSession(self.session_id, tmp_path / "sdk.db", session_settings=self.settings)
             else:
-                self.store = await AsyncStore.open(tmp_path / "turnstore.db")
+                self.store = await AsyncStore.open(url)
                 self.session = TurnstoreSession(self.session_id, self.store, session_settings=self.settings)
             return self.session
 

@@ -37,7 +37,7 @@ from agents.memory.session_settings import SessionSettings, resolve_session_limi
 
 from .. import schema
 from ..aio import AsyncStore
-from ..errors import InvalidArgument, SessionNotFound
+from ..errors import AlreadyExists, InvalidArgument, LoopNotFound, SessionNotFound
 from ..importers.base import RecordError
 from ..importers.openai_agents_items import Row, item_messages
 from ..models import ExtensionMessage, Usage, now_ms
@@ -183,27 +183,31 @@ class TurnstoreSession(SessionABC):
         await self._call(self._add, messages, texts, opens)
 
     def _add(self, store: Store, messages: list[Any], texts: list[str], opens: bool) -> None:
-        with store.transaction():
-            last = store._db.scalar(_LAST_TURN, {"loop_id": self.loop_id})
-            if last is None:  # a new session, or one cleared (perhaps through another session object)
-                self._started = False
+        for attempt in range(2):
             self._start(store)
-            turn = 0 if last is None else last + 1 if opens else last
-            store.messages.append_turn(self.loop_id, turn, messages, sources=texts, usage_known=False)
+            try:
+                with store.transaction():
+                    last = store._db.scalar(_LAST_TURN, {"loop_id": self.loop_id})
+                    turn = 0 if last is None else last + 1 if opens else last
+                    store.messages.append_turn(self.loop_id, turn, messages, sources=texts, usage_known=False)
+                return
+            except LoopNotFound:  # the session was cleared (perhaps through another session object)
+                if attempt:
+                    raise
+                self._started = False
 
     def _start(self, store: Store) -> None:
-        """Create the session and its items loop if they do not exist yet."""
+        """Create the session and its items loop if they do not exist yet (concurrent first calls agree).
+
+        Outside any transaction: on PostgreSQL a refused insert would abort the one around it."""
         if self._started:
             return
-        if not store.sessions.exists(self.session_id):
-            store.sessions.create(session_id=self.session_id)
+        store.sessions.create(session_id=self.session_id, exist_ok=True)
         if not any(loop.loop_id == self.loop_id for loop in store.loops.list(self.session_id)):
-            store.loops.start(
-                self.session_id,
-                loop_id=self.loop_id,
-                parent_loop_id=None,
-                continuation="initial",
-            )
+            try:  # under the session's lock: a concurrent first call's loop is seen, not written twice
+                store.loops.start(self.session_id, loop_id=self.loop_id, parent_loop_id=None, continuation="initial")
+            except AlreadyExists:
+                pass
         self._started = True
 
     async def pop_item(self) -> TResponseInputItem | None:
@@ -243,9 +247,9 @@ class TurnstoreSession(SessionABC):
         return cast(str, await self._call(self._record, usage, entries))
 
     def _record(self, store: Store, usage: Any, entries: list[Any]) -> str:
+        self._started = False
+        self._start(store)
         with store.transaction():
-            self._started = False
-            self._start(store)
             loop = store.loops.start(
                 self.session_id,
                 parent_loop_id=None,
