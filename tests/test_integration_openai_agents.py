@@ -524,3 +524,28 @@ def test_a_session_cleared_through_another_object_takes_items_again(make: Factor
             assert await session.get_items() == [assistant("after a clear")]
 
     run(scenario())
+
+
+def test_a_cancelled_add_writes_all_its_items_or_none(tmp_path: Path) -> None:
+    items = [user("q"), assistant("a"), {"type": "web_search_call", "id": "ws", "status": "completed"}]
+
+    async def scenario() -> None:
+        async with await AsyncStore.open(tmp_path / "t.db") as store:
+            session = TurnstoreSession("cancel", store)
+            written = 0
+            for delay in range(40):
+                task = asyncio.ensure_future(session.add_items(items))
+                for _ in range(delay % 8):
+                    await asyncio.sleep(0)
+                task.cancel()
+                try:
+                    await task
+                    written += 1
+                except asyncio.CancelledError:
+                    pass
+                stored = await session.get_items()
+                assert len(stored) % len(items) == 0  # whole calls only
+                assert stored == items * (len(stored) // len(items))
+            assert len(await session.get_items()) >= written * len(items)
+
+    run(scenario())
