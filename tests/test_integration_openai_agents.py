@@ -119,6 +119,7 @@ def test_limit_returns_the_latest_in_order(make: Factory) -> None:
             assert await session.get_items(limit=10) == items
             assert await session.get_items(limit=0) == []
             assert await session.get_items(limit=5) == items
+            assert await session.get_items(limit=-1) == items
 
     run(scenario())
 
@@ -345,7 +346,8 @@ def test_store_and_url_together_are_refused(tmp_path: Path) -> None:
 def test_a_session_opens_and_closes_its_own_store_from_a_url(tmp_path: Path) -> None:
     async def scenario() -> None:
         session = TurnstoreSession("own", url=str(tmp_path / "own.db"))
-        await session.add_items([user("hi")])
+        await asyncio.gather(session.add_items([user("hi")]), session.get_items())  # one store opened
+        assert session._store is not None
         await session.close()
         again = TurnstoreSession("own", url=str(tmp_path / "own.db"))
         assert await again.get_items() == [user("hi")]

@@ -28,6 +28,7 @@ a cancelled call still finishes (or never starts) as a whole, never halfway.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import TYPE_CHECKING, Any, cast
 
@@ -119,11 +120,14 @@ class TurnstoreSession(SessionABC):
         self._url = url
         self._owned = store is None
         self._started = False
+        self._opening = asyncio.Lock()
 
     async def store(self) -> AsyncStore:
-        """The store (opened on first use when the session owns it)."""
+        """The store (opened on first use when the session owns it; concurrent first calls open it once)."""
         if self._store is None:
-            self._store = await AsyncStore.open(self._url)
+            async with self._opening:
+                if self._store is None:
+                    self._store = await AsyncStore.open(self._url)
         return self._store
 
     async def _call(self, function: Any, *args: Any) -> Any:
@@ -143,9 +147,9 @@ class TurnstoreSession(SessionABC):
     def _get(self, store: Store, limit: int | None) -> list[Any]:
         db = store._db
         with db.read():
-            if limit is None:
+            if limit is None or limit < 0:  # a negative limit: everything, as SQLite's LIMIT -1 in SQLiteSession
                 rows = db.fetchall(_ALL_SOURCES, {"loop_id": self.loop_id})
-            elif limit <= 0:
+            elif limit == 0:
                 return []
             else:
                 rows = db.fetchall(_LAST_SOURCES, {"loop_id": self.loop_id, "limit": limit})[::-1]
