@@ -23,6 +23,7 @@ SUITES: dict[str, tuple[str, list[str], str]] = {
     "scale": ("scale.py", [], "does turnstore stay fast when the store holds 1M messages"),
     "import-pi": ("import_pi.py", [], "import throughput: a 10,000-message pi session vs a raw sqlite3 floor"),
     "import-memory": ("import_memory.py", [], "peak memory of large imports, with appenders running"),
+    "integrations": ("integrations.py", [], "OpenAI Agents SDK sessions: TurnstoreSession vs SQLiteSession (+ Advanced)"),
     "startup": ("startup.py", [], "import turnstore and `turnstore sessions`: how fast they start"),
     "report": ("report.py", [], "docs/performance.md (and its plot) from the result files"),
 }

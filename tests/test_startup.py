@@ -16,8 +16,8 @@ import pytest
 import turnstore
 from turnstore import Store, migrate
 
-HEAVY = ("alembic", "mako", "rich", "turnstore.aio", "turnstore.importers", "turnstore.demo")
-"""Modules that only some calls need: migrations, the async layer, importers, terminal output."""
+HEAVY = ("alembic", "mako", "rich", "turnstore.aio", "turnstore.importers", "turnstore.demo", "agents")
+"""Modules that only some calls need: migrations, the async layer, importers, terminal output, frameworks."""
 
 
 def loaded_after(code: str) -> set[str]:

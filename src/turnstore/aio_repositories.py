@@ -246,9 +246,26 @@ class AsyncMessageRepository:
             )
         )
 
-    async def append_turn(self, loop_id: str, turn_index: int, messages: Sequence[MessageInput]) -> list[int]:
+    async def append_turn(
+        self,
+        loop_id: str,
+        turn_index: int,
+        messages: Sequence[MessageInput],
+        *,
+        sources: Sequence[str | None] | None = None,
+        usage_known: bool = True,
+    ) -> list[int]:
         """Async twin of :meth:`MessageRepository.append_turn <turnstore.repositories.messages.MessageRepository.append_turn>`."""
-        return await self._workers.call(functools.partial(self._sync.append_turn, loop_id, turn_index, messages))
+        return await self._workers.call(
+            functools.partial(
+                self._sync.append_turn,
+                loop_id,
+                turn_index,
+                messages,
+                sources=sources,
+                usage_known=usage_known,
+            )
+        )
 
     async def rewind(
         self,

@@ -3,7 +3,9 @@
 Each ``agent_messages`` row of the OpenAI Agents SDK holds one Responses-API
 input item (``message_data``, ``json.dumps`` of the item). This module holds
 what items become; :mod:`turnstore.importers.openai_agents` reads the tables
-and puts the messages into loops and branches.
+and puts the messages into loops and branches, and
+:mod:`turnstore.integrations.openai_agents` stores a live session's items
+with the same mapping (:func:`item_messages`, one message per item).
 
 * ``user`` / ``system`` / ``developer`` messages -> user and system messages;
   their input parts (``input_text``, ``input_image``, ``input_file``,
@@ -35,7 +37,7 @@ from ..errors import InvalidRecord
 from ..models import ExtensionMessage, Message
 from .base import RecordError, guess_mime_type, parse_agent_message
 
-__all__ = ["MODEL", "PROVIDER", "ItemConverter", "Piece", "Row", "guard", "parse_item"]
+__all__ = ["MODEL", "PROVIDER", "ItemConverter", "Piece", "Row", "guard", "item_messages", "parse_item"]
 
 _T = TypeVar("_T")
 
@@ -245,6 +247,17 @@ class ItemConverter:
             piece.in_response = True
         assistant = Piece(message, [row for row, _, _ in held], [node for _, _, node in held], first_turn, asks)
         return [assistant, *others]
+
+
+def item_messages(rows: list[Row], errors: list[RecordError]) -> list[Message | ExtensionMessage | None]:
+    """One message per row, each item alone (a live session stores items one by one, so that each can be
+    popped): what :class:`ItemConverter` makes of it, or None for a malformed row (reported in ``errors``)."""
+    nodes = list(range(len(rows)))
+    pieces = ItemConverter(errors, rows).pieces([(row, None) for row in rows], nodes, set(nodes))
+    made: list[Message | ExtensionMessage | None] = [None] * len(rows)
+    for piece in pieces:
+        made[piece.nodes[0]] = piece.message
+    return made
 
 
 def _is_model_output(item: dict[str, Any]) -> bool:

@@ -105,10 +105,22 @@ class MessageRepository:
         except self._db.IntegrityError as error:
             raise self._integrity(error, params["loop_id"], params["turn_index"]) from None
 
-    def append_turn(self, loop_id: str, turn_index: int, messages: Sequence[MessageInput]) -> list[int]:
+    def append_turn(
+        self,
+        loop_id: str,
+        turn_index: int,
+        messages: Sequence[MessageInput],
+        *,
+        sources: Sequence[str | None] | None = None,
+        usage_known: bool = True,
+    ) -> list[int]:
         """Append a whole turn (prompt, response, tool results) atomically; returns the ids.
 
         Every message is validated before anything is written; all or nothing.
+        ``sources`` (one per message) keeps the record each message was made
+        from verbatim, as an import does (a framework adapter's original item).
+        ``usage_known=False`` stores assistant messages with unknown usage (not
+        counted as model calls): for apps that record usage per run instead.
 
         Raises:
             InvalidMessage / TurnIdMismatch: a message is invalid; nothing is written.
@@ -116,7 +128,12 @@ class MessageRepository:
                 turn (``turn_index``); nothing is written.
             LoopNotFound: no such loop.
         """
-        rows = [self._prepare(message, loop_id, turn_index, None, None) for message in messages]
+        rows = [self._prepare(message, loop_id, turn_index, None, None, usage_known) for message in messages]
+        if sources is not None:
+            if len(sources) != len(rows):
+                raise InvalidArgument("sources", f"needs one source per message ({len(rows)}), got {len(sources)}")
+            for params, source in zip(rows, sources):
+                params["source"] = source
         if not rows:
             return []
         statement = q.insert_message(not self._db.is_sqlite)
@@ -237,6 +254,7 @@ class MessageRepository:
         turn_index: int | None,
         usage: Usage | None,
         timestamp: int | None,
+        usage_known: bool = True,
     ) -> dict[str, Any]:
         model = parse_message(message)
         role = model.role
@@ -276,7 +294,7 @@ class MessageRepository:
         limits = self._settings.limits
         limits.check_message(text)
         dated = now_ms() if timestamp is None else timestamp  # 0 is a time (1970-01-01), not a missing one
-        params = row_params(model, text, loop_id, turn_index, usage, timestamp=dated)
+        params = row_params(model, text, loop_id, turn_index, usage, timestamp=dated, usage_known=usage_known)
         limits.check_row(params)
         return params
 
