@@ -34,7 +34,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
 from typing import IO, TYPE_CHECKING, Any, Generic, TypeVar
 
-from typing_extensions import Self
+from typing_extensions import Concatenate, ParamSpec, Self
 
 from .aio_repositories import AsyncLoopRepository, AsyncMessageRepository, AsyncSessionRepository, AsyncUsageRepository
 from .errors import StoreClosed, TransactionOpen
@@ -54,6 +54,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 class _Pin:
@@ -507,6 +508,17 @@ class AsyncStore:
     ) -> str | None:
         """Export one session; see :meth:`turnstore.Store.export`."""
         return await self._workers.run(self._store.export, session_id, format, file)
+
+    async def run(self, function: Callable[Concatenate[Store, P], T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """``function(store.sync, *args, **kwargs)`` on a worker thread, like every call of this store.
+
+        For several sync calls that belong together (an adapter's read-then-write
+        in one ``store.transaction()``): cancelled, the function still runs to its
+        end before the cancellation is raised, so a transaction it opens always
+        commits or rolls back. Inside :meth:`transaction` it runs on that
+        transaction's worker.
+        """
+        return await self._workers.call(functools.partial(function, self._store, *args, **kwargs))
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncStore]:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from .models import ExtensionMessage, Message, Usage
     from .records import ContinuationKind, Loop, LoopConfig, Session, SessionSummary, StoredMessage, Turn
     from .repositories.message_input import MessageInput
-    from .repositories.rows import ExportRow, SessionSources
+    from .repositories.rows import ExportRow, SessionSources, SourceRow
     from .repositories.sessions import _Unset
     from .repositories.usage import Prices
     from .usage import UsageRow, UsageTotals
@@ -343,6 +343,10 @@ class AsyncMessageRepository:
                     yield item
         finally:
             await stream.close()
+
+    async def sources(self, loop_id: str, *, last: int | None = None) -> list[SourceRow]:
+        """Async twin of :meth:`MessageRepository.sources <turnstore.repositories.messages.MessageRepository.sources>`."""
+        return await self._workers.call(functools.partial(self._sync.sources, loop_id, last=last))
 
 
 class AsyncUsageRepository:

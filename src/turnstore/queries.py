@@ -541,6 +541,17 @@ def set_loop_fork() -> sa.Update:
 
 
 @cache
+def loop_message_sources(latest: bool) -> sa.Select[Any]:
+    """A loop's message ids, turn indexes and verbatim sources in order; ``latest``: the last ``:limit``, newest first."""
+    statement = sa.select(messages.c.id, messages.c.turn_index, messages.c.source).where(
+        messages.c.loop_id == bp("loop_id"), visible(messages.c.session_id)
+    )
+    if latest:
+        return statement.order_by(messages.c.seq.desc()).limit(bp("limit"))
+    return statement.order_by(messages.c.seq)
+
+
+@cache
 def export_messages() -> sa.Select[Any]:
     """Every column an export needs, in global order."""
     return (

@@ -32,11 +32,9 @@ import asyncio
 import json
 from typing import TYPE_CHECKING, Any, cast
 
-import sqlalchemy as sa
 from agents.memory import SessionABC
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
 
-from .. import schema
 from ..aio import AsyncStore
 from ..errors import AlreadyExists, InvalidArgument, LoopNotFound, SessionNotFound
 from ..importers.base import RecordError
@@ -53,41 +51,8 @@ __all__ = ["REQUEST_USAGE", "TurnstoreSession"]
 REQUEST_USAGE = "openai_agents.request_usage"
 """Kind of the extension message holding one model request's usage."""
 
-_messages = schema.messages
 
 
-def _last_sources() -> sa.Select[Any]:
-    return (
-        sa.select(_messages.c.source)
-        .where(_messages.c.loop_id == sa.bindparam("loop_id"))
-        .order_by(_messages.c.seq.desc())
-        .limit(sa.bindparam("limit"))
-    )
-
-
-def _all_sources() -> sa.Select[Any]:
-    return sa.select(_messages.c.source).where(_messages.c.loop_id == sa.bindparam("loop_id")).order_by(_messages.c.seq)
-
-
-def _last_row() -> sa.Select[Any]:
-    return (
-        sa.select(_messages.c.id, _messages.c.source)
-        .where(_messages.c.loop_id == sa.bindparam("loop_id"))
-        .order_by(_messages.c.seq.desc())
-        .limit(1)
-    )
-
-
-def _last_turn() -> sa.Select[Any]:
-    return sa.select(sa.func.max(_messages.c.turn_index)).where(_messages.c.loop_id == sa.bindparam("loop_id"))
-
-
-_LAST_SOURCES, _ALL_SOURCES, _LAST_ROW, _LAST_TURN = (
-    _last_sources(),
-    _all_sources(),
-    _last_row(),
-    _last_turn(),
-)
 
 
 class TurnstoreSession(SessionABC):
@@ -132,8 +97,7 @@ class TurnstoreSession(SessionABC):
 
     async def _call(self, function: Any, *args: Any) -> Any:
         store = await self.store()
-        sync = store.sync
-        return await store._workers.call(lambda: function(sync, *args))
+        return await store.run(function, *args)
 
     # --- the session protocol -------------------------------------------------------
 
@@ -145,15 +109,12 @@ class TurnstoreSession(SessionABC):
         )
 
     def _get(self, store: Store, limit: int | None) -> list[Any]:
-        db = store._db
-        with db.read():
-            if limit is None or limit < 0:  # a negative limit: everything, as SQLite's LIMIT -1 in SQLiteSession
-                rows = db.fetchall(_ALL_SOURCES, {"loop_id": self.loop_id})
-            elif limit == 0:
-                return []
-            else:
-                rows = db.fetchall(_LAST_SOURCES, {"loop_id": self.loop_id, "limit": limit})[::-1]
-        return [json.loads(source) for (source,) in rows if source is not None]
+        last = None if limit is None or limit < 0 else limit  # a negative limit: everything, as SQLiteSession's LIMIT -1
+        try:
+            rows = store.messages.sources(self.loop_id, last=last)
+        except LoopNotFound:  # nothing added yet, or cleared
+            return []
+        return [json.loads(row.source) for row in rows if row.source is not None]
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Store items at the end of the session, all or none; a first user item opens a new turn.
@@ -191,7 +152,8 @@ class TurnstoreSession(SessionABC):
             self._start(store)
             try:
                 with store.transaction():
-                    last = store._db.scalar(_LAST_TURN, {"loop_id": self.loop_id})
+                    newest = store.messages.sources(self.loop_id, last=1)
+                    last = newest[0].turn_index if newest else None
                     turn = 0 if last is None else last + 1 if opens else last
                     store.messages.append_turn(self.loop_id, turn, messages, sources=texts, usage_known=False)
                 return
@@ -220,10 +182,13 @@ class TurnstoreSession(SessionABC):
 
     def _pop(self, store: Store) -> Any:
         with store.transaction():
-            row = store._db.fetchone(_LAST_ROW, {"loop_id": self.loop_id})
-            if row is None:
+            try:
+                newest = store.messages.sources(self.loop_id, last=1)
+            except LoopNotFound:
                 return None
-            message_id, source = row
+            if not newest:
+                return None
+            message_id, _turn, source = newest[0]
             store.messages.delete(message_id)
         return json.loads(source) if source is not None else None
 

@@ -38,6 +38,7 @@ from .message_tail import newest_tail, path_tail
 from .rows import (
     MAX_TURN_INDEX,
     ExportRow,
+    SourceRow,
     parse_rows,
     path_stored_message,
     row_params,
@@ -507,6 +508,29 @@ class MessageRepository:
         """
         self._require_session(session_id)
         return _export_rows(self._db.execute(q.export_messages(), {"session_id": session_id}))
+
+    def sources(self, loop_id: str, *, last: int | None = None) -> list[SourceRow]:
+        """A loop's messages as ids, turn indexes and verbatim sources, oldest first; ``last``: only the last ``last``.
+
+        Nothing is parsed: what an adapter that keeps a framework's own objects as
+        sources gives back. Turn indexes never go down within a loop, so the last
+        row holds its highest.
+
+        Raises:
+            InvalidArgument: ``last`` is not a non-negative integer.
+            LoopNotFound: no such loop.
+        """
+        if last is not None:
+            _check_count(last)
+        with self._db.read():
+            self._require_loop(loop_id)
+            if last is None:
+                rows = self._db.fetchall(q.loop_message_sources(False), {"loop_id": loop_id})
+            elif last == 0:
+                return []
+            else:
+                rows = self._db.fetchall(q.loop_message_sources(True), {"loop_id": loop_id, "limit": last})[::-1]
+        return [SourceRow(message_id, turn_index, source) for message_id, turn_index, source in rows]
 
     def _require_loop(self, loop_id: str) -> None:
         if self._db.scalar(q.loop_session(), {"loop_id": loop_id}) is None:

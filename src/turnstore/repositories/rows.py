@@ -29,6 +29,7 @@ from ._shared import loads
 __all__ = [
     "MAX_TURN_INDEX",
     "ExportRow",
+    "SourceRow",
     "SessionSources",
     "loop_from_row",
     "parse_rows",
@@ -113,6 +114,15 @@ class SessionSources(NamedTuple):
     """The format of the import the session came from (``phi-core``, ``pi``, ...), or None if it was not imported."""
     loops: dict[str, str | None]
     """Each loop's verbatim source record (JSON text, or None), by loop id, in the session's loop order."""
+
+
+class SourceRow(NamedTuple):
+    """A message of a loop as :meth:`~turnstore.repositories.messages.MessageRepository.sources` gives it."""
+
+    id: int
+    turn_index: int | None
+    source: str | None
+    """The verbatim record the message was made from (JSON text), or None."""
 
 
 class ExportRow(NamedTuple):
