@@ -381,3 +381,27 @@ def test_an_import_keeps_a_collector_the_app_turned_off_off(tmp_path: Path, rest
     with Store(tmp_path / "store.db") as store:
         store.import_("pi", *_sources(tmp_path)["pi"])
         assert not gc.isenabled()
+
+
+def test_a_postgresql_store_leaves_the_process_as_it_found_it(postgres: Any, tmp_path: Path) -> None:
+    postgres.empty()
+    Store(postgres.url).close()  # the driver's modules load once, on first use
+    postgres.empty()
+    before = host_state()
+    with Store(postgres.url) as store:
+        for call in _sync_calls(store, tmp_path).values():
+            call()
+        store.import_("pi", *_sources(tmp_path)["pi"])
+    assert_unchanged(before, host_state(), "PostgreSQL Store")
+
+
+def test_the_process_is_as_the_app_left_it_while_it_iterates_records(tmp_path: Path, restore_gc: None) -> None:
+    with Store(tmp_path / "store.db") as store:
+        session_id, _ = _fill(store)
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            before = host_state()
+            for _stored in store.messages.records(session_id):
+                seen = host_state()
+                seen["fds"] = before["fds"]  # the read has the database open meanwhile
+                assert_unchanged(before, seen, "records() (between rows)")
