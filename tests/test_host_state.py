@@ -405,3 +405,44 @@ def test_the_process_is_as_the_app_left_it_while_it_iterates_records(tmp_path: P
                 seen = host_state()
                 seen["fds"] = before["fds"]  # the read has the database open meanwhile
                 assert_unchanged(before, seen, "records() (between rows)")
+
+
+@pytest.mark.parametrize("app_collector", [True, False])
+def test_an_import_that_fails_midway_leaves_the_process_as_it_found_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restore_gc: None, app_collector: bool
+) -> None:
+    from turnstore.importing import _Run
+
+    def broken(self: Any, bundle: Any) -> None:
+        raise KeyboardInterrupt  # the app's own interruption, inside the collector pause of a file
+
+    monkeypatch.setattr(_Run, "bundle", broken)
+    (gc.enable if app_collector else gc.disable)()
+    store = Store(tmp_path / "store.db")
+    before = host_state()
+    with pytest.raises(KeyboardInterrupt):
+        store.import_("pi", *_sources(tmp_path)["pi"])
+    store.close()
+    assert_unchanged(before, host_state(), "an interrupted import")
+
+
+def test_an_async_store_that_fails_to_open_or_is_cancelled_leaves_no_thread(tmp_path: Path) -> None:
+    from turnstore import TurnstoreError
+
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"not a database at all, " * 100)
+    states: list[dict[str, Any]] = []
+
+    async def main() -> None:
+        states.append(host_state())
+        with pytest.raises(TurnstoreError):
+            await AsyncStore.open(junk)
+        opening = asyncio.ensure_future(AsyncStore.open(tmp_path / "store.db"))
+        await asyncio.sleep(0)
+        opening.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await opening
+        states.append(host_state())
+
+    asyncio.run(main())
+    assert_unchanged(states[0], states[1], "AsyncStore.open failing or cancelled")
