@@ -23,6 +23,7 @@ from turnstore import (
     SessionSummary,
     StoredMessage,
     Turn,
+    Usage,
     UsageRow,
     UsageTotals,
 )
@@ -35,7 +36,7 @@ async def converse(store: AsyncStore, session: Session, prompt: str) -> Loop:
         loop = assert_type(
             await store.loops.start(session.session_id, config={"model": "gpt-5", "provider": "openai"}), Loop
         )
-        reply = Message.assistant(f"echo: {prompt}", model="gpt-5", provider="openai", usage={"input": 12, "output": 5})
+        reply = Message.assistant(f"echo: {prompt}", model="gpt-5", provider="openai", usage=Usage(input=12, output=5))
         ids = assert_type(await store.messages.append_turn(loop.loop_id, 0, [Message.user(prompt), reply]), list[int])
         assert len(ids) == 2
     return await store.loops.end(loop.loop_id, "completed")

@@ -135,3 +135,22 @@ def test_async_store_takes_the_sync_stores_arguments_by_name(opener: Callable[..
     assert str(inspect.signature(AsyncStore.import_).return_annotation) == "ImportReport"
     import_parameters = _parameters(Store.import_)[1:]
     assert _parameters(AsyncStore.import_)[1:] == import_parameters
+
+
+def test_the_typed_example_passes_mypy_strict_without_the_pydantic_plugin(tmp_path: Path) -> None:
+    """An app's own mypy has no pydantic plugin: models with defaults (``Usage(input=.., output=..)``) still type-check."""
+    pytest.importorskip("mypy")
+    if not EXAMPLE.exists():
+        pytest.skip("examples/ is not in this checkout")
+    config = tmp_path / "mypy.ini"
+    config.write_text("[mypy]\n")
+    checked = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--config-file", str(config), "--cache-dir", str(tmp_path / "cache"),
+         str(EXAMPLE)],
+        check=False,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr

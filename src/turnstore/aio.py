@@ -320,6 +320,38 @@ async def _complete(future: Future[T], on_cancel: Callable[[], None] | None = No
         raise
 
 
+def _on_own_thread(work: Callable[[], T]) -> asyncio.Future[T]:
+    """Run ``work`` on a thread of its own, joined once it is done: its outcome, as a future of the running loop.
+
+    For opening and closing the store, which block. Not the event loop's default
+    executor: that is the app's, and its threads would outlive the store.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def settle(outcome: Callable[[], None]) -> None:
+        if not future.done():
+            outcome()
+
+    def run() -> None:
+        try:
+            result = context.run(work)
+        except BaseException as error:  # noqa: BLE001 - handed to the awaiting task, as run_in_executor would
+            done = functools.partial(settle, functools.partial(future.set_exception, error))
+        else:
+            done = functools.partial(settle, functools.partial(future.set_result, result))
+        try:
+            loop.call_soon_threadsafe(done)
+        except RuntimeError:  # the loop closed meanwhile: nobody is waiting any more
+            pass
+
+    thread = threading.Thread(target=run, name="turnstore-open-close")
+    thread.start()
+    future.add_done_callback(lambda _: thread.join())  # first callback: joined before any awaiter resumes
+    return future
+
+
 async def _shielded(future: asyncio.Future[T]) -> T:
     """``future``'s result; when the awaiting task is cancelled, ``future`` runs on, is waited for, then ``CancelledError``.
 
@@ -440,7 +472,7 @@ class AsyncStore:
             echo=echo,
             read_only=read_only,
         )
-        opening = asyncio.ensure_future(asyncio.to_thread(build))
+        opening = _on_own_thread(build)
         try:
             return await _shielded(opening)
         except asyncio.CancelledError:
@@ -568,7 +600,7 @@ class AsyncStore:
         """
         self._workers.check_not_in_transaction()
         self._workers.begin_closing()
-        await _shielded(asyncio.ensure_future(asyncio.to_thread(self._close)))
+        await _shielded(_on_own_thread(self._close))
 
     def _close(self) -> None:
         self._workers.shutdown()

@@ -196,10 +196,10 @@ class Usage(WireModel):
     input: U64
     output: U64
     reasoning: U64 = 0
-    cache_read: U64 = Field(0, validation_alias=AliasChoices("cache_read", "cacheRead"))
-    cache_write: U64 = Field(0, validation_alias=AliasChoices("cache_write", "cacheWrite"))
-    total_tokens: U64 = Field(0, validation_alias=AliasChoices("total_tokens", "totalTokens"))
-    cost: float | None = Field(None, ge=0, exclude_if=_omit_none)
+    cache_read: U64 = Field(default=0, validation_alias=AliasChoices("cache_read", "cacheRead"))
+    cache_write: U64 = Field(default=0, validation_alias=AliasChoices("cache_write", "cacheWrite"))
+    total_tokens: U64 = Field(default=0, validation_alias=AliasChoices("total_tokens", "totalTokens"))
+    cost: float | None = Field(default=None, ge=0, exclude_if=_omit_none)
 
     def combine(self, other: Usage) -> Usage:
         """Add two usages field by field (phi-core's ``combine``)."""
@@ -235,10 +235,10 @@ class CostConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    input_per_million: float = Field(0.0, ge=0)
-    output_per_million: float = Field(0.0, ge=0)
-    cache_read_per_million: float = Field(0.0, ge=0)
-    cache_write_per_million: float = Field(0.0, ge=0)
+    input_per_million: float = Field(default=0.0, ge=0)
+    output_per_million: float = Field(default=0.0, ge=0)
+    cache_read_per_million: float = Field(default=0.0, ge=0)
+    cache_write_per_million: float = Field(default=0.0, ge=0)
 
     def price(self, input: int, output: int, cache_read: int = 0, cache_write: int = 0) -> float:
         """Dollars for the given token counts."""
@@ -273,7 +273,7 @@ class ThinkingContent(WireModel):
 
     type: Literal["thinking"] = "thinking"
     thinking: str
-    signature: str | None = Field(None, exclude_if=_omit_none)
+    signature: str | None = Field(default=None, exclude_if=_omit_none)
 
 
 class ToolCallContent(WireModel):
@@ -290,17 +290,17 @@ class AudioContent(WireModel):
 
     type: Literal["audio"] = "audio"
     data: str
-    mime_type: str = Field("", alias="mimeType")
+    mime_type: str = Field(default="", alias="mimeType")
 
 
 class FileContent(WireModel):
     """A document, video or other file, inline (``data``, base64) or by ``url`` (Tau, appam)."""
 
     type: Literal["file"] = "file"
-    data: str | None = Field(None, exclude_if=_omit_none)
-    url: str | None = Field(None, exclude_if=_omit_none)
-    mime_type: str | None = Field(None, alias="mimeType", exclude_if=_omit_none)
-    name: str | None = Field(None, exclude_if=_omit_none)
+    data: str | None = Field(default=None, exclude_if=_omit_none)
+    url: str | None = Field(default=None, exclude_if=_omit_none)
+    mime_type: str | None = Field(default=None, alias="mimeType", exclude_if=_omit_none)
+    name: str | None = Field(default=None, exclude_if=_omit_none)
 
 
 Content = Annotated[
@@ -454,7 +454,7 @@ class SystemMessage(Message):
     role: SystemRole = _role("system")
     content: Blocks
     timestamp: U64 = 0
-    turn: TurnId | None = Field(None, alias="turnId", exclude_if=_omit_none)
+    turn: TurnId | None = Field(default=None, alias="turnId", exclude_if=_omit_none)
 
 
 class UserMessage(Message):
@@ -465,7 +465,7 @@ class UserMessage(Message):
     role: UserRole = _role("user")
     content: Blocks
     timestamp: U64
-    turn: TurnId | None = Field(None, alias="turnId", exclude_if=_omit_none)
+    turn: TurnId | None = Field(default=None, alias="turnId", exclude_if=_omit_none)
 
 
 class AssistantMessage(Message):
@@ -478,7 +478,7 @@ class AssistantMessage(Message):
     stop_reason: StopReason = Field(alias="stopReason")
     model: str
     provider: str
-    usage: Usage | None = Field(None, exclude_if=_omit_none)
+    usage: Usage | None = Field(default=None, exclude_if=_omit_none)
     """None when the app knows usage per run only (see ``loops.end(usage=...)``): stored as unknown, not zeros."""
     timestamp: U64
     error_message: str | None = Field(
@@ -487,7 +487,7 @@ class AssistantMessage(Message):
         serialization_alias="error_message",
         exclude_if=_omit_none,
     )
-    turn: TurnId | None = Field(None, alias="turnId", exclude_if=_omit_none)
+    turn: TurnId | None = Field(default=None, alias="turnId", exclude_if=_omit_none)
 
     def is_context_overflow(self) -> bool:
         """True when ``error_message`` matches a known provider context-overflow message."""
@@ -509,11 +509,11 @@ class ToolResultMessage(Message):
     content: Blocks
     is_error: StrictBool = Field(alias="isError")
     timestamp: U64
-    details: JsonValue = Field(None, exclude_if=_omit_none)
+    details: JsonValue = Field(default=None, exclude_if=_omit_none)
     """Structured output kept for the app, never sent to the model (clark, pi)."""
-    narration: str | None = Field(None, exclude_if=_omit_none)
+    narration: str | None = Field(default=None, exclude_if=_omit_none)
     """A one-line caption of what the tool did (clark)."""
-    turn: TurnId | None = Field(None, alias="turnId", exclude_if=_omit_none)
+    turn: TurnId | None = Field(default=None, alias="turnId", exclude_if=_omit_none)
 
 
 class ExtensionMessage(WireModel):

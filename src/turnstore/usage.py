@@ -285,11 +285,11 @@ class UsageTotals(BaseModel):
 class UsageRow(UsageTotals):
     """Totals of one group: a model/provider, a loop, a session or a day."""
 
-    model: str | None = Field(None, exclude_if=lambda v: v is None)
-    provider: str | None = Field(None, exclude_if=lambda v: v is None)
-    loop_id: str | None = Field(None, exclude_if=lambda v: v is None)
-    session_id: str | None = Field(None, exclude_if=lambda v: v is None)
-    day: str | None = Field(None, exclude_if=lambda v: v is None)
+    model: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    provider: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    loop_id: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    session_id: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    day: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class Tally:
