@@ -10,11 +10,13 @@ import pstats
 import sqlite3
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import workload
+
 from turnstore import Store
 
 

@@ -43,12 +43,11 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy
+from results import environment
 
 import turnstore
 from turnstore import Store
 from turnstore.engine import SQLITE_PRAGMAS
-
-from results import environment
 
 SEED = 20260315
 SESSION_ID = "3f6b2c1e-8d4a-4b7e-9c5f-1a2d3e4f5a6b"
@@ -59,13 +58,7 @@ MODELS = [
 ]
 """(provider, model, api, $ per million input, output, cache read, cache write tokens)."""
 
-WORDS = (
-    "the a test fails when cart is empty total reduce initial value checkout component render props state "
-    "hook effect fetch api response error handler retry timeout config file path module import export "
-    "function class method return type interface null undefined array object string number async await "
-    "promise stream buffer parse json schema validate migrate database query index transaction commit "
-    "rollback lock worker queue job schedule deploy build lint format coverage snapshot mock fixture"
-).split()
+WORDS = ["the", "a", "test", "fails", "when", "cart", "is", "empty", "total", "reduce", "initial", "value", "checkout", "component", "render", "props", "state", "hook", "effect", "fetch", "api", "response", "error", "handler", "retry", "timeout", "config", "file", "path", "module", "import", "export", "function", "class", "method", "return", "type", "interface", "null", "undefined", "array", "object", "string", "number", "async", "await", "promise", "stream", "buffer", "parse", "json", "schema", "validate", "migrate", "database", "query", "index", "transaction", "commit", "rollback", "lock", "worker", "queue", "job", "schedule", "deploy", "build", "lint", "format", "coverage", "snapshot", "mock", "fixture"]
 
 TOOLS = {
     "read": lambda r: {"path": f"src/{r.choice(['checkout', 'cart', 'api', 'db', 'ui'])}/{_word(r).title()}.tsx"},

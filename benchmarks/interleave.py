@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import workload
 from common import (
@@ -39,6 +40,7 @@ from common import (
     sqlite_message_rows,
 )
 from systems import System
+
 from turnstore import Store
 
 

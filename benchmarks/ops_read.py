@@ -28,13 +28,15 @@ import pstats
 import random
 import shutil
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import raw
 import workload
 from common import READ_BLOCK, Sizes, fill_read_store, open_with_loops, read_workloads, remove_db, timed
+
 from turnstore import Store
 
 SYSTEMS = ("raw", "turnstore", "raw_default")

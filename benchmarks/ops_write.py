@@ -22,13 +22,15 @@ from __future__ import annotations
 import cProfile
 import gc
 import pstats
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import raw
 import workload
 from common import blocks, fill_read_store, open_with_loops, remove_db, same_rows, sqlite_rows, timed
+
 from turnstore import Store
 
 SYSTEMS = ("raw", "turnstore", "raw_default")

@@ -37,6 +37,7 @@ from google.adk.sessions.base_session_service import GetSessionConfig
 from langchain_community.chat_message_histories import SQLChatMessageHistory
 from langchain_core.messages import AIMessage
 from peer_items import ADK_APP, ADK_USER, PeerTurn, usage_parts
+
 from turnstore import Store
 
 Totals = dict[str, tuple[int, int, int, int]]  # model -> (prompt tokens, output tokens, total tokens, requests)

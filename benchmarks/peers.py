@@ -31,19 +31,19 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib.metadata import version
 from pathlib import Path
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import workload  # noqa: E402
-from common import blocks, load_average, remove_db, same_rows, sqlite_message_rows  # noqa: E402
-from peer_items import PeerTurn, convert, records_for_last  # noqa: E402
-from peer_systems import (  # noqa: E402
+import workload
+from common import blocks, load_average, remove_db, same_rows, sqlite_message_rows
+from peer_items import PeerTurn, convert, records_for_last
+from peer_systems import (
     SYSTEMS,
     System,
     comparable,

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from pathlib import Path
 from collections import defaultdict
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from turnstore.engine import SQLITE_PRAGMAS

@@ -19,7 +19,6 @@ from datetime import datetime, timezone
 from typing import Any
 
 import psycopg
-
 import raw
 
 INSERT = raw.INSERT.replace("?", "%s") + " RETURNING id"

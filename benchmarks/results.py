@@ -27,9 +27,9 @@ from typing import Any
 
 import pydantic
 import sqlalchemy
+from common import Result, load_average
 
 import turnstore
-from common import Result, load_average
 
 SQLITE_SYSTEMS = {
     "raw": "raw sqlite3",

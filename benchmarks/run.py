@@ -34,11 +34,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import ops_read  # noqa: E402
-import ops_write  # noqa: E402
-import results as report  # noqa: E402
-import workload  # noqa: E402
-from common import FULL, QUICK, Result, Sizes, load_average, print_profile  # noqa: E402
+import ops_read
+import ops_write
+import results as report
+import workload
+from common import FULL, QUICK, Result, Sizes, load_average, print_profile
 
 PG_ENV = "TURNSTORE_BENCH_POSTGRES_URL"
 

@@ -48,9 +48,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pydantic
 import sqlalchemy
@@ -59,7 +60,7 @@ import turnstore
 from turnstore import Store
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import workload  # noqa: E402
+import workload
 
 MESSAGES_PER_SESSION = 10_000
 LOOPS_PER_SESSION = 10
@@ -485,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps({
             "table": "scale", "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "env": env,
             "session_id": session_id, "reps": args.reps, "rows": rows, "ratios": ratios,
-            "targets": {op: TARGET_RATIO for op in TARGETED}, "file_bytes_per_message": bytes_per_message,
+            "targets": dict.fromkeys(TARGETED, TARGET_RATIO), "file_bytes_per_message": bytes_per_message,
             "rss_mb": rss, "build_msgs_per_s": builds[large_name]["msgs_per_s"], "builds": builds,
         }, indent=2) + "\n")
     return 0

@@ -29,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import load_average  # noqa: E402
+from common import load_average
 
 IMPORT_PROBE = """
 import time

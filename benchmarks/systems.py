@@ -25,6 +25,7 @@ from typing import Any
 
 import raw
 import workload
+
 from turnstore import AsyncStore, Store
 
 try:
@@ -259,7 +260,7 @@ class AioSqlite(System):
                 row = row_of(message, turn.session_id, turn.loop_id, turn.turn_index)
                 await db.execute("BEGIN IMMEDIATE")
                 try:
-                    (await db.execute(raw.INSERT, row)).lastrowid  # the new id, as the floor reads it
+                    _ = (await db.execute(raw.INSERT, row)).lastrowid  # the new id, as the floor reads it
                     await db.execute(raw.TOUCH, (raw._now(), turn.session_id))
                 except BaseException:
                     await db.execute("ROLLBACK")

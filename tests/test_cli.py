@@ -456,7 +456,7 @@ def test_usage_json_total(run: Any, db: Path) -> None:
 
     assert result.code == 0
     data = result.json()
-    assert USAGE_KEYS <= set(data)
+    assert set(data) >= USAGE_KEYS
     assert token_part(data) == {key: ONE_TOTALS[key] + TWO_TOTALS[key] for key in ONE_TOTALS}
     assert data["cost"] > 0
 
@@ -491,7 +491,7 @@ def test_usage_by(run: Any, db: Path, args: list[str], key: str, expected: dict[
     rows = result.json()
     assert isinstance(rows, list)
     for row in rows:
-        assert USAGE_KEYS <= set(row) and key in row
+        assert set(row) >= USAGE_KEYS and key in row
     assert {row[key]: row["input"] for row in rows} == expected
 
 
@@ -837,7 +837,7 @@ def test_demo_json(run: Any, tmp_path: Path) -> None:
     assert {"sessions", "loops", "models"} <= set(data)
     assert [row["session_id"] for row in data["sessions"]] == list(DEMO_SESSIONS)
     for row in data["sessions"] + data["loops"] + data["models"]:
-        assert USAGE_KEYS <= set(row)
+        assert set(row) >= USAGE_KEYS
         assert row["cost"] is not None and row["cost"] > 0
     total = run("--db", tmp_path / "demo.db", "usage", "--json").json()
     assert sum(row["total_tokens"] for row in data["sessions"]) == total["total_tokens"]

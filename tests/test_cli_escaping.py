@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from cli_runner import UNSAFE, Result, assert_one_error_line, raw_unsafe, run_cli
-from factories import assistant, extension, tool_result, usage, user
+from factories import assistant, extension, tool_result, usage
 
 from turnstore import Store, TextContent, ToolCallContent, UserMessage
 

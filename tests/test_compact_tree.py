@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from test_large_imports import report_of, stored
 
-from turnstore.repositories.imports import row_values
 from turnstore import Store
 from turnstore.importers import get_importer, pi
 from turnstore.importers.base import ImportOptions
 from turnstore.importers.spill import SpilledRows
 from turnstore.limits import Limits
+from turnstore.repositories.imports import row_values
 
 STAMP = "2026-03-02T09:15:01.000Z"
 

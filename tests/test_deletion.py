@@ -65,7 +65,7 @@ def orphans(store: Any) -> dict[str, int]:
 
 
 def no_orphans() -> dict[str, int]:
-    return {name: 0 for name in ORPHANS}
+    return dict.fromkeys(ORPHANS, 0)
 
 
 def counts(store: Any, session_id: str | None = None) -> dict[str, int]:
@@ -143,7 +143,7 @@ def test_delete_removes_the_session_and_nothing_else(store: Any, world: dict[str
 
     # Exactly the session's rows are gone.
     assert counts(store) == {table: before_counts[table] - doomed_counts[table] for table in TABLES}
-    assert counts(store, doomed) == {table: 0 for table in TABLES}
+    assert counts(store, doomed) == dict.fromkeys(TABLES, 0)
     assert usage_rows(store, doomed) == {"messages": 0, "loops": 0}
     for loop_id in doomed_loops:
         assert scalar(store, "SELECT count(*) FROM loops WHERE loop_id = :l", l=loop_id) == 0
@@ -194,7 +194,7 @@ def test_delete_every_session_leaves_every_table_empty(store: Any, world: dict[s
     for session_id in world["sessions"]:
         store.sessions.delete(session_id)
         assert orphans(store) == no_orphans()
-    assert counts(store) == {table: 0 for table in TABLES}
+    assert counts(store) == dict.fromkeys(TABLES, 0)
     assert store.usage.total().requests == 0
 
 
@@ -290,7 +290,7 @@ def test_delete_leaves_no_orphans_with_foreign_keys_off(tmp_path: Path) -> None:
         build_api_session(store, "kept")
     with Store(path, pragmas={"foreign_keys": "off"}) as store:
         store.sessions.delete("doomed")
-        assert counts(store, "doomed") == {table: 0 for table in TABLES}
+        assert counts(store, "doomed") == dict.fromkeys(TABLES, 0)
         assert orphans(store) == no_orphans()
 
 

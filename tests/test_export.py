@@ -214,7 +214,7 @@ def test_phi_core_session_export_of_api_session(store: Store, api_session: dict[
     records = {record["loop_id"]: record for record in exported["loops"]}
     assert list(records) == [loop.loop_id for loop in store.loops.list(api_session["sid"])]
     for record in records.values():
-        assert LOOP_RECORD_KEYS <= set(record)
+        assert set(record) >= LOOP_RECORD_KEYS
         assert record["session_id"] == api_session["sid"]
         assert RFC3339.match(record["started_at"])
         for message in record["messages"]:

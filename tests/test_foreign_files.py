@@ -267,7 +267,7 @@ def unprivileged(function: Callable[[], T]) -> T:
             os.setgid(65534)
             os.setuid(65534)
             payload = pickle.dumps(("returned", function()))
-        except BaseException as error:  # noqa: BLE001 - reported to the parent
+        except BaseException as error:
             payload = pickle.dumps(("raised", (type(error).__name__, str(error))))
         with os.fdopen(write, "wb") as pipe:
             pipe.write(payload)
@@ -333,7 +333,7 @@ def test_api_reads_a_store_it_may_not_write_and_refuses_writes(read_only_store: 
             listed = [row.session_id for row in store.sessions.list()]
             try:
                 store.sessions.create("s2")
-            except Exception as error:  # noqa: BLE001 - the type is the result
+            except Exception as error:
                 return listed, type(error).__name__, str(error)
         return listed, "nothing raised", ""
 

@@ -54,8 +54,8 @@ from turnstore import ImportFailed, TurnstoreError
 from turnstore.cli import main
 from turnstore.importers import get_importer
 from turnstore.importers.base import ImportOptions
-from turnstore.repositories.imports import screen_messages
 from turnstore.limits import Limits
+from turnstore.repositories.imports import screen_messages
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

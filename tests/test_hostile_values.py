@@ -668,7 +668,7 @@ def overhead(store: Any, loop_id: str) -> int:
     """Bytes of the stored JSON of a user message with empty text at turn 0 of ``loop_id``."""
     text = UserMessage(content=[TextContent(text="")], timestamp=1).model_dump_json()
     turn = TurnId(loop_id=loop_id, turn_index=0).model_dump_json()
-    return len(text.encode("utf-8")) + len(',"turnId":'.encode("utf-8")) + len(turn.encode("utf-8"))
+    return len(text.encode("utf-8")) + len(b',"turnId":') + len(turn.encode("utf-8"))
 
 
 def test_message_limit_counts_utf8_bytes_of_the_stored_json(limited: Any) -> None:

@@ -241,7 +241,7 @@ def test_assistant_fields(store: Store) -> None:
     [
         ("end_turn", "stop"), ("tool_use", "toolUse"), ("max_tokens", "length"),
         ("error", "error"), ("aborted", "aborted"), ("other", "stop"),
-    ],  # fmt: skip
+    ],
 )
 def test_stop_reasons(store: Store, tmp_path: Path, clark: str, canonical: str) -> None:
     path = write_rows(tmp_path / "stop.jsonl", [{"role": "assistant", "content": [], "stop_reason": clark}])

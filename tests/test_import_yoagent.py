@@ -316,7 +316,7 @@ def test_session_id_rules(store: Store, tmp_path: Path, turn_id: Any, options: d
     report = store.import_("yoagent", path, **options)
 
     assert report.sessions_written == [expected]
-    assert [loop.loop_id for loop in store.loops.list(expected)][0] == f"{expected}.yoagent.1"
+    assert store.loops.list(expected)[0].loop_id == f"{expected}.yoagent.1"
 
 
 def test_session_id_option_names_a_tree_session(store: Store) -> None:

@@ -102,7 +102,7 @@ def test_upgrade_matches_the_models(engine: sa.Engine, db_path: Path) -> None:
     assert migrate.current(engine) is None
     migrate.upgrade(engine)
     assert migrate.current(engine) == migrate.head()
-    assert TABLES <= table_names(db_path)
+    assert table_names(db_path) >= TABLES
     assert migrate.check(engine) == []
 
 

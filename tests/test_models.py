@@ -10,7 +10,6 @@ from factories import assistant, extension, tool_result, user
 from pydantic import TypeAdapter, ValidationError
 
 from turnstore import InvalidMessage, parse_message
-from turnstore.repositories.messages import dump_message
 from turnstore.models import (
     AGENT_MESSAGE,
     AgentMessage,
@@ -32,6 +31,7 @@ from turnstore.models import (
     Usage,
     UserMessage,
 )
+from turnstore.repositories.messages import dump_message
 
 LOOP = "3f1c9a2e-7b4d-4c1e-9a55-0d2f6b8e1a77.anthropic.claude-sonnet-4-5.thinking.1"
 

@@ -8,6 +8,7 @@ import types
 import pytest
 
 import turnstore
+from turnstore import Store
 from turnstore.aio import (
     AsyncLoopRepository,
     AsyncMessageRepository,
@@ -15,7 +16,6 @@ from turnstore.aio import (
     AsyncUsageRepository,
 )
 from turnstore.repositories import LoopRepository, MessageRepository, SessionRepository, UsageRepository
-from turnstore import Store
 
 # Module attributes that are public although they start with an underscore (httpx's rule).
 PRIVATE_BUT_EXPORTED = {"__version__"}

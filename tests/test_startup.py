@@ -60,7 +60,7 @@ def test_listing_sessions_on_the_command_line_loads_no_migrations_or_importers(t
 
 
 def test_head_constant_matches_the_migration_scripts() -> None:
-    assert migrate.HEAD == migrate.head()
+    assert migrate.head() == migrate.HEAD
 
 
 def test_every_public_name_resolves_on_first_access() -> None:
@@ -70,4 +70,4 @@ def test_every_public_name_resolves_on_first_access() -> None:
 
 def test_an_unknown_attribute_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
-        turnstore.Nope  # noqa: B018
+        turnstore.Nope

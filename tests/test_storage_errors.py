@@ -27,8 +27,8 @@ from turnstore import (
     TextContent,
     Usage,
     UserMessage,
+    engine,
 )
-from turnstore import engine
 from turnstore.engine import storage_error
 
 FIXTURES = Path(__file__).parent / "fixtures"

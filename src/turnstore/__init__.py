@@ -128,7 +128,7 @@ _LAZY: dict[str, str] = {
 
 
 __all__ = [
-    "__version__",
+    "DEFAULT_PRICES",
     "AgentMessage",
     "AlreadyExists",
     "AssistantMessage",
@@ -137,7 +137,6 @@ __all__ = [
     "Content",
     "ContinuationKind",
     "CostConfig",
-    "DEFAULT_PRICES",
     "ExportFailed",
     "ExtensionMessage",
     "FileContent",
@@ -158,7 +157,6 @@ __all__ = [
     "MessageNotFound",
     "NotAStore",
     "NotFound",
-    "parse_message",
     "PriceTable",
     "ReadOnlyStore",
     "SchemaError",
@@ -189,6 +187,8 @@ __all__ = [
     "UsageRow",
     "UsageTotals",
     "UserMessage",
+    "__version__",
+    "parse_message",
 ]
 
 

@@ -32,9 +32,9 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
-from typing import IO, TYPE_CHECKING, Any, Generic, TypeVar
+from typing import IO, TYPE_CHECKING, Any, Concatenate, Generic, TypeVar
 
-from typing_extensions import Concatenate, ParamSpec, Self
+from typing_extensions import ParamSpec, Self
 
 from .aio_repositories import AsyncLoopRepository, AsyncMessageRepository, AsyncSessionRepository, AsyncUsageRepository
 from .errors import StoreClosed, TransactionOpen
@@ -337,7 +337,7 @@ def _on_own_thread(work: Callable[[], T]) -> asyncio.Future[T]:
     def run() -> None:
         try:
             result = context.run(work)
-        except BaseException as error:  # noqa: BLE001 - handed to the awaiting task, as run_in_executor would
+        except BaseException as error:
             done = functools.partial(settle, functools.partial(future.set_exception, error))
         else:
             done = functools.partial(settle, functools.partial(future.set_result, result))

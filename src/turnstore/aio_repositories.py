@@ -103,8 +103,8 @@ class AsyncSessionRepository:
         self,
         session_id: str,
         *,
-        title: str | None | _Unset = UNSET,
-        metadata: Mapping[str, Any] | None | _Unset = UNSET,
+        title: str | _Unset | None = UNSET,
+        metadata: Mapping[str, Any] | _Unset | None = UNSET,
     ) -> Session:
         """Async twin of :meth:`SessionRepository.update <turnstore.repositories.sessions.SessionRepository.update>`."""
         return await self._workers.call(

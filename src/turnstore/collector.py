@@ -22,7 +22,7 @@ import gc
 __all__ = ["collector_paused"]
 
 
-class collector_paused:  # noqa: N801 - used like a function: ``with collector_paused():``
+class collector_paused:
     """Pause the cyclic garbage collector for a ``with`` block; restore its state after.
 
     Each block restores what it found: a thread that enters while another has

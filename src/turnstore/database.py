@@ -25,8 +25,8 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from operator import itemgetter
 from datetime import datetime, timezone
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy.engine import Engine
@@ -49,7 +49,7 @@ class Stopped(BaseException):
 class _ThreadState:
     """The connection a thread uses, and how deep it is in a transaction."""
 
-    __slots__ = ("proxied", "dbapi", "cursor", "depth", "thread", "pid", "stop")
+    __slots__ = ("cursor", "dbapi", "depth", "pid", "proxied", "stop", "thread")
 
     def __init__(self, proxied: Any, dbapi: Any) -> None:
         self.proxied = proxied
@@ -64,7 +64,7 @@ class _ThreadState:
 class _Compiled:
     """A statement compiled for one dialect: its SQL and how to lay out its parameters."""
 
-    __slots__ = ("sql", "order", "constants", "_pick")
+    __slots__ = ("_pick", "constants", "order", "sql")
 
     def __init__(self, compiled: Any) -> None:
         self.sql: str = compiled.string

@@ -33,8 +33,8 @@ import stat
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from urllib.parse import quote, unquote
 from typing import Any
+from urllib.parse import quote, unquote
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
@@ -151,7 +151,7 @@ def sqlite_contents(path: Path) -> Contents:
     tables = _sqlite_tables(path, immutable=_in_wal(header) and not Path(f"{path}-wal").exists())
     if not tables - {"alembic_version"}:
         return Contents.EMPTY
-    if STORE_TABLES <= tables:
+    if tables >= STORE_TABLES:
         return Contents.STORE
     shown = ", ".join(sorted(tables)[:4]) + (", ..." if len(tables) > 4 else "")
     raise NotAStore(f"{path} is not a turnstore store (it holds tables {shown}); it was left untouched")
@@ -337,7 +337,7 @@ def _set_journal_mode(connection: Any, mode: str, timeout_ms: int) -> None:
             connection.execute(f"PRAGMA journal_mode={wanted}")
             return
         except sqlite3.OperationalError as error:
-            if "locked" not in str(error) and "busy" not in str(error) or time.monotonic() >= deadline:
+            if ("locked" not in str(error) and "busy" not in str(error)) or time.monotonic() >= deadline:
                 raise
         time.sleep(delay)
         delay = min(delay * 2, 0.1)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from .collector import collector_paused
 from .errors import AlreadyExists, ImportFailed, InvalidMessage, InvalidRecord, TurnstoreError
 from .importers import get_importer
-from .importers.base import ImportOptions, ImportReport, Importer, RecordError, SessionBundle, digest_of
+from .importers.base import Importer, ImportOptions, ImportReport, RecordError, SessionBundle, digest_of
 from .importers.files import BLANK, is_blank, iter_files
 from .repositories.import_writes import ImportWrites
 from .repositories.imports import UNCHANGED, WRITTEN, ImportRepository, check_ids, row_values, screen_messages

@@ -30,7 +30,7 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from enum import Enum
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar, Union, cast
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar, cast
 
 from pydantic import (
     AfterValidator,
@@ -304,7 +304,7 @@ class FileContent(WireModel):
 
 
 Content = Annotated[
-    Union[TextContent, ImageContent, ThinkingContent, ToolCallContent, AudioContent, FileContent],
+    TextContent | ImageContent | ThinkingContent | ToolCallContent | AudioContent | FileContent,
     Field(discriminator="type"),
 ]
 """One content block, told apart by ``type``."""
@@ -532,11 +532,11 @@ class ExtensionMessage(WireModel):
 
     def as_llm(self) -> None:
         """Extension messages never enter the model's context."""
-        return None
+        return
 
     def turn_id(self) -> None:
         """Extension messages carry no turn id."""
-        return None
+        return
 
     def with_turn_id(self, turn_id: TurnId | None) -> ExtensionMessage:
         """No-op: extension messages carry no turn id."""
@@ -547,13 +547,13 @@ class ExtensionMessage(WireModel):
 
 
 LlmMessage = Annotated[
-    Union[UserMessage, AssistantMessage, ToolResultMessage, SystemMessage],
+    UserMessage | AssistantMessage | ToolResultMessage | SystemMessage,
     Field(discriminator="role"),
 ]
 """A message that enters the model's context (phi-core's ``LlmMessage``: a Message plus optional turnId)."""
 
 AgentMessage = Annotated[
-    Union[UserMessage, AssistantMessage, ToolResultMessage, SystemMessage, ExtensionMessage],
+    UserMessage | AssistantMessage | ToolResultMessage | SystemMessage | ExtensionMessage,
     Field(discriminator="role"),
 ]
 """Any message an agent loop produces: the LLM lane or the extension lane."""
@@ -589,7 +589,7 @@ def _stamp(timestamp: int | None) -> int:
 class WireAdapter:
     """A pydantic TypeAdapter that reads wire records: keys matched by wire name only."""
 
-    __slots__ = ("_kind", "_adapter", "_validator")
+    __slots__ = ("_adapter", "_kind", "_validator")
 
     def __init__(self, kind: Any) -> None:
         # Built on first use, not at import: building the validator builds every message model's

@@ -9,6 +9,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import IO, TYPE_CHECKING, Any
 
+from typing_extensions import Self
+
 from . import migrate
 from .database import Database
 from .engine import describe, open_engine, resolve_url, storage_error
@@ -196,7 +198,7 @@ class Store:
         """Close every connection; the store cannot be used afterwards."""
         self._db.close()
 
-    def __enter__(self) -> Store:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

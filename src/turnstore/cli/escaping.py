@@ -31,7 +31,7 @@ _SURROGATES = range(0xD800, 0xE000)
 """Lone surrogates: file names that are not UTF-8 reach Python as ``\\udcXX``; written raw they are not UTF-8."""
 
 UNSAFE: frozenset[int] = frozenset(
-    (*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0), *_BIDI, *_INVISIBLE, 0x2028, 0x2029, *_SURROGATES)
+    (*range(0x20), 0x7F, *range(0x80, 0xA0), *_BIDI, *_INVISIBLE, 0x2028, 0x2029, *_SURROGATES)
 )
 """Code points that never reach the terminal raw: C0, DEL, C1, bidi controls, zero-width characters,
 line/paragraph separators, lone surrogates."""

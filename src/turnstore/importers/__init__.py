@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 
 from ..errors import ImportFailed
-from .base import ImportOptions, ImportReport, Importer, RecordError
+from .base import Importer, ImportOptions, ImportReport, RecordError
 
 __all__ = ["FORMATS", "ImportOptions", "ImportReport", "RecordError", "get_importer"]
 

@@ -154,7 +154,7 @@ def _table_bundles(connection: sqlite3.Connection, path: Path, table: _Table) ->
     try:
         rows = connection.execute(f'SELECT rowid AS "rowid", * FROM "{table.name}" ORDER BY rowid')
         for row in rows:
-            record = {key: row[key] for key in row.keys() if key != "rowid"}
+            record = {key: row[key] for key in row.keys() if key != "rowid"}  # noqa: SIM118 - sqlite3.Row iterates values, not keys
             if not isinstance(record.get("id"), str) or not record["id"]:
                 nameless.append(row["rowid"])
                 continue

@@ -35,8 +35,8 @@ from pydantic import ValidationError
 from pydantic_core import from_json
 
 from ..errors import ImportFailed, InvalidMessage, InvalidRecord
-from ..limits import Limits
 from ..ids import session_of_loop_id
+from ..limits import Limits
 from ..models import AGENT_MESSAGE, ExtensionMessage, Message, Usage
 
 __all__ = [
@@ -554,7 +554,7 @@ def ms_timestamp(value: Any) -> int:
     if isinstance(value, int):
         return value
     if isinstance(value, float):
-        return int(round(value * 1000))
+        return round(value * 1000)
     return time_ms(value)
 
 

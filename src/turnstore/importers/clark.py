@@ -319,7 +319,7 @@ def _usage(fields: _Fields) -> tuple[dict[str, int], bool]:
 class _Fields:
     """Typed reads of one clark object; a wrong type is an :class:`InvalidRecord` naming the field's path."""
 
-    __slots__ = ("record", "place", "path")
+    __slots__ = ("path", "place", "record")
 
     def __init__(self, record: dict[str, Any], place: str, path: str = "") -> None:
         self.record = record

@@ -30,7 +30,7 @@ __all__ = ["TurnDeriver", "add_derived", "asked_tools", "derive_positions", "fil
 class TurnDeriver:
     """Walks one line of messages and says, for each, whether it opens a loop and which turn it is in."""
 
-    __slots__ = ("turn", "answered", "last_final", "open")
+    __slots__ = ("answered", "last_final", "open", "turn")
 
     def __init__(self) -> None:
         self.turn = 0

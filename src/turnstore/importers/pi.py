@@ -494,7 +494,7 @@ def _ms(stamp: Any, entry: dict[str, Any]) -> int:
     """A message time that is not an integer: pi writes unix ms, so a number with a fraction is
     still ms; a message without one takes its entry's time (never invented)."""
     if isinstance(stamp, float) and math.isfinite(stamp) and stamp >= 0:
-        return int(round(stamp))
+        return round(stamp)
     return _entry_ms(entry)
 
 

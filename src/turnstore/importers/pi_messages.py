@@ -17,7 +17,7 @@ own, anything malformed) goes the general way, which handles or names it.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SerializeAsAny, ValidationError, model_validator
 from typing_extensions import TypedDict
@@ -74,7 +74,7 @@ class PiUsage(Usage):
 
 
 PiContent = Annotated[
-    Union[TextContent, ImageContent, PiThinkingContent, ToolCallContent, AudioContent, FileContent],
+    TextContent | ImageContent | PiThinkingContent | ToolCallContent | AudioContent | FileContent,
     Field(discriminator="type"),
 ]
 
@@ -92,7 +92,7 @@ class _MessageLine(TypedDict):
     type: Literal["message"]
     id: str
     parentId: str | None
-    message: Annotated[Union[UserMessage, PiAssistantMessage, ToolResultMessage], Field(discriminator="role")]
+    message: Annotated[UserMessage | PiAssistantMessage | ToolResultMessage, Field(discriminator="role")]
 
 
 _MESSAGE_LINE = WireAdapter(_MessageLine)

@@ -59,7 +59,7 @@ class Spill:
     def __init__(self, limits: Limits, row_values: RowValues) -> None:
         self.limits = limits
         self.row_values = row_values
-        self._file: IO[bytes] = tempfile.TemporaryFile(prefix="turnstore-import-")
+        self._file: IO[bytes] = tempfile.TemporaryFile(prefix="turnstore-import-")  # noqa: SIM115 - closed by close()
         self._end = 0
         self._names: dict[str, str] = {}
         """One copy of each kind, model and provider name the stand-ins hold (a few, repeated)."""

@@ -84,7 +84,7 @@ def ms(value: Any) -> int | None:
         raise BadRecord(f"timestamp {value!r} is not unix seconds")
     if value > 100_000_000_000:
         return int(value)
-    return int(round(value * 1000))
+    return round(value * 1000)
 
 
 # --- usage --------------------------------------------------------------------
@@ -155,9 +155,13 @@ def tool_call_names(message: Mapping[str, Any]) -> dict[str, str]:
     """``{call id: tool name}`` of the tool calls in a Tau assistant message (for results that lack ``tool_name``)."""
     names: dict[str, str] = {}
     for block in message.get("contents") or ():
-        if isinstance(block, Mapping) and block.get("type") == "tool_call":
-            if isinstance(block.get("id"), str) and isinstance(block.get("name"), str):
-                names[block["id"]] = block["name"]
+        if (
+            isinstance(block, Mapping)
+            and block.get("type") == "tool_call"
+            and isinstance(block.get("id"), str)
+            and isinstance(block.get("name"), str)
+        ):
+            names[block["id"]] = block["name"]
     return names
 
 

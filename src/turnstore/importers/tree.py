@@ -73,7 +73,7 @@ class Node:
 class _Line:
     """The loop a walk is filling, and how its turns are counted."""
 
-    __slots__ = ("loop", "deriver")
+    __slots__ = ("deriver", "loop")
 
     def __init__(self, loop: LoopRow) -> None:
         self.loop = loop

@@ -37,6 +37,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING
 
+from typing_extensions import Self
+
 if TYPE_CHECKING:
     from ..database import Database
 
@@ -62,7 +64,7 @@ class ImportWrites:
         self._wal: bool | None = None
         """Whether the database is in WAL mode (asked once, on first use)."""
 
-    def __enter__(self) -> ImportWrites:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

@@ -129,7 +129,7 @@ class LoopRepository:
                 "ended_at": None,
                 "spawn_loop_id": spawn_loop_id,
                 "spawn_tool_call_id": spawn_tool_call_id,
-                **{name: None for name in (*USAGE_COLUMNS, "cost", "requests")},
+                **dict.fromkeys((*USAGE_COLUMNS, "cost", "requests")),
                 "metadata": dumps(dict(metadata)) if metadata is not None else None,
                 "source": None,
             }

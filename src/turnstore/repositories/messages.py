@@ -399,7 +399,7 @@ class MessageRepository:
         with self._db.read():
             tree: list[tuple[Any, ...]] = []
             newest = None
-            for node_id, parent_loop_id, kind, fork_after, keep_from, newest in self._db.fetchall(
+            for node_id, parent_loop_id, kind, fork_after, keep_from, newest in self._db.fetchall(  # noqa: B007 - every row repeats the session's newest loop; kept from the last
                 q.loop_tree_and_newest(), {"session_id": session_id}
             ):
                 tree.append((node_id, parent_loop_id, kind, fork_after, keep_from))

@@ -29,8 +29,8 @@ from ._shared import loads
 __all__ = [
     "MAX_TURN_INDEX",
     "ExportRow",
-    "SourceRow",
     "SessionSources",
+    "SourceRow",
     "loop_from_row",
     "parse_rows",
     "row_params",
@@ -49,7 +49,7 @@ MAX_TURN_INDEX = 2**31 - 1
 USAGE_FIELDS = ("input", "output", "reasoning", "cache_read", "cache_write", "total_tokens")
 """:class:`~turnstore.models.Usage`'s token fields, in the order of ``schema.USAGE_COLUMNS``."""
 
-_NO_USAGE: dict[str, Any] = {name: None for name in (*USAGE_COLUMNS, "cost")}
+_NO_USAGE: dict[str, Any] = dict.fromkeys((*USAGE_COLUMNS, "cost"))
 
 
 # --- messages -----------------------------------------------------------------------

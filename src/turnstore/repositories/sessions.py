@@ -120,10 +120,7 @@ class SessionRepository:
                 raise SessionNotFound(f"session {session_id!r} not found")
             source = self._db.scalar(q.session_source(), {"session_id": session_id})
             imported = self._db.fetchone(q.get_import(), {"session_id": session_id})
-            loops = {
-                loop_id: loop_source
-                for loop_id, loop_source in self._db.fetchall(q.loop_sources(), {"session_id": session_id})
-            }
+            loops = dict(self._db.fetchall(q.loop_sources(), {"session_id": session_id}))  # loop_id -> source
         source_format = None
         if imported is not None:
             _format, _origin, _digest, source_format = imported
@@ -170,8 +167,8 @@ class SessionRepository:
         self,
         session_id: str,
         *,
-        title: str | None | _Unset = UNSET,
-        metadata: Mapping[str, Any] | None | _Unset = UNSET,
+        title: str | _Unset | None = UNSET,
+        metadata: Mapping[str, Any] | _Unset | None = UNSET,
     ) -> Session:
         """Change a session's title and/or metadata; only the fields given change.
 

@@ -43,12 +43,12 @@ from ..schema import imports, loops, messages, sessions, staging
 
 __all__ = [
     "LEASE",
-    "may_stage",
     "StagingLost",
     "abandon",
     "any_staged",
     "begin",
     "clean_up",
+    "may_stage",
     "new_owner",
     "owner_gone",
     "parts",
