@@ -231,6 +231,7 @@ class AsyncMessageRepository:
         model: str | None = None,
         provider: str | None = None,
         timestamp: int | None = None,
+        source: str | None = None,
     ) -> int:
         """Async twin of :meth:`MessageRepository.append <turnstore.repositories.messages.MessageRepository.append>`."""
         return await self._workers.call(
@@ -243,12 +244,22 @@ class AsyncMessageRepository:
                 model=model,
                 provider=provider,
                 timestamp=timestamp,
+                source=source,
             )
         )
 
-    async def append_turn(self, loop_id: str, turn_index: int, messages: Sequence[MessageInput]) -> list[int]:
+    async def append_turn(
+        self,
+        loop_id: str,
+        turn_index: int,
+        messages: Sequence[MessageInput],
+        *,
+        sources: Sequence[str | None] | None = None,
+    ) -> list[int]:
         """Async twin of :meth:`MessageRepository.append_turn <turnstore.repositories.messages.MessageRepository.append_turn>`."""
-        return await self._workers.call(functools.partial(self._sync.append_turn, loop_id, turn_index, messages))
+        return await self._workers.call(
+            functools.partial(self._sync.append_turn, loop_id, turn_index, messages, sources=sources)
+        )
 
     async def rewind(
         self,
