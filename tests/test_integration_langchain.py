@@ -163,3 +163,15 @@ def test_runnable_with_message_history(store: Store) -> None:
     assert [m.content for m in stored] == ["I am Ann.", "Hello Ann.", "Who am I?", "Your name is Ann."]
     totals = store.usage.session("chat")
     assert (totals.input, totals.output, totals.requests) == (32, 8, 2)
+
+
+def test_example_app_runs_offline_and_prints_usage(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "langchain_app.py"
+    done = subprocess.run(
+        [sys.executable, str(example), f"sqlite:///{tmp_path / 'ex.db'}"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "usage from turnstore: 2 requests, 33 input, 7 output tokens" in done.stdout

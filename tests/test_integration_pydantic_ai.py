@@ -180,3 +180,15 @@ def test_a_failed_append_writes_nothing(store: Store) -> None:
         history.append([ModelRequest.user_text_prompt("again"), bad])
     assert len(history.load()) == 1
     assert len(store.loops.list("atomic")) == 1
+
+
+def test_example_app_runs_offline_and_prints_usage(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "pydantic_ai_app.py"
+    done = subprocess.run(
+        [sys.executable, str(example), f"sqlite:///{tmp_path / 'ex.db'}"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "usage from turnstore: 4 requests, 560 input, 46 output tokens" in done.stdout

@@ -16,8 +16,18 @@ import pytest
 import turnstore
 from turnstore import Store, migrate
 
-HEAVY = ("alembic", "mako", "rich", "turnstore.aio", "turnstore.importers", "turnstore.demo")
-"""Modules that only some calls need: migrations, the async layer, importers, terminal output."""
+HEAVY = (
+    "alembic",
+    "mako",
+    "rich",
+    "turnstore.aio",
+    "turnstore.importers",
+    "turnstore.demo",
+    "turnstore.integrations",
+    "pydantic_ai",
+    "langchain_core",
+)
+"""Modules that only some calls need: migrations, the async layer, importers, terminal output, framework integrations."""
 
 
 def loaded_after(code: str) -> set[str]:
