@@ -1,7 +1,7 @@
 """A LangChain chat whose history lives in turnstore; runs offline with LangChain's ``GenericFakeChatModel``.
 
-    pip install "turnstore[langchain]"
-    python examples/langchain_app.py [DB_URL]
+pip install "turnstore[langchain]"
+python examples/langchain_app.py [DB_URL]
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A pydantic-ai agent whose history lives in turnstore; runs offline with pydantic-ai's ``FunctionModel``.
 
-    pip install "turnstore[pydantic-ai]"
-    python examples/pydantic_ai_app.py [DB_URL]
+pip install "turnstore[pydantic-ai]"
+python examples/pydantic_ai_app.py [DB_URL]
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ def scripted_model(messages: list[ModelMessage], info: AgentInfo) -> ModelRespon
     if isinstance(last, ModelRequest) and any(part.part_kind == "user-prompt" for part in last.parts):
         call = ToolCallPart("weather", {"city": "Paris"}, tool_call_id="call-1")
         return ModelResponse(parts=[call], usage=RequestUsage(input_tokens=120, output_tokens=14))
-    return ModelResponse(parts=[TextPart("It is 18°C in Paris.")], usage=RequestUsage(input_tokens=160, output_tokens=9))
+    return ModelResponse(
+        parts=[TextPart("It is 18°C in Paris.")], usage=RequestUsage(input_tokens=160, output_tokens=9)
+    )
 
 
 agent: Agent[None, str] = Agent(FunctionModel(scripted_model), system_prompt="Be terse.")

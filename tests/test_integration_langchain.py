@@ -8,11 +8,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from backends import selected_backends
 
 pytest.importorskip("langchain_core")
 
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel  # noqa: E402
-from langchain_core.messages import (  # noqa: E402
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import (
     AIMessage,
     AIMessageChunk,
     BaseMessage,
@@ -23,17 +24,23 @@ from langchain_core.messages import (  # noqa: E402
     ToolMessage,
     messages_to_dict,
 )
-from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder  # noqa: E402
-from langchain_core.runnables.history import RunnableWithMessageHistory  # noqa: E402
+from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
+from langchain_core.runnables.history import RunnableWithMessageHistory
 
-from turnstore import Store  # noqa: E402
-from turnstore.integrations.langchain import TurnstoreChatMessageHistory  # noqa: E402
-from turnstore.models import AssistantMessage, ExtensionMessage, ToolResultMessage  # noqa: E402
+from turnstore import Store
+from turnstore.integrations.langchain import TurnstoreChatMessageHistory
+from turnstore.models import AssistantMessage, ExtensionMessage, ToolResultMessage
+
+
+@pytest.fixture(params=[name for name in selected_backends() if not name.endswith("async")])
+def backend(request: pytest.FixtureRequest) -> str:
+    """The sync backends: the integration takes a sync ``Store``."""
+    return str(request.param)
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store(f"sqlite:///{tmp_path / 'lc.db'}")
+def store(backend: str, store_url: str) -> Iterator[Store]:
+    s = Store(store_url)
     yield s
     s.close()
 
@@ -52,17 +59,19 @@ def _every_kind() -> list[BaseMessage]:
         AIMessage(
             content=[{"type": "text", "text": "Checking."}],
             tool_calls=[{"name": "weather", "args": {"city": "Paris"}, "id": "call-1", "type": "tool_call"}],
-            invalid_tool_calls=[{"name": "w", "args": "{bad", "id": "call-2", "error": "bad json", "type": "invalid_tool_call"}],
-            usage_metadata=usage,  # type: ignore[arg-type]
+            invalid_tool_calls=[
+                {"name": "w", "args": "{bad", "id": "call-2", "error": "bad json", "type": "invalid_tool_call"}
+            ],
+            usage_metadata=usage,
             response_metadata={"model_name": "gpt-test", "finish_reason": "tool_calls"},
             id="run-1",
         ),
         ToolMessage("18C", tool_call_id="call-1", name="weather", artifact={"raw": [1, 2]}),
         ToolMessage("boom", tool_call_id="call-2", status="error"),
         AIMessage("It is 18C.", usage_metadata={"input_tokens": 50, "output_tokens": 5, "total_tokens": 55}),
-        FunctionMessage("42", name="answer"),
-        ChatMessage("note", role="critic"),
-        AIMessageChunk("chunk \x00 text", id="c1"),
+        FunctionMessage(content="42", name="answer"),
+        ChatMessage(content="note", role="critic"),
+        AIMessageChunk(content="chunk \x00 text", id="c1"),
         HumanMessage(""),
     ]
 
@@ -171,7 +180,11 @@ def test_example_app_runs_offline_and_prints_usage(tmp_path: Path) -> None:
 
     example = Path(__file__).resolve().parent.parent / "examples" / "langchain_app.py"
     done = subprocess.run(
-        [sys.executable, str(example), f"sqlite:///{tmp_path / 'ex.db'}"], capture_output=True, text=True, timeout=120
+        [sys.executable, str(example), f"sqlite:///{tmp_path / 'ex.db'}"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     assert "usage from turnstore: 2 requests, 33 input, 7 output tokens" in done.stdout

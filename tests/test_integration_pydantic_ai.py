@@ -7,11 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from backends import selected_backends
 
 pytest.importorskip("pydantic_ai")
 
-from pydantic_ai import Agent  # noqa: E402
-from pydantic_ai.messages import (  # noqa: E402
+from pydantic_ai import Agent
+from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
     ModelRequest,
@@ -23,18 +24,25 @@ from pydantic_ai.messages import (  # noqa: E402
     ToolCallPart,
     ToolReturnPart,
 )
-from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402
-from pydantic_ai.models.test import TestModel  # noqa: E402
-from pydantic_ai.usage import RequestUsage, RunUsage  # noqa: E402
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.test import TestModel
+from pydantic_ai.usage import RequestUsage, RunUsage
 
-from turnstore import Store  # noqa: E402
-from turnstore.integrations.pydantic_ai import TurnstoreHistory  # noqa: E402
-from turnstore.models import AssistantMessage, ExtensionMessage, ToolResultMessage, UserMessage  # noqa: E402
+from turnstore import Store
+from turnstore.errors import InvalidMessage
+from turnstore.integrations.pydantic_ai import TurnstoreHistory
+from turnstore.models import AssistantMessage, ExtensionMessage, ToolResultMessage, UserMessage
+
+
+@pytest.fixture(params=[name for name in selected_backends() if not name.endswith("async")])
+def backend(request: pytest.FixtureRequest) -> str:
+    """The sync backends: the integration takes a sync ``Store``."""
+    return str(request.param)
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store(f"sqlite:///{tmp_path / 'pa.db'}")
+def store(backend: str, store_url: str) -> Iterator[Store]:
+    s = Store(store_url)
     yield s
     s.close()
 
@@ -147,7 +155,9 @@ def test_retry_and_unmodelled_requests_are_kept(store: Store) -> None:
         ModelResponse(parts=[ToolCallPart("add", '{"a": 1', tool_call_id="bad")]),
         ModelRequest(parts=[ToolReturnPart("add", "args are not JSON", tool_call_id="bad", outcome="retried")]),
         ModelResponse(parts=[TextPart("sorry")]),
-        ModelRequest(parts=[RetryFeedbackPart("answer in JSON", retry=RetryInfo(cause="no_output", attempt=1, max_retries=1))]),
+        ModelRequest(
+            parts=[RetryFeedbackPart("answer in JSON", retry=RetryInfo(cause="no_output", attempt=1, max_retries=1))]
+        ),
         ModelRequest(parts=[]),
     ]
     loop_id = history.append(messages)
@@ -176,7 +186,7 @@ def test_a_failed_append_writes_nothing(store: Store) -> None:
     history = TurnstoreHistory(store, "atomic")
     history.append([ModelRequest.user_text_prompt("hi")])
     bad = ModelResponse(parts=[TextPart("x")], model_name="m\x00")
-    with pytest.raises(Exception):
+    with pytest.raises(InvalidMessage, match="NUL"):
         history.append([ModelRequest.user_text_prompt("again"), bad])
     assert len(history.load()) == 1
     assert len(store.loops.list("atomic")) == 1
@@ -188,7 +198,11 @@ def test_example_app_runs_offline_and_prints_usage(tmp_path: Path) -> None:
 
     example = Path(__file__).resolve().parent.parent / "examples" / "pydantic_ai_app.py"
     done = subprocess.run(
-        [sys.executable, str(example), f"sqlite:///{tmp_path / 'ex.db'}"], capture_output=True, text=True, timeout=120
+        [sys.executable, str(example), f"sqlite:///{tmp_path / 'ex.db'}"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     assert "usage from turnstore: 4 requests, 560 input, 46 output tokens" in done.stdout

@@ -33,5 +33,7 @@ def test_bad_sources_are_refused_and_nothing_written(store: Store) -> None:
     with pytest.raises(InvalidArgument, match="NUL"):
         store.messages.append(Message.user("a"), loop_id=loop.loop_id, source="a\x00b")
     with pytest.raises(LimitExceeded, match="source"):
-        store.messages.append(Message.user("a"), loop_id=loop.loop_id, source="x" * (store.settings.limits.max_message_bytes + 1))
+        store.messages.append(
+            Message.user("a"), loop_id=loop.loop_id, source="x" * (store.settings.limits.max_message_bytes + 1)
+        )
     assert list(store.messages.records(session)) == []

@@ -71,10 +71,10 @@ class TurnstoreChatMessageHistory(BaseChatMessageHistory):
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
         """The session's messages, in order, as added."""
         try:
-            records = self.store.messages.records(self.session_id)
+            rows = self.store.messages.rows(self.session_id)  # stored text, not parsed: only sources are read
+            dicts = [json.loads(r.source) for r in rows if r.source is not None and r.source.startswith(_SOURCE_PREFIX)]
         except SessionNotFound:
             return []
-        dicts = [json.loads(r.source) for r in records if r.source is not None and r.source.startswith(_SOURCE_PREFIX)]
         return messages_from_dict(dicts)
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:

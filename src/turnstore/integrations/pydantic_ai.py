@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+import pydantic_ai.messages as _messages
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
@@ -56,6 +57,9 @@ __all__ = ["TurnstoreHistory", "to_turnstore_usage"]
 KIND = "pydantic-ai"
 """The kind of the extension message that stands for a pydantic-ai message turnstore has no row for."""
 
+_RETRY_FEEDBACK: type[Any] | None = getattr(_messages, "RetryFeedbackPart", None)
+"""Retry feedback that answers no tool call (newer pydantic-ai; older ones send a ``RetryPromptPart``)."""
+
 _SOURCE_PREFIX = '{"parts":'
 """How the JSON of every pydantic-ai message starts: tells this adapter's sources from other rows' in a session."""
 
@@ -77,10 +81,10 @@ class TurnstoreHistory:
     def load(self) -> list[ModelMessage]:
         """The session's pydantic-ai messages, in order, as saved (what to pass as ``message_history=``)."""
         try:
-            records = self.store.messages.records(self.session_id)
+            rows = self.store.messages.rows(self.session_id)  # stored text, not parsed: only sources are read
+            sources = [r.source for r in rows if r.source is not None and r.source.startswith(_SOURCE_PREFIX)]
         except SessionNotFound:
             return []
-        sources = [r.source for r in records if r.source is not None and r.source.startswith(_SOURCE_PREFIX)]
         if not sources:
             return []
         return ModelMessagesTypeAdapter.validate_json("[" + ",".join(sources) + "]")
@@ -168,18 +172,26 @@ def _request_rows(request: ModelRequest) -> list[Message | ExtensionMessage]:
             failed = getattr(part, "outcome", "success") != "success"
             rows.append(
                 Message.tool_result(
-                    part.tool_call_id, part.model_response_str(), tool_name=part.tool_name, is_error=failed, timestamp=stamp
+                    part.tool_call_id,
+                    part.model_response_str(),
+                    tool_name=part.tool_name,
+                    is_error=failed,
+                    timestamp=stamp,
                 )
             )
-        elif part.part_kind == "retry-feedback":  # feedback that answers no tool call, for the model to read
-            rows.append(Message.user(str(getattr(part, "model_response")()), timestamp=stamp))
+        elif _RETRY_FEEDBACK is not None and isinstance(part, _RETRY_FEEDBACK):  # answers no tool call
+            rows.append(Message.user(str(part.model_response()), timestamp=stamp))
         elif isinstance(part, RetryPromptPart):  # older pydantic-ai: both kinds of retry
             if part.tool_name is None:
                 rows.append(Message.user(part.model_response(), timestamp=stamp))
             else:
                 rows.append(
                     Message.tool_result(
-                        part.tool_call_id, part.model_response(), tool_name=part.tool_name, is_error=True, timestamp=stamp
+                        part.tool_call_id,
+                        part.model_response(),
+                        tool_name=part.tool_name,
+                        is_error=True,
+                        timestamp=stamp,
                     )
                 )
     return rows
@@ -196,7 +208,9 @@ def _assistant(response: ModelResponse) -> Message:
                 block["signature"] = part.signature
             blocks.append(block)
         elif isinstance(part, ToolCallPart):
-            blocks.append({"type": "toolCall", "id": part.tool_call_id, "name": part.tool_name, "arguments": _arguments(part)})
+            blocks.append(
+                {"type": "toolCall", "id": part.tool_call_id, "name": part.tool_name, "arguments": _arguments(part)}
+            )
     return Message.assistant(
         blocks,
         model=response.model_name or "",
