@@ -188,3 +188,17 @@ def test_example_app_runs_offline_and_prints_usage(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "usage from turnstore: 2 requests, 33 input, 7 output tokens" in done.stdout
+
+
+def test_the_docs_example_runs(tmp_path: Path) -> None:
+    import re
+    import subprocess
+    import sys
+
+    doc = Path(__file__).resolve().parent.parent / "docs" / "integrations" / "langchain.md"
+    code = re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), re.S)[0]
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, check=False, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "requests=" in done.stdout
