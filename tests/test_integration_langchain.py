@@ -196,7 +196,7 @@ def test_the_docs_example_runs(tmp_path: Path) -> None:
     import sys
 
     doc = Path(__file__).resolve().parent.parent / "docs" / "integrations" / "langchain.md"
-    code = re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), re.S)[0]
+    code = re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), re.DOTALL)[0]
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, check=False, capture_output=True, text=True, timeout=120
     )
