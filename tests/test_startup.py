@@ -16,8 +16,19 @@ import pytest
 import turnstore
 from turnstore import Store, migrate
 
-HEAVY = ("alembic", "mako", "rich", "turnstore.aio", "turnstore.importers", "turnstore.demo", "agents")
-"""Modules that only some calls need: migrations, the async layer, importers, terminal output, frameworks."""
+HEAVY = (
+    "alembic",
+    "mako",
+    "rich",
+    "turnstore.aio",
+    "turnstore.importers",
+    "turnstore.demo",
+    "turnstore.integrations",
+    "pydantic_ai",
+    "langchain_core",
+    "agents",
+)
+"""Modules that only some calls need: migrations, the async layer, importers, terminal output, framework integrations."""
 
 
 def loaded_after(code: str) -> set[str]:

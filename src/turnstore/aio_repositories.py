@@ -231,6 +231,7 @@ class AsyncMessageRepository:
         model: str | None = None,
         provider: str | None = None,
         timestamp: int | None = None,
+        source: str | None = None,
     ) -> int:
         """Async twin of :meth:`MessageRepository.append <turnstore.repositories.messages.MessageRepository.append>`."""
         return await self._workers.call(
@@ -243,6 +244,7 @@ class AsyncMessageRepository:
                 model=model,
                 provider=provider,
                 timestamp=timestamp,
+                source=source,
             )
         )
 

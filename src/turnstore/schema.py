@@ -162,7 +162,7 @@ messages = sa.Table(
     sa.Column("stop_reason", sa.String, nullable=True),
     # Unix milliseconds, from the message itself (NULL for extension messages, which have none).
     sa.Column("timestamp", sa.BigInteger, nullable=True),
-    # The verbatim source record of an imported message; NULL for messages appended through the API.
+    # The verbatim source record of an imported message, or the one an app gave ``append(source=...)``; else NULL.
     sa.Column("source", sa.Text, nullable=True),
     # Per-loop order, and the guarantee that seq is never taken twice.
     sa.UniqueConstraint("loop_id", "seq"),

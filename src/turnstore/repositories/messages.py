@@ -15,6 +15,7 @@ from ..database import Database
 from ..errors import (
     InvalidArgument,
     InvalidMessage,
+    LimitExceeded,
     LoopNotFound,
     MessageNotFound,
     SessionNotFound,
@@ -67,6 +68,7 @@ class MessageRepository:
         model: str | None = None,
         provider: str | None = None,
         timestamp: int | None = None,
+        source: str | None = None,
     ) -> int:
         """Append one message to a loop, in one transaction; returns its id.
 
@@ -84,15 +86,19 @@ class MessageRepository:
             provider: that model's provider.
             timestamp: unix ms to date a message that has none of its own (extension
                 messages); default now.
+            source: the record this message was made from, kept verbatim with the row
+                (``StoredMessage.source``): what an integration gives back to its framework
+                byte for byte. Default none.
 
         Raises:
             InvalidMessage: the message is invalid; nothing is written.
             TurnIdMismatch: its ``turnId`` disagrees with ``loop_id`` / ``turn_index``.
             InvalidArgument: the loop has ended (``loop_id``), or already holds a later
-                turn (``turn_index``); nothing is written.
+                turn (``turn_index``), or ``source`` is not a string free of NUL; nothing is written.
+            LimitExceeded: the message or its source is over ``max_message_bytes``.
             LoopNotFound: no such loop.
         """
-        params = self._prepare(message, loop_id, turn_index, usage, timestamp)
+        params = self._prepare(message, loop_id, turn_index, usage, timestamp, source)
         if usage is not None and params["model"] is None:
             params["model"], params["provider"] = model, provider
         statement = q.insert_message(not self._db.is_sqlite)
@@ -118,23 +124,26 @@ class MessageRepository:
         """Append a whole turn (prompt, response, tool results) atomically; returns the ids.
 
         Every message is validated before anything is written; all or nothing.
-        ``sources`` (one per message) keeps the record each message was made
-        from verbatim, as an import does (a framework adapter's original item).
+        ``sources``, if given, holds one verbatim source record (or None) per
+        message, as :meth:`append`'s ``source`` (a framework adapter's original item).
         ``usage_known=False`` stores assistant messages with unknown usage (not
         counted as model calls): for apps that record usage per run instead.
 
         Raises:
             InvalidMessage / TurnIdMismatch: a message is invalid; nothing is written.
             InvalidArgument: the loop has ended (``loop_id``), or already holds a later
-                turn (``turn_index``); nothing is written.
+                turn (``turn_index``), or ``sources`` does not match ``messages``; nothing is written.
+            LimitExceeded: a message or source is over ``max_message_bytes``.
             LoopNotFound: no such loop.
         """
-        rows = [self._prepare(message, loop_id, turn_index, None, None, usage_known) for message in messages]
-        if sources is not None:
-            if len(sources) != len(rows):
-                raise InvalidArgument("sources", f"needs one source per message ({len(rows)}), got {len(sources)}")
-            for params, source in zip(rows, sources):
-                params["source"] = source
+        if sources is None:
+            sources = [None] * len(messages)
+        elif isinstance(sources, (str, bytes)) or len(sources) != len(messages):
+            raise InvalidArgument("sources", f"must hold one source (or None) per message, {len(messages)} in all")
+        rows = [
+            self._prepare(message, loop_id, turn_index, None, None, source, usage_known)
+            for message, source in zip(messages, sources)
+        ]
         if not rows:
             return []
         statement = q.insert_message(not self._db.is_sqlite)
@@ -255,8 +264,17 @@ class MessageRepository:
         turn_index: int | None,
         usage: Usage | None,
         timestamp: int | None,
+        source: str | None = None,
         usage_known: bool = True,
     ) -> dict[str, Any]:
+        if source is not None:
+            if not isinstance(source, str):
+                raise InvalidArgument("source", f"must be a string (the verbatim record) or None, got {type(source).__name__}")
+            if "\x00" in source:
+                raise InvalidArgument("source", "holds a NUL character (U+0000), which a database text column cannot store")
+            limit = self._settings.limits.max_message_bytes
+            if len(source) * 4 > limit and len(source.encode("utf-8", "surrogatepass")) > limit:
+                raise LimitExceeded(f"source is over the limit of {limit} bytes", [("source", "too large")])
         model = parse_message(message)
         role = model.role
         turn = None if isinstance(model, ExtensionMessage) else model.turn
@@ -295,7 +313,7 @@ class MessageRepository:
         limits = self._settings.limits
         limits.check_message(text)
         dated = now_ms() if timestamp is None else timestamp  # 0 is a time (1970-01-01), not a missing one
-        params = row_params(model, text, loop_id, turn_index, usage, timestamp=dated, usage_known=usage_known)
+        params = row_params(model, text, loop_id, turn_index, usage, source, timestamp=dated, usage_known=usage_known)
         limits.check_row(params)
         return params
 

@@ -1,0 +1,183 @@
+"""LangChain chat history kept in turnstore: ``TurnstoreChatMessageHistory(session_id, store=None, *, url=None)``.
+
+It implements ``langchain_core.chat_history.BaseChatMessageHistory``, so it
+plugs into ``RunnableWithMessageHistory`` unchanged. Each LangChain message is
+stored as one canonical turnstore row, and its ``message_to_dict`` JSON is kept
+as the row's verbatim ``source``: :attr:`~TurnstoreChatMessageHistory.messages`
+rebuilds every message from it, so ``messages_to_dict`` of what is read equals
+what was added, for every message kind (tool calls, invalid tool calls, usage
+and response metadata, ids, chunks included).
+
+Mapping: a human message becomes a user message, an AI message (or chunk) an
+assistant message (text, tool calls with their ids, ``usage_metadata`` as its
+usage, ``response_metadata["model_name"]`` as its model), a tool message a tool
+result, a system message a system message; function and generic chat messages,
+which name no tool call, become extension messages of kind
+``langchain.<type>``.
+
+Each ``add_messages`` call is one loop (a ``RunnableWithMessageHistory``
+exchange: the prompt and the reply). A human message opens a turn; an AI
+message after tool results opens the next one, so a turn is one model call plus
+the tools it ran.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.chat_history import BaseChatMessageHistory
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+    message_to_dict,
+    messages_from_dict,
+)
+from langchain_core.runnables.config import run_in_executor
+
+from ..errors import SessionNotFound
+from ..models import ExtensionMessage, Message, Usage
+from ..store import Store
+
+__all__ = ["TurnstoreChatMessageHistory", "to_turnstore_usage"]
+
+FRAMEWORK = "langchain"
+
+_SOURCE_PREFIX = '{"type":'
+"""How every ``message_to_dict`` JSON this adapter writes starts: tells its sources from other rows' in a session."""
+
+
+class TurnstoreChatMessageHistory(BaseChatMessageHistory):
+    """A LangChain chat history stored in one turnstore session.
+
+    Args:
+        session_id: the turnstore session (created on the first add).
+        store: the store to use; default: one opened on ``url`` (closed by :meth:`close`).
+        url: the store's URL when no ``store`` is given; default ``$TURNSTORE_URL`` or ``./turnstore.db``.
+    """
+
+    def __init__(self, session_id: str, store: Store | None = None, *, url: str | None = None) -> None:
+        if store is not None and url is not None:
+            raise ValueError("give a store or a url, not both")
+        self.session_id = session_id
+        self._owned = store is None
+        self.store = Store(url) if store is None else store
+
+    @property
+    def messages(self) -> list[BaseMessage]:  # type: ignore[override]
+        """The session's messages, in order, as added."""
+        try:
+            rows = self.store.messages.rows(self.session_id)  # stored text, not parsed: only sources are read
+            dicts = [json.loads(r.source) for r in rows if r.source is not None and r.source.startswith(_SOURCE_PREFIX)]
+        except SessionNotFound:
+            return []
+        return messages_from_dict(dicts)
+
+    def add_messages(self, messages: Sequence[BaseMessage]) -> None:
+        """Store ``messages`` as one loop of the session, in one transaction."""
+        if not messages:
+            return
+        store = self.store
+        with store.transaction():
+            store.sessions.create(self.session_id, exist_ok=True)
+            loop = store.loops.start(self.session_id, metadata={"framework": FRAMEWORK})
+            turn, after_tools = -1, False
+            for message in messages:
+                row = _row(message)
+                if isinstance(message, HumanMessage) or turn < 0 or (isinstance(message, AIMessage) and after_tools):
+                    turn += 1
+                after_tools = isinstance(message, ToolMessage)
+                store.messages.append(
+                    row,
+                    loop_id=loop.loop_id,
+                    turn_index=None if isinstance(row, ExtensionMessage) else turn,
+                    source=json.dumps(message_to_dict(message), ensure_ascii=False),
+                )
+            store.loops.end(loop.loop_id)
+
+    def clear(self) -> None:
+        """Delete the session and everything in it (a later add starts it afresh)."""
+        try:
+            self.store.sessions.delete(self.session_id)
+        except SessionNotFound:
+            pass
+
+    async def aget_messages(self) -> list[BaseMessage]:
+        """:attr:`messages`, run off the event loop."""
+        return await run_in_executor(None, lambda: self.messages)
+
+    async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
+        """:meth:`add_messages`, run off the event loop."""
+        await run_in_executor(None, self.add_messages, messages)
+
+    async def aclear(self) -> None:
+        """:meth:`clear`, run off the event loop."""
+        await run_in_executor(None, self.clear)
+
+    def close(self) -> None:
+        """Close the store if this history opened it."""
+        if self._owned:
+            self.store.close()
+
+
+def to_turnstore_usage(usage: Any) -> Usage:
+    """LangChain ``usage_metadata`` as a turnstore :class:`~turnstore.models.Usage`.
+
+    ``input`` is LangChain's ``input_tokens`` (which includes cached tokens);
+    cache reads and writes come from ``input_token_details``, reasoning from
+    ``output_token_details``.
+    """
+    inputs = usage.get("input_token_details") or {}
+    outputs = usage.get("output_token_details") or {}
+    output = int(usage.get("output_tokens") or 0)
+    return Usage(
+        input=int(usage.get("input_tokens") or 0),
+        output=output,
+        reasoning=min(int(outputs.get("reasoning") or 0), output),
+        cache_read=int(inputs.get("cache_read") or 0),
+        cache_write=int(inputs.get("cache_creation") or 0),
+        total_tokens=int(usage.get("total_tokens") or 0),
+    )
+
+
+def _row(message: BaseMessage) -> Message | ExtensionMessage:
+    text = _text(message.content)
+    if isinstance(message, HumanMessage):
+        return Message.user(text)
+    if isinstance(message, SystemMessage):
+        return Message.system(text)
+    if isinstance(message, ToolMessage):
+        return Message.tool_result(
+            message.tool_call_id, text, tool_name=message.name or "", is_error=message.status == "error"
+        )
+    if isinstance(message, AIMessage):
+        blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+        blocks.extend(
+            {"type": "toolCall", "id": call.get("id") or "", "name": call["name"], "arguments": call["args"]}
+            for call in message.tool_calls
+        )
+        metadata = message.response_metadata or {}
+        model = metadata.get("model_name") or metadata.get("model") or ""
+        provider = metadata.get("model_provider") or ""
+        usage = None if message.usage_metadata is None else to_turnstore_usage(message.usage_metadata)
+        return Message.assistant(blocks, model=str(model), provider=str(provider), usage=usage)
+    return ExtensionMessage(kind=f"{FRAMEWORK}.{message.type}")
+
+
+def _text(content: Any) -> str:
+    """A message's text: a string as is; content blocks' text joined, other blocks as JSON."""
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    for block in content:
+        if isinstance(block, str):
+            parts.append(block)
+        elif isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+            parts.append(block["text"])
+        else:
+            parts.append(json.dumps(block, ensure_ascii=False, default=repr))
+    return "\n".join(parts)

@@ -1,0 +1,247 @@
+"""pydantic-ai message history kept in turnstore: ``TurnstoreHistory(store, session_id)``.
+
+pydantic-ai hands an app its messages (``ModelRequest`` / ``ModelResponse``)
+and takes them back as ``message_history=``. This adapter stores each run as
+one turnstore loop and each pydantic-ai message as canonical rows, so the
+store's turns, context and SQL usage totals work on them, while the original
+message is kept as the row's verbatim ``source``: :meth:`TurnstoreHistory.load`
+rebuilds the history from those sources, and its ``ModelMessagesTypeAdapter``
+JSON is byte for byte what was saved.
+
+Mapping (one pydantic-ai message gives one or more rows; the first carries the source):
+
+* ``ModelRequest``: a system prompt part becomes a system message, a user prompt
+  part a user message, a tool return part a tool result (marked as an error when
+  its outcome is not ``success``), retry feedback a user message (a retry prompt
+  of older pydantic-ai: an error tool result, or a user message when it names no tool).
+* ``ModelResponse``: one assistant message (text, thinking with its signature,
+  tool calls with their ids), with the response's usage, model and provider.
+* A message with no part turnstore models (a request holding only parts of
+  other kinds) is one extension message of kind ``pydantic-ai``.
+
+Turns: a request holding a user prompt opens a turn, and the response that
+follows is that turn's model call. pydantic-ai sends tool returns in the *next*
+request; turnstore files them in the turn of the response that asked for them
+(a turn is one model call plus the tools it ran), and the response after them
+opens the next turn.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import pydantic_ai.messages as _messages
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    RetryPromptPart,
+    SystemPromptPart,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+
+from ..errors import SessionNotFound
+from ..models import ExtensionMessage, Message, Usage
+from ..store import Store
+
+__all__ = ["TurnstoreHistory", "to_turnstore_usage"]
+
+KIND = "pydantic-ai"
+"""The kind of the extension message that stands for a pydantic-ai message turnstore has no row for."""
+
+_RETRY_FEEDBACK: type[Any] | None = getattr(_messages, "RetryFeedbackPart", None)
+"""Retry feedback that answers no tool call (newer pydantic-ai; older ones send a ``RetryPromptPart``)."""
+
+_SOURCE_PREFIX = '{"parts":'
+"""How the JSON of every pydantic-ai message starts: tells this adapter's sources from other rows' in a session."""
+
+
+class TurnstoreHistory:
+    """A pydantic-ai conversation stored in one turnstore session.
+
+    Example::
+
+        history = TurnstoreHistory(store, "chat-1")
+        result = agent.run_sync("hi", message_history=history.load())
+        history.save(result)
+    """
+
+    def __init__(self, store: Store, session_id: str) -> None:
+        self.store = store
+        self.session_id = session_id
+
+    def load(self) -> list[ModelMessage]:
+        """The session's pydantic-ai messages, in order, as saved (what to pass as ``message_history=``)."""
+        try:
+            rows = self.store.messages.rows(self.session_id)  # stored text, not parsed: only sources are read
+            sources = [r.source for r in rows if r.source is not None and r.source.startswith(_SOURCE_PREFIX)]
+        except SessionNotFound:
+            return []
+        if not sources:
+            return []
+        return ModelMessagesTypeAdapter.validate_json("[" + ",".join(sources) + "]")
+
+    def save(self, result: Any) -> str:
+        """Store the new messages of a run (``result.new_messages()``) as one loop; returns its id."""
+        return self.append(result.new_messages())
+
+    def append(self, messages: Sequence[ModelMessage], *, usage: Any = None) -> str:
+        """Store ``messages`` as one loop of the session, in one transaction; returns the loop's id.
+
+        Each response's own usage is recorded on its assistant message.
+        ``usage`` (a pydantic-ai ``RunUsage``, or a turnstore ``Usage``) is the
+        run's, given to ``loops.end``: it counts only if no response carried usage.
+        """
+        run_usage, requests = _run_usage(usage)
+        store = self.store
+        with store.transaction():
+            store.sessions.create(self.session_id, exist_ok=True)
+            loop = store.loops.start(self.session_id, metadata={"framework": KIND})
+            turn = -1
+            responded = False
+            for message in messages:
+                text = ModelMessagesTypeAdapter.dump_json([message])[1:-1].decode()
+                rows: list[tuple[int, Message | ExtensionMessage]] = []
+                if isinstance(message, ModelResponse):
+                    if turn < 0 or responded:
+                        turn += 1
+                    responded = True
+                    rows.append((turn, _assistant(message)))
+                else:
+                    opens = any(isinstance(part, UserPromptPart) for part in message.parts)
+                    if opens or turn < 0:
+                        turn, responded = turn + 1, False
+                    rows.extend((turn, row) for row in _request_rows(message))
+                if not rows:
+                    rows.append((max(turn, 0), ExtensionMessage(kind=KIND)))
+                for index, (turn_index, row) in enumerate(rows):
+                    store.messages.append(
+                        row,
+                        loop_id=loop.loop_id,
+                        turn_index=None if isinstance(row, ExtensionMessage) else turn_index,
+                        timestamp=_ms(getattr(message, "timestamp", None)),
+                        source=text if index == 0 else None,
+                    )
+            store.loops.end(loop.loop_id, usage=run_usage, requests=requests)
+        return loop.loop_id
+
+
+def to_turnstore_usage(usage: Any) -> Usage:
+    """A pydantic-ai ``RequestUsage`` or ``RunUsage`` as a turnstore :class:`~turnstore.models.Usage`.
+
+    ``input`` is pydantic-ai's ``input_tokens`` (which includes cached tokens),
+    ``reasoning`` its ``output_reasoning_tokens``.
+    """
+    output = int(getattr(usage, "output_tokens", 0) or 0)
+    return Usage(
+        input=int(getattr(usage, "input_tokens", 0) or 0),
+        output=output,
+        reasoning=min(int(getattr(usage, "output_reasoning_tokens", 0) or 0), output),
+        cache_read=int(getattr(usage, "cache_read_tokens", 0) or 0),
+        cache_write=int(getattr(usage, "cache_write_tokens", 0) or 0),
+        total_tokens=int(getattr(usage, "total_tokens", 0) or 0),
+    )
+
+
+def _run_usage(usage: Any) -> tuple[Usage | None, int | None]:
+    if usage is None:
+        return None, None
+    if isinstance(usage, Usage):
+        return usage, None
+    requests = getattr(usage, "requests", None)
+    return to_turnstore_usage(usage), requests if isinstance(requests, int) else None
+
+
+def _request_rows(request: ModelRequest) -> list[Message | ExtensionMessage]:
+    rows: list[Message | ExtensionMessage] = []
+    for part in request.parts:
+        stamp = _ms(getattr(part, "timestamp", None))
+        if isinstance(part, SystemPromptPart):
+            rows.append(Message.system(part.content, timestamp=stamp))
+        elif isinstance(part, UserPromptPart):
+            rows.append(Message.user(_text(part.content), timestamp=stamp))
+        elif isinstance(part, ToolReturnPart):
+            failed = getattr(part, "outcome", "success") != "success"
+            rows.append(
+                Message.tool_result(
+                    part.tool_call_id,
+                    part.model_response_str(),
+                    tool_name=part.tool_name,
+                    is_error=failed,
+                    timestamp=stamp,
+                )
+            )
+        elif _RETRY_FEEDBACK is not None and isinstance(part, _RETRY_FEEDBACK):  # answers no tool call
+            rows.append(Message.user(str(part.model_response()), timestamp=stamp))
+        elif isinstance(part, RetryPromptPart):  # older pydantic-ai: both kinds of retry
+            if part.tool_name is None:
+                rows.append(Message.user(part.model_response(), timestamp=stamp))
+            else:
+                rows.append(
+                    Message.tool_result(
+                        part.tool_call_id,
+                        part.model_response(),
+                        tool_name=part.tool_name,
+                        is_error=True,
+                        timestamp=stamp,
+                    )
+                )
+    return rows
+
+
+def _assistant(response: ModelResponse) -> Message:
+    blocks: list[dict[str, Any]] = []
+    for part in response.parts:
+        if isinstance(part, TextPart):
+            blocks.append({"type": "text", "text": part.content})
+        elif isinstance(part, ThinkingPart):
+            block: dict[str, Any] = {"type": "thinking", "thinking": part.content}
+            if part.signature is not None:
+                block["signature"] = part.signature
+            blocks.append(block)
+        elif isinstance(part, ToolCallPart):
+            blocks.append(
+                {"type": "toolCall", "id": part.tool_call_id, "name": part.tool_name, "arguments": _arguments(part)}
+            )
+    return Message.assistant(
+        blocks,
+        model=response.model_name or "",
+        provider=response.provider_name or "",
+        usage=to_turnstore_usage(response.usage),
+        timestamp=_ms(response.timestamp),
+    )
+
+
+def _arguments(part: ToolCallPart) -> Any:
+    """A call's arguments as a JSON object; arguments the model sent as malformed JSON, as their text."""
+    try:
+        return part.args_as_dict()
+    except ValueError:
+        return part.args
+
+
+def _text(content: Any) -> str:
+    """A user prompt's text: a string as is; other content (images, files) as its JSON, or its repr."""
+    if isinstance(content, str):
+        return content
+    parts = [item if isinstance(item, str) else _describe(item) for item in content]
+    return "\n".join(parts)
+
+
+def _describe(item: Any) -> str:
+    try:
+        return json.dumps(item, default=repr)
+    except (TypeError, ValueError):
+        return repr(item)
+
+
+def _ms(when: datetime | None) -> int | None:
+    return None if when is None else int(when.timestamp() * 1000)

@@ -1,0 +1,204 @@
+"""LangChain chat history in turnstore: lossless for every message kind, usage counted, RunnableWithMessageHistory."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from backends import selected_backends
+
+pytest.importorskip("langchain_core")
+
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    BaseMessage,
+    ChatMessage,
+    FunctionMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+    messages_to_dict,
+)
+from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
+from langchain_core.runnables.history import RunnableWithMessageHistory
+
+from turnstore import Store
+from turnstore.integrations.langchain import TurnstoreChatMessageHistory
+from turnstore.models import AssistantMessage, ExtensionMessage, ToolResultMessage
+
+
+@pytest.fixture(params=[name for name in selected_backends() if not name.endswith("async")])
+def backend(request: pytest.FixtureRequest) -> str:
+    """The sync backends: the integration takes a sync ``Store``."""
+    return str(request.param)
+
+
+@pytest.fixture
+def store(backend: str, store_url: str) -> Iterator[Store]:
+    s = Store(store_url)
+    yield s
+    s.close()
+
+
+def _every_kind() -> list[BaseMessage]:
+    usage = {
+        "input_tokens": 30,
+        "output_tokens": 9,
+        "total_tokens": 39,
+        "input_token_details": {"cache_read": 4, "cache_creation": 2},
+        "output_token_details": {"reasoning": 3},
+    }
+    return [
+        SystemMessage("Be terse.", id="s1"),
+        HumanMessage("Weather in Paris? ☂", additional_kwargs={"x": 1}, name="ann"),
+        AIMessage(
+            content=[{"type": "text", "text": "Checking."}],
+            tool_calls=[{"name": "weather", "args": {"city": "Paris"}, "id": "call-1", "type": "tool_call"}],
+            invalid_tool_calls=[
+                {"name": "w", "args": "{bad", "id": "call-2", "error": "bad json", "type": "invalid_tool_call"}
+            ],
+            usage_metadata=usage,
+            response_metadata={"model_name": "gpt-test", "finish_reason": "tool_calls"},
+            id="run-1",
+        ),
+        ToolMessage("18C", tool_call_id="call-1", name="weather", artifact={"raw": [1, 2]}),
+        ToolMessage("boom", tool_call_id="call-2", status="error"),
+        AIMessage("It is 18C.", usage_metadata={"input_tokens": 50, "output_tokens": 5, "total_tokens": 55}),
+        FunctionMessage(content="42", name="answer"),
+        ChatMessage(content="note", role="critic"),
+        AIMessageChunk(content="chunk \x00 text", id="c1"),
+        HumanMessage(""),
+    ]
+
+
+def test_every_message_kind_round_trips(store: Store) -> None:
+    history = TurnstoreChatMessageHistory("all", store)
+    assert history.messages == []
+    sent = _every_kind()
+    history.add_messages(sent)
+    got = history.messages
+    assert json.dumps(messages_to_dict(got)) == json.dumps(messages_to_dict(sent))
+    assert [type(m) for m in got] == [type(m) for m in sent]
+    rows = [r.message for r in store.messages.records("all")]
+    assert [r.role for r in rows] == [
+        "system", "user", "assistant", "toolResult", "toolResult", "assistant",
+        "extension", "extension", "assistant", "user",
+    ]  # fmt: skip
+    call = rows[2]
+    assert isinstance(call, AssistantMessage) and call.model == "gpt-test"
+    assert call.tool_calls()[0].id == "call-1"
+    failed = rows[4]
+    assert isinstance(failed, ToolResultMessage) and failed.is_error
+    assert isinstance(rows[6], ExtensionMessage) and rows[6].kind == "langchain.function"
+    turns = [r.turn_index for r in store.messages.records("all")]
+    assert turns == [0, 1, 1, 1, 1, 2, None, None, 2, 3]
+
+
+def test_usage_metadata_counts_in_turnstore_usage(store: Store) -> None:
+    history = TurnstoreChatMessageHistory("usage", store)
+    history.add_messages(_every_kind())
+    totals = store.usage.session("usage")
+    assert (totals.input, totals.output, totals.total_tokens) == (80, 14, 94)
+    assert (totals.cache_read, totals.cache_write, totals.reasoning) == (4, 2, 3)
+    assert totals.requests == 2  # the chunk carries no usage: unknown, not zeros
+
+
+def test_clear_and_add_again(store: Store) -> None:
+    history = TurnstoreChatMessageHistory("c", store)
+    history.add_user_message("one")
+    history.add_ai_message("two")
+    assert [m.content for m in history.messages] == ["one", "two"]
+    history.clear()
+    assert history.messages == []
+    history.clear()  # nothing to clear: no error
+    history.add_user_message("three")
+    assert [m.content for m in history.messages] == ["three"]
+
+
+def test_async_methods(store: Store) -> None:
+    history = TurnstoreChatMessageHistory("a", store)
+
+    async def go() -> list[BaseMessage]:
+        await history.aadd_messages([HumanMessage("hi"), AIMessage("hello")])
+        got = await history.aget_messages()
+        await history.aclear()
+        assert await history.aget_messages() == []
+        return got
+
+    assert [m.content for m in asyncio.run(go())] == ["hi", "hello"]
+
+
+def test_url_opens_and_closes_its_own_store(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'own.db'}"
+    history = TurnstoreChatMessageHistory("u", url=url)
+    history.add_user_message("kept")
+    history.close()
+    again = TurnstoreChatMessageHistory("u", url=url)
+    assert [m.content for m in again.messages] == ["kept"]
+    again.close()
+    with pytest.raises(ValueError, match="not both"):
+        TurnstoreChatMessageHistory("u", Store(url), url=url)
+
+
+def test_runnable_with_message_history(store: Store) -> None:
+    replies = iter(
+        [
+            AIMessage("Hello Ann.", usage_metadata={"input_tokens": 12, "output_tokens": 3, "total_tokens": 15}),
+            AIMessage("Your name is Ann.", usage_metadata={"input_tokens": 20, "output_tokens": 5, "total_tokens": 25}),
+        ]
+    )
+    model = GenericFakeChatModel(messages=replies)
+    prompt = ChatPromptTemplate.from_messages([MessagesPlaceholder("history"), ("human", "{question}")])
+    seen: list[int] = []
+
+    def history_for(session_id: str) -> TurnstoreChatMessageHistory:
+        history = TurnstoreChatMessageHistory(session_id, store)
+        seen.append(len(history.messages))
+        return history
+
+    chain = RunnableWithMessageHistory(
+        prompt | model, history_for, input_messages_key="question", history_messages_key="history"
+    )
+    config = {"configurable": {"session_id": "chat"}}
+    chain.invoke({"question": "I am Ann."}, config=config)  # type: ignore[arg-type]
+    answer = chain.invoke({"question": "Who am I?"}, config=config)  # type: ignore[arg-type]
+    assert answer.content == "Your name is Ann."
+    stored = TurnstoreChatMessageHistory("chat", store).messages
+    assert [m.content for m in stored] == ["I am Ann.", "Hello Ann.", "Who am I?", "Your name is Ann."]
+    totals = store.usage.session("chat")
+    assert (totals.input, totals.output, totals.requests) == (32, 8, 2)
+
+
+def test_example_app_runs_offline_and_prints_usage(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "langchain_app.py"
+    done = subprocess.run(
+        [sys.executable, str(example), f"sqlite:///{tmp_path / 'ex.db'}"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "usage from turnstore: 2 requests, 33 input, 7 output tokens" in done.stdout
+
+
+def test_the_docs_example_runs(tmp_path: Path) -> None:
+    import re
+    import subprocess
+    import sys
+
+    doc = Path(__file__).resolve().parent.parent / "docs" / "integrations" / "langchain.md"
+    code = re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), re.DOTALL)[0]
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, check=False, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "requests=" in done.stdout

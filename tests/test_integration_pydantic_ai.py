@@ -1,0 +1,222 @@
+"""pydantic-ai history in turnstore: byte-identical round trips, turns, usage equal to pydantic-ai's own."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from backends import selected_backends
+
+pytest.importorskip("pydantic_ai")
+
+from pydantic_ai import Agent
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    RetryFeedbackPart,
+    RetryInfo,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.test import TestModel
+from pydantic_ai.usage import RequestUsage, RunUsage
+
+from turnstore import Store
+from turnstore.errors import InvalidMessage
+from turnstore.integrations.pydantic_ai import TurnstoreHistory
+from turnstore.models import AssistantMessage, ExtensionMessage, ToolResultMessage, UserMessage
+
+
+@pytest.fixture(params=[name for name in selected_backends() if not name.endswith("async")])
+def backend(request: pytest.FixtureRequest) -> str:
+    """The sync backends: the integration takes a sync ``Store``."""
+    return str(request.param)
+
+
+@pytest.fixture
+def store(backend: str, store_url: str) -> Iterator[Store]:
+    s = Store(store_url)
+    yield s
+    s.close()
+
+
+def _json(messages: list[ModelMessage]) -> bytes:
+    return ModelMessagesTypeAdapter.dump_json(messages)
+
+
+def _run_usage(result: Any) -> RunUsage:
+    usage = result.usage
+    return usage if isinstance(usage, RunUsage) else usage()
+
+
+def _agent(model: Any) -> Agent[None, str]:
+    agent: Agent[None, str] = Agent(model, system_prompt="Be terse.")
+
+    @agent.tool_plain
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    return agent
+
+
+def _scripted(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """Call ``add`` once, then answer with thinking and text."""
+    last = messages[-1]
+    if isinstance(last, ModelRequest) and any(p.part_kind == "user-prompt" for p in last.parts):
+        return ModelResponse(
+            parts=[ToolCallPart("add", {"a": 2, "b": 3}, tool_call_id="call-1")],
+            usage=RequestUsage(input_tokens=40, output_tokens=7, cache_read_tokens=10),
+            model_name="fn-model",
+        )
+    return ModelResponse(
+        parts=[ThinkingPart("sum is 5", signature="sig/é=="), TextPart("5 ✓")],
+        usage=RequestUsage(input_tokens=60, output_tokens=12),
+        model_name="fn-model",
+    )
+
+
+def test_test_model_round_trip_is_byte_identical_and_usage_matches(store: Store) -> None:
+    agent = _agent(TestModel())
+    history = TurnstoreHistory(store, "chat")
+    assert history.load() == []
+    first = agent.run_sync("What is 0 + 0?", message_history=history.load())
+    history.save(first)
+    assert _json(history.load()) == _json(first.all_messages())
+    second = agent.run_sync("And again?", message_history=history.load())
+    history.save(second)
+    assert _json(history.load()) == _json(second.all_messages())
+    totals = store.usage.session("chat")
+    expected = _run_usage(first) + _run_usage(second)
+    assert (totals.input, totals.output, totals.requests) == (
+        expected.input_tokens,
+        expected.output_tokens,
+        expected.requests,
+    )
+    assert len(store.loops.list("chat")) == 2
+
+
+def test_function_model_tool_calls_become_turns(store: Store) -> None:
+    agent = _agent(FunctionModel(_scripted))
+    history = TurnstoreHistory(store, "fn")
+    result = agent.run_sync("Add 2 and 3.")
+    loop_id = history.save(result)
+    assert _json(history.load()) == _json(result.all_messages())
+    turns = store.messages.turns(loop_id)
+    assert [t.turn_index for t in turns] == [0, 1]
+    roles0 = [m.role for m in turns[0].messages]
+    assert roles0 == ["system", "user", "assistant", "toolResult"]
+    call = turns[0].messages[2]
+    assert isinstance(call, AssistantMessage)
+    assert call.tool_calls()[0].id == "call-1" and call.tool_calls()[0].arguments == {"a": 2, "b": 3}
+    answer = turns[0].messages[3]
+    assert isinstance(answer, ToolResultMessage) and answer.tool_call_id == "call-1" and answer.text() == "5"
+    final = turns[1].messages[0]
+    assert isinstance(final, AssistantMessage)
+    assert final.content[0].signature == "sig/é=="  # type: ignore[union-attr]
+    last = result.all_messages()[-1]
+    assert isinstance(last, ModelResponse)
+    assert final.model == last.model_name and final.usage is not None and final.usage.cache_read == 0
+    totals = store.usage.session("fn")
+    usage = _run_usage(result)
+    assert (totals.input, totals.output, totals.cache_read, totals.requests) == (
+        usage.input_tokens,
+        usage.output_tokens,
+        usage.cache_read_tokens,
+        usage.requests,
+    )
+    context = store.messages.context(loop_id)
+    assert [m.role for m in context] == ["system", "user", "assistant", "toolResult", "assistant"]
+
+
+def test_append_takes_run_usage_counted_once(store: Store) -> None:
+    history = TurnstoreHistory(store, "run")
+    messages: list[ModelMessage] = [
+        ModelRequest.user_text_prompt("hi"),
+        ModelResponse(parts=[TextPart("hello")], usage=RequestUsage(input_tokens=5, output_tokens=2)),
+    ]
+    history.append(messages, usage=RunUsage(input_tokens=5, output_tokens=2, requests=1))
+    totals = store.usage.session("run")
+    assert (totals.input, totals.output, totals.requests) == (5, 2, 1)
+    assert _json(history.load()) == _json(messages)
+
+
+def test_retry_and_unmodelled_requests_are_kept(store: Store) -> None:
+    history = TurnstoreHistory(store, "odd")
+    messages: list[ModelMessage] = [
+        ModelRequest.user_text_prompt("go"),
+        ModelResponse(parts=[ToolCallPart("add", '{"a": 1', tool_call_id="bad")]),
+        ModelRequest(parts=[ToolReturnPart("add", "args are not JSON", tool_call_id="bad", outcome="retried")]),
+        ModelResponse(parts=[TextPart("sorry")]),
+        ModelRequest(
+            parts=[RetryFeedbackPart("answer in JSON", retry=RetryInfo(cause="no_output", attempt=1, max_retries=1))]
+        ),
+        ModelRequest(parts=[]),
+    ]
+    loop_id = history.append(messages)
+    assert _json(history.load()) == _json(messages)
+    rows = list(store.messages.records(loop_id=loop_id))
+    retry = rows[2].message
+    assert isinstance(retry, ToolResultMessage) and retry.is_error and retry.tool_call_id == "bad"
+    assert isinstance(rows[4].message, UserMessage)
+    assert isinstance(rows[5].message, ExtensionMessage) and rows[5].message.kind == "pydantic-ai"
+    assert [r.source is not None for r in rows] == [True] * 6
+
+
+def test_load_skips_rows_of_other_writers(store: Store) -> None:
+    history = TurnstoreHistory(store, "mixed")
+    messages: list[ModelMessage] = [ModelRequest.user_text_prompt("hi")]
+    loop_id = history.append(messages)
+    other = store.loops.start("mixed")
+    from turnstore import Message
+
+    store.messages.append(Message.user("typed elsewhere"), loop_id=other.loop_id, turn_index=0, source='{"x":1}')
+    assert loop_id != other.loop_id
+    assert _json(history.load()) == _json(messages)
+
+
+def test_a_failed_append_writes_nothing(store: Store) -> None:
+    history = TurnstoreHistory(store, "atomic")
+    history.append([ModelRequest.user_text_prompt("hi")])
+    bad = ModelResponse(parts=[TextPart("x")], model_name="m\x00")
+    with pytest.raises(InvalidMessage, match="NUL"):
+        history.append([ModelRequest.user_text_prompt("again"), bad])
+    assert len(history.load()) == 1
+    assert len(store.loops.list("atomic")) == 1
+
+
+def test_example_app_runs_offline_and_prints_usage(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "pydantic_ai_app.py"
+    done = subprocess.run(
+        [sys.executable, str(example), f"sqlite:///{tmp_path / 'ex.db'}"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "usage from turnstore: 4 requests, 560 input, 46 output tokens" in done.stdout
+
+
+def test_the_docs_example_runs(tmp_path: Path) -> None:
+    import re
+    import subprocess
+    import sys
+
+    doc = Path(__file__).resolve().parent.parent / "docs" / "integrations" / "pydantic-ai.md"
+    code = re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), re.DOTALL)[0]
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, check=False, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "requests=" in done.stdout
