@@ -23,7 +23,11 @@ SUITES: dict[str, tuple[str, list[str], str]] = {
     "scale": ("scale.py", [], "does turnstore stay fast when the store holds 1M messages"),
     "import-pi": ("import_pi.py", [], "import throughput: a 10,000-message pi session vs a raw sqlite3 floor"),
     "import-memory": ("import_memory.py", [], "peak memory of large imports, with appenders running"),
-    "integrations": ("integrations.py", [], "OpenAI Agents SDK sessions: TurnstoreSession vs SQLiteSession (+ Advanced)"),
+    "integrations": (
+        "integrations.py",
+        [],
+        "OpenAI Agents SDK sessions: TurnstoreSession vs SQLiteSession (+ Advanced)",
+    ),
     "startup": ("startup.py", [], "import turnstore and `turnstore sessions`: how fast they start"),
     "report": ("report.py", [], "docs/performance.md (and its plot) from the result files"),
 }
@@ -33,7 +37,9 @@ SUITES: dict[str, tuple[str, list[str], str]] = {
 def usage() -> str:
     width = max(map(len, SUITES))
     lines = [f"  {name:{width}}  {about}" for name, (_, _, about) in SUITES.items()]
-    return "usage: python -m benchmarks SUITE [OPTIONS]   (SUITE --help for its options)\n\nsuites:\n" + "\n".join(lines)
+    return "usage: python -m benchmarks SUITE [OPTIONS]   (SUITE --help for its options)\n\nsuites:\n" + "\n".join(
+        lines
+    )
 
 
 def main(argv: list[str]) -> int:

@@ -63,8 +63,13 @@ async def run(sizes: Sizes, reps: int, out: Path, work: workload.Workload, warm:
     section = Section(
         "sqlite_async",
         "SQLite: AsyncStore vs Store (and aiosqlite, for reference)",
-        columns=[("raw", "raw sqlite3"), ("sync", "turnstore sync"), ("async", "turnstore async"),
-                 ("async1", "async, 1 worker"), ("aiosqlite", "aiosqlite")],
+        columns=[
+            ("raw", "raw sqlite3"),
+            ("sync", "turnstore sync"),
+            ("async", "turnstore async"),
+            ("async1", "async, 1 worker"),
+            ("aiosqlite", "aiosqlite"),
+        ],
         ratios=[("async", "sync"), ("async", "raw"), ("async1", "sync"), ("aiosqlite", "raw")],
     )
     if aiosqlite is None:

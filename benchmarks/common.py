@@ -39,11 +39,32 @@ class Sizes:
     by_model_calls: int = 300
 
 
-FULL = Sizes(write_sessions=8, write_loops=3, write_turns=40, write_block=2, read_messages=5_000, read_background=3,
-             last_n=50, last_calls=300, usage_calls=1_000)
-QUICK = Sizes(write_sessions=2, write_loops=2, write_turns=10, write_block=2, read_messages=5_000, read_background=1,
-              last_n=50, last_calls=30, usage_calls=100, session_calls=4, turn_calls=100, loop_usage_calls=100,
-              by_model_calls=30)
+FULL = Sizes(
+    write_sessions=8,
+    write_loops=3,
+    write_turns=40,
+    write_block=2,
+    read_messages=5_000,
+    read_background=3,
+    last_n=50,
+    last_calls=300,
+    usage_calls=1_000,
+)
+QUICK = Sizes(
+    write_sessions=2,
+    write_loops=2,
+    write_turns=10,
+    write_block=2,
+    read_messages=5_000,
+    read_background=1,
+    last_n=50,
+    last_calls=30,
+    usage_calls=100,
+    session_calls=4,
+    turn_calls=100,
+    loop_usage_calls=100,
+    by_model_calls=30,
+)
 
 READ_BLOCK = 10  # calls per alternating block in the read operations
 
@@ -139,8 +160,15 @@ def read_workloads(sizes: Sizes) -> tuple[workload.Workload, workload.Workload, 
 
     Returns the big session's workload, the others', and all turns interleaved in append order.
     """
-    big = workload.build(1, 4, sizes.read_messages // 13, seed=workload.SEED + 1, prefix="big-",
-                         min_messages_per_session=sizes.read_messages, images=True)
+    big = workload.build(
+        1,
+        4,
+        sizes.read_messages // 13,
+        seed=workload.SEED + 1,
+        prefix="big-",
+        min_messages_per_session=sizes.read_messages,
+        images=True,
+    )
     other = workload.build(sizes.read_background, 2, 160, seed=workload.SEED + 2, prefix="other-", images=True)
     turns = [t for pair in itertools.zip_longest(big.turns, other.turns) for t in pair if t is not None]
     return big, other, turns
@@ -201,7 +229,7 @@ def timed(run: Callable[[], Any], profiler: cProfile.Profile | None = None) -> i
 
 
 def blocks(items: list[Any], size: int) -> list[list[Any]]:
-    return [items[start:start + size] for start in range(0, len(items), size)]
+    return [items[start : start + size] for start in range(0, len(items), size)]
 
 
 def load_average() -> str:
@@ -216,6 +244,6 @@ def print_profile(name: str, stats: pstats.Stats, limit: int = 14) -> None:
     stats.stream = buffer  # type: ignore[attr-defined]
     stats.strip_dirs().sort_stats("tottime").print_stats(limit)
     text = buffer.getvalue()
-    body = text[text.find("   ncalls"):] if "   ncalls" in text else text
+    body = text[text.find("   ncalls") :] if "   ncalls" in text else text
     print(f"\n--- cProfile, turnstore side of: {name} (top {limit} by own time) ---")
     print(body.rstrip())

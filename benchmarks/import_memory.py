@@ -74,8 +74,13 @@ def write_pi(path: Path, size: int, seed: int = 20260315) -> int:
         branch = loops % 1000 == 0  # a new prompt after an earlier answer
         w.loop(parent=json.loads(w.lines[-40])["id"] if branch else None)
     block = w.lines
-    header = {"type": "session", "version": 3, "id": SESSION_ID, "timestamp": "2026-03-02T09:15:00.000Z",
-              "cwd": "/home/ana/src/webshop"}
+    header = {
+        "type": "session",
+        "version": 3,
+        "id": SESSION_ID,
+        "timestamp": "2026-03-02T09:15:00.000Z",
+        "cwd": "/home/ana/src/webshop",
+    }
     written = lines = copy = 0
     last: str | None = None
     with path.open("w", encoding="utf-8") as file:
@@ -109,16 +114,30 @@ def write_clark(path: Path, size: int, seed: int = 20260315) -> int:
             call = f"call_{rows:08d}"
             records: list[dict[str, Any]] = [
                 {"role": "user", "content": [{"type": "text", "text": _paragraph(r, 1, 3)}], "timestamp": stamp},
-                {"role": "assistant", "content": [{"type": "text", "text": _sentence(r, 8, 40)},
-                                                  {"type": "tool_call", "id": call, "name": "read",
-                                                   "arguments": {"path": "src/app.ts"}}],
-                 "stop_reason": "tool_use", "timestamp": stamp + 10,
-                 "usage": {"input_tokens": r.randint(50, 4000), "output_tokens": r.randint(40, 900)}},
-                {"role": "tool_result", "tool_call_id": call, "tool_name": "read",
-                 "content": [{"type": "text", "text": _paragraph(r, 1, 4)}], "timestamp": stamp + 20},
-                {"role": "assistant", "content": [{"type": "text", "text": _sentence(r, 8, 40)}],
-                 "stop_reason": "end_turn", "timestamp": stamp + 30,
-                 "usage": {"input_tokens": r.randint(50, 4000), "output_tokens": r.randint(40, 900)}},
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "text", "text": _sentence(r, 8, 40)},
+                        {"type": "tool_call", "id": call, "name": "read", "arguments": {"path": "src/app.ts"}},
+                    ],
+                    "stop_reason": "tool_use",
+                    "timestamp": stamp + 10,
+                    "usage": {"input_tokens": r.randint(50, 4000), "output_tokens": r.randint(40, 900)},
+                },
+                {
+                    "role": "tool_result",
+                    "tool_call_id": call,
+                    "tool_name": "read",
+                    "content": [{"type": "text", "text": _paragraph(r, 1, 4)}],
+                    "timestamp": stamp + 20,
+                },
+                {
+                    "role": "assistant",
+                    "content": [{"type": "text", "text": _sentence(r, 8, 40)}],
+                    "stop_reason": "end_turn",
+                    "timestamp": stamp + 30,
+                    "usage": {"input_tokens": r.randint(50, 4000), "output_tokens": r.randint(40, 900)},
+                },
             ]
             for record in records:
                 line = json.dumps(record, ensure_ascii=False) + "\n"
@@ -141,8 +160,18 @@ def child_import(fmt: str, source: str, db: str) -> None:
     report = store.import_(fmt, source)
     seconds = time.perf_counter() - start
     store.close()
-    print(json.dumps({"ok": report.ok, "messages": report.messages, "errors": [str(e) for e in report.errors[:3]],
-                      "seconds": round(seconds, 2), "rss_before_kib": before, "peak_rss_kib": peak_rss_kib()}))
+    print(
+        json.dumps(
+            {
+                "ok": report.ok,
+                "messages": report.messages,
+                "errors": [str(e) for e in report.errors[:3]],
+                "seconds": round(seconds, 2),
+                "rss_before_kib": before,
+                "peak_rss_kib": peak_rss_kib(),
+            }
+        )
+    )
 
 
 def child_append(db: str, stop_file: str, index: int) -> None:
@@ -167,8 +196,17 @@ def child_append(db: str, stop_file: str, index: int) -> None:
     store.close()
     waits.sort()
     p99 = waits[min(len(waits) - 1, int(len(waits) * 0.99))] if waits else 0.0
-    print(json.dumps({"appended": appended, "failed": failed, "longest_wait_s": round(waits[-1] if waits else 0.0, 3),
-                      "median_wait_s": round(waits[len(waits) // 2] if waits else 0.0, 4), "p99_wait_s": round(p99, 3)}))
+    print(
+        json.dumps(
+            {
+                "appended": appended,
+                "failed": failed,
+                "longest_wait_s": round(waits[-1] if waits else 0.0, 3),
+                "median_wait_s": round(waits[len(waits) // 2] if waits else 0.0, 4),
+                "p99_wait_s": round(p99, 3),
+            }
+        )
+    )
 
 
 # --- the run ---------------------------------------------------------------------------------
@@ -185,8 +223,10 @@ def run_import(fmt: str, source: Path, db: Path, appenders: int) -> dict[str, An
     stop = db.with_suffix(".stop")
     stop.unlink(missing_ok=True)
     me = [sys.executable, __file__]
-    others = [subprocess.Popen([*me, "--child-append", url, str(stop), str(n)], stdout=subprocess.PIPE, text=True)
-              for n in range(appenders)]
+    others = [
+        subprocess.Popen([*me, "--child-append", url, str(stop), str(n)], stdout=subprocess.PIPE, text=True)
+        for n in range(appenders)
+    ]
     time.sleep(1.0 if appenders else 0)
     done = subprocess.run([*me, "--child-import", fmt, str(source), url], stdout=subprocess.PIPE, text=True, check=True)
     stop.touch()
@@ -198,8 +238,9 @@ def run_import(fmt: str, source: Path, db: Path, appenders: int) -> dict[str, An
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pi-mb", type=float, default=1024, help="size of the pi session file (default 1024 MB)")
-    parser.add_argument("--clark-mb", type=float, default=150,
-                        help="size of the clark transcript (default 150 MB; 0: none)")
+    parser.add_argument(
+        "--clark-mb", type=float, default=150, help="size of the clark transcript (default 150 MB; 0: none)"
+    )
     parser.add_argument("--appenders", type=int, default=3, help="appending processes during the pi import (default 3)")
     parser.add_argument("--out", type=Path, help="folder for the source files and stores (default: a temporary one)")
     parser.add_argument("--child-import", nargs=3, help=argparse.SUPPRESS)
@@ -226,13 +267,17 @@ def main(argv: list[str] | None = None) -> int:
             size = source.stat().st_size
             result = run_import(fmt, source, out / f"{fmt}.db", appenders)
             source.unlink()
-            print(f"{fmt}: {size / MB:,.0f} MB, {lines:,} lines -> {result['messages']:,} messages in "
-                  f"{result['seconds']:,.1f} s (ok: {result['ok']}); peak RSS {result['peak_rss_kib'] / 1024:,.0f} MB "
-                  f"({result['rss_before_kib'] / 1024:,.0f} MB before the import)")
+            print(
+                f"{fmt}: {size / MB:,.0f} MB, {lines:,} lines -> {result['messages']:,} messages in "
+                f"{result['seconds']:,.1f} s (ok: {result['ok']}); peak RSS {result['peak_rss_kib'] / 1024:,.0f} MB "
+                f"({result['rss_before_kib'] / 1024:,.0f} MB before the import)"
+            )
             for index, appender in enumerate(result["appenders"]):
-                print(f"  appender {index}: {appender['appended']} appends, {appender['failed']} failed (StoreBusy), "
-                      f"append median {appender['median_wait_s'] * 1000:,.1f} ms, "
-                      f"p99 {appender['p99_wait_s'] * 1000:,.0f} ms, longest {appender['longest_wait_s'] * 1000:,.0f} ms")
+                print(
+                    f"  appender {index}: {appender['appended']} appends, {appender['failed']} failed (StoreBusy), "
+                    f"append median {appender['median_wait_s'] * 1000:,.1f} ms, "
+                    f"p99 {appender['p99_wait_s'] * 1000:,.0f} ms, longest {appender['longest_wait_s'] * 1000:,.0f} ms"
+                )
             if result["errors"]:
                 print(f"  errors: {result['errors']}")
     return 0

@@ -58,14 +58,93 @@ MODELS = [
 ]
 """(provider, model, api, $ per million input, output, cache read, cache write tokens)."""
 
-WORDS = ["the", "a", "test", "fails", "when", "cart", "is", "empty", "total", "reduce", "initial", "value", "checkout", "component", "render", "props", "state", "hook", "effect", "fetch", "api", "response", "error", "handler", "retry", "timeout", "config", "file", "path", "module", "import", "export", "function", "class", "method", "return", "type", "interface", "null", "undefined", "array", "object", "string", "number", "async", "await", "promise", "stream", "buffer", "parse", "json", "schema", "validate", "migrate", "database", "query", "index", "transaction", "commit", "rollback", "lock", "worker", "queue", "job", "schedule", "deploy", "build", "lint", "format", "coverage", "snapshot", "mock", "fixture"]
+WORDS = [
+    "the",
+    "a",
+    "test",
+    "fails",
+    "when",
+    "cart",
+    "is",
+    "empty",
+    "total",
+    "reduce",
+    "initial",
+    "value",
+    "checkout",
+    "component",
+    "render",
+    "props",
+    "state",
+    "hook",
+    "effect",
+    "fetch",
+    "api",
+    "response",
+    "error",
+    "handler",
+    "retry",
+    "timeout",
+    "config",
+    "file",
+    "path",
+    "module",
+    "import",
+    "export",
+    "function",
+    "class",
+    "method",
+    "return",
+    "type",
+    "interface",
+    "null",
+    "undefined",
+    "array",
+    "object",
+    "string",
+    "number",
+    "async",
+    "await",
+    "promise",
+    "stream",
+    "buffer",
+    "parse",
+    "json",
+    "schema",
+    "validate",
+    "migrate",
+    "database",
+    "query",
+    "index",
+    "transaction",
+    "commit",
+    "rollback",
+    "lock",
+    "worker",
+    "queue",
+    "job",
+    "schedule",
+    "deploy",
+    "build",
+    "lint",
+    "format",
+    "coverage",
+    "snapshot",
+    "mock",
+    "fixture",
+]
 
 TOOLS = {
     "read": lambda r: {"path": f"src/{r.choice(['checkout', 'cart', 'api', 'db', 'ui'])}/{_word(r).title()}.tsx"},
-    "bash": lambda r: {"command": r.choice(["npm test -- checkout", "git status", "ls -la src/", "npm run lint"]),
-                       "timeout": r.choice([60, 120, 300])},
-    "edit": lambda r: {"path": f"src/{_word(r)}/{_word(r)}.ts", "oldText": _sentence(r, 6, 14),
-                       "newText": _sentence(r, 6, 18)},
+    "bash": lambda r: {
+        "command": r.choice(["npm test -- checkout", "git status", "ls -la src/", "npm run lint"]),
+        "timeout": r.choice([60, 120, 300]),
+    },
+    "edit": lambda r: {
+        "path": f"src/{_word(r)}/{_word(r)}.ts",
+        "oldText": _sentence(r, 6, 14),
+        "newText": _sentence(r, 6, 18),
+    },
     "grep": lambda r: {"pattern": _word(r), "path": "src/", "glob": "*.ts"},
     "write": lambda r: {"path": f"docs/{_word(r)}.md", "content": _paragraph(r, 2, 4)},
 }
@@ -112,8 +191,9 @@ class _Writer:
         ms = int(self.now.timestamp() * 1000)
         return self.now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{self.now.microsecond // 1000:03d}Z", ms
 
-    def entry(self, kind: str, fields: dict[str, Any], parent: str | None = None, *, low: float = 0.2,
-              high: float = 2.0) -> str:
+    def entry(
+        self, kind: str, fields: dict[str, Any], parent: str | None = None, *, low: float = 0.2, high: float = 2.0
+    ) -> str:
         iso, _ = self._advance(low, high)
         entry_id = f"{self.r.getrandbits(32):08x}"
         parent_id = self.leaf if parent is None else parent
@@ -138,24 +218,48 @@ class _Writer:
             {"type": "thinking", "thinking": _paragraph(self.r, 1, 2), "thinkingSignature": _signature(self.r)},
             {"type": "text", "text": _sentence(self.r, 8, 40)},
         ]
-        content += [{"type": "toolCall", "id": call_id, "name": name, "arguments": arguments}
-                    for call_id, name, arguments in calls]
+        content += [
+            {"type": "toolCall", "id": call_id, "name": name, "arguments": arguments}
+            for call_id, name, arguments in calls
+        ]
         counts = [self.r.randint(50, 4000), self.r.randint(40, 900), self.r.randint(0, 60000), self.r.randint(0, 3000)]
         costs = [round(count * price / 1e6, 8) for count, price in zip(counts, prices)]
         usage = {
-            "input": counts[0], "output": counts[1], "cacheRead": counts[2], "cacheWrite": counts[3],
+            "input": counts[0],
+            "output": counts[1],
+            "cacheRead": counts[2],
+            "cacheWrite": counts[3],
             "totalTokens": sum(counts),
-            "cost": {"input": costs[0], "output": costs[1], "cacheRead": costs[2], "cacheWrite": costs[3],
-                     "total": round(sum(costs), 8)},
+            "cost": {
+                "input": costs[0],
+                "output": costs[1],
+                "cacheRead": costs[2],
+                "cacheWrite": costs[3],
+                "total": round(sum(costs), 8),
+            },
         }
-        return self.message({"role": "assistant", "content": content, "api": api, "provider": provider,
-                             "model": model, "usage": usage, "stopReason": "toolUse" if calls else "stop"})
+        return self.message(
+            {
+                "role": "assistant",
+                "content": content,
+                "api": api,
+                "provider": provider,
+                "model": model,
+                "usage": usage,
+                "stopReason": "toolUse" if calls else "stop",
+            }
+        )
 
     def tool_result(self, call_id: str, name: str) -> str:
         failed = self.r.random() < 0.08
-        message: dict[str, Any] = {"role": "toolResult", "toolCallId": call_id, "toolName": name,
-                                   "content": [{"type": "text", "text": "\n".join(
-                                       _sentence(self.r, 4, 12) for _ in range(self.r.randint(1, 6)))}]}
+        message: dict[str, Any] = {
+            "role": "toolResult",
+            "toolCallId": call_id,
+            "toolName": name,
+            "content": [
+                {"type": "text", "text": "\n".join(_sentence(self.r, 4, 12) for _ in range(self.r.randint(1, 6)))}
+            ],
+        }
         if name == "bash":
             message["details"] = {"exitCode": 1 if failed else 0, "truncation": None}
         message["isError"] = failed
@@ -183,8 +287,13 @@ class _Writer:
 def session_lines(messages: int, seed: int = SEED) -> list[str]:
     """The lines of a pi v3 session file whose entries import as exactly ``messages`` rows."""
     w = _Writer(seed)
-    header = {"type": "session", "version": 3, "id": SESSION_ID, "timestamp": "2026-03-02T09:15:00.000Z",
-              "cwd": "/home/ana/src/webshop"}
+    header = {
+        "type": "session",
+        "version": 3,
+        "id": SESSION_ID,
+        "timestamp": "2026-03-02T09:15:00.000Z",
+        "cwd": "/home/ana/src/webshop",
+    }
     w.model_change(0)
     w.entry("thinking_level_change", {"thinkingLevel": "medium"})
     finals: list[str] = []
@@ -197,16 +306,30 @@ def session_lines(messages: int, seed: int = SEED) -> list[str]:
             finals.append(w.loop(parent=finals[-3]))
         elif loops == 900:  # a branch with pi's summary of the abandoned path
             abandoned = w.leaf
-            w.entry("branch_summary", {"fromId": abandoned, "summary": _paragraph(w.r, 3, 6),
-                                       "details": {"readFiles": ["src/cart/Cart.tsx"], "modifiedFiles": []}},
-                    parent=finals[-4])
+            w.entry(
+                "branch_summary",
+                {
+                    "fromId": abandoned,
+                    "summary": _paragraph(w.r, 3, 6),
+                    "details": {"readFiles": ["src/cart/Cart.tsx"], "modifiedFiles": []},
+                },
+                parent=finals[-4],
+            )
             finals.append(w.loop())
         elif loops == 1200:  # a compaction keeping the last few entries
             kept = json.loads(w.lines[-6])["id"]
-            w.entry("compaction", {"summary": _paragraph(w.r, 6, 10), "firstKeptEntryId": kept,
-                                   "tokensBefore": 183_204,
-                                   "details": {"readFiles": ["src/checkout/Checkout.tsx"],
-                                               "modifiedFiles": ["src/checkout/Checkout.tsx"]}})
+            w.entry(
+                "compaction",
+                {
+                    "summary": _paragraph(w.r, 6, 10),
+                    "firstKeptEntryId": kept,
+                    "tokensBefore": 183_204,
+                    "details": {
+                        "readFiles": ["src/checkout/Checkout.tsx"],
+                        "modifiedFiles": ["src/checkout/Checkout.tsx"],
+                    },
+                },
+            )
             finals.append(w.loop())
         else:
             finals.append(w.loop())
@@ -343,11 +466,17 @@ def check_pragmas(db: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=10_000, help="messages in the session (default 10,000)")
-    parser.add_argument("--files", type=int, default=4,
-                        help="also import a folder of this many such sessions in one call (default 4; 1: not)")
+    parser.add_argument(
+        "--files",
+        type=int,
+        default=4,
+        help="also import a folder of this many such sessions in one call (default 4; 1: not)",
+    )
     parser.add_argument("--reps", type=int, default=5, help="timed repetitions per system (default 5, at least 5)")
     parser.add_argument("--json", type=Path, help="also write the results to this JSON file")
-    parser.add_argument("--out", type=Path, help="directory for the session file and databases (default: a temporary one)")
+    parser.add_argument(
+        "--out", type=Path, help="directory for the session file and databases (default: a temporary one)"
+    )
     parser.add_argument("--profile", type=Path, help="write a cProfile of one more turnstore import to this file")
     args = parser.parse_args(argv)
     if args.reps < 5:
@@ -360,12 +489,16 @@ def main(argv: list[str] | None = None) -> int:
         source = write_session(out, args.messages)
         size = source.stat().st_size
         env = environment(out)
-        print(f"turnstore {turnstore.__version__} from {env['turnstore']}; Python {env['python']}, "
-              f"SQLite {env['sqlite']}, pydantic {env['pydantic']}; {env['cpus']} CPUs, load {env['load_average']}")
+        print(
+            f"turnstore {turnstore.__version__} from {env['turnstore']}; Python {env['python']}, "
+            f"SQLite {env['sqlite']}, pydantic {env['pydantic']}; {env['cpus']} CPUs, load {env['load_average']}"
+        )
         check_pragmas(out / "pragmas.db")
         cases = [Case("pi import", source, 1)]
         if args.files > 1:
-            cases.append(Case(f"pi import, {args.files} files", write_sessions(out, args.messages, args.files), args.files))
+            cases.append(
+                Case(f"pi import, {args.files} files", write_sessions(out, args.messages, args.files), args.files)
+            )
         for case in cases:
             case.prepare(out, args.messages)
         print(f"session: {args.messages:,} messages, {cases[0].loops:,} loops, {size / 1e6:.1f} MB ({source.name})")
@@ -392,12 +525,19 @@ def main(argv: list[str] | None = None) -> int:
     rows = [row for case in cases for row in case.rows(args.messages)]
     for row in rows:
         shown = ", ".join(f"{value / 1e3:.0f}" for value in row["samples_us"])
-        print(f"| {row['op']} | {LABELS[row['system']]} | {row['median_us'] / 1e3:,.1f} ms | {row['msgs_per_s']:,.0f} "
-              f"| {shown} ms |")
-    print(f"\nMedians of {args.reps} repetitions, each into a new SQLite file; ratio turnstore / floor: "
-          + "; ".join(f"{case.label} ×{case.ratio('turnstore'):.2f} (×{case.ratio('turnstore_checkpointed'):.2f} "
-                      "until the checkpoint is done)" for case in cases)
-          + ". The floor's COMMIT checkpoints, as SQLite does by default.")
+        print(
+            f"| {row['op']} | {LABELS[row['system']]} | {row['median_us'] / 1e3:,.1f} ms | {row['msgs_per_s']:,.0f} "
+            f"| {shown} ms |"
+        )
+    print(
+        f"\nMedians of {args.reps} repetitions, each into a new SQLite file; ratio turnstore / floor: "
+        + "; ".join(
+            f"{case.label} ×{case.ratio('turnstore'):.2f} (×{case.ratio('turnstore_checkpointed'):.2f} "
+            "until the checkpoint is done)"
+            for case in cases
+        )
+        + ". The floor's COMMIT checkpoints, as SQLite does by default."
+    )
 
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -453,14 +593,16 @@ class Case:
         result = []
         for name, values in self.samples.items():
             median = statistics.median(values)
-            result.append({
-                "op": self.label,
-                "system": name,
-                "median_us": round(median / 1e3, 1),
-                "ratio": round(self.ratio(name), 3),
-                "msgs_per_s": round(messages * self.sessions / (median / 1e9), 1),
-                "samples_us": [round(value / 1e3, 1) for value in values],
-            })
+            result.append(
+                {
+                    "op": self.label,
+                    "system": name,
+                    "median_us": round(median / 1e3, 1),
+                    "ratio": round(self.ratio(name), 3),
+                    "msgs_per_s": round(messages * self.sessions / (median / 1e9), 1),
+                    "samples_us": [round(value / 1e3, 1) for value in values],
+                }
+            )
         return result
 
 

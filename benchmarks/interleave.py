@@ -84,9 +84,12 @@ class Backend(Protocol):
         """Called once the read database is written."""
 
 
-
 async def write_rep(
-    op: str, order: list[type[System]], urls: dict[str, str], work: workload.Workload, warm: workload.Workload,
+    op: str,
+    order: list[type[System]],
+    urls: dict[str, str],
+    work: workload.Workload,
+    warm: workload.Workload,
     block: int,
 ) -> dict[str, int]:
     """One repetition of a write operation; returns the summed nanoseconds per system."""
@@ -116,8 +119,13 @@ async def write_rep(
 
 
 async def bench_write(
-    op: str, systems: list[type[System]], backend: Backend, work: workload.Workload, warm: workload.Workload,
-    block: int, reps: int,
+    op: str,
+    systems: list[type[System]],
+    backend: Backend,
+    work: workload.Workload,
+    warm: workload.Workload,
+    block: int,
+    reps: int,
 ) -> tuple[dict[str, list[float]], int]:
     """Per-op nanoseconds of each repetition per system, and the number of rows checked equal."""
     per_op = work.message_count if op == "append" else len(work.turns)
@@ -138,8 +146,9 @@ async def bench_write(
     return samples, rows
 
 
-def build_read_db(backend: Backend, big: workload.Workload, other: workload.Workload,
-                  turns: list[workload.Turn]) -> str:
+def build_read_db(
+    backend: Backend, big: workload.Workload, other: workload.Workload, turns: list[workload.Turn]
+) -> str:
     """The read database (written through turnstore's sync store); its URL."""
     url = backend.fresh("read", "read", "all")
     store = Store(url)
@@ -159,7 +168,7 @@ async def check_reads(opened: dict[str, System], session_id: str, n: int) -> int
     sums = await base.check_usage(session_id)
     for name, system in others:
         window = await system.check_last(session_id, n)
-        if not window or plain[-len(window):] != window:
+        if not window or plain[-len(window) :] != window:
             raise SystemExit(f"last(): {name} and {base_name} returned different messages")
         mine = await system.check_usage(session_id)
         if tuple(mine) != tuple(sums):
@@ -168,7 +177,11 @@ async def check_reads(opened: dict[str, System], session_id: str, n: int) -> int
 
 
 async def bench_read(
-    systems: list[type[System]], url: str, session_id: str, sizes: Sizes, reps: int,
+    systems: list[type[System]],
+    url: str,
+    session_id: str,
+    sizes: Sizes,
+    reps: int,
 ) -> dict[str, dict[str, list[float]]]:
     """Per-call nanoseconds of each repetition per system, for last() and usage."""
     opened: dict[str, System] = {}
@@ -265,37 +278,56 @@ class Section:
             "notes": self.notes,
             "info": self.info,
             "results": [
-                {**r.as_json(), "ratios": {f"{a}/{b}": {"median": round(r.ratio_of(a, b), 3),
-                                                        "range": [round(v, 3) for v in r.range_of(a, b)]}
-                                           for a, b in self.ratios if a in r.ns and b in r.ns}}
+                {
+                    **r.as_json(),
+                    "ratios": {
+                        f"{a}/{b}": {
+                            "median": round(r.ratio_of(a, b), 3),
+                            "range": [round(v, 3) for v in r.range_of(a, b)],
+                        }
+                        for a, b in self.ratios
+                        if a in r.ns and b in r.ns
+                    },
+                }
                 for r in self.results
             ],
         }
 
 
 async def run_ops(
-    section: Section, backend: Backend, systems: list[type[System]], sizes: Sizes, reps: int,
-    work: workload.Workload, warm: workload.Workload,
+    section: Section,
+    backend: Backend,
+    systems: list[type[System]],
+    sizes: Sizes,
+    reps: int,
+    work: workload.Workload,
+    warm: workload.Workload,
 ) -> None:
     """The four operations for ``systems`` on ``backend``, appended to ``section.results``."""
     for op, (name, unit) in write_names(work).items():
         started = time.perf_counter()
         samples, rows = await bench_write(op, systems, backend, work, warm, sizes.write_block, reps)
         section.results.append(Result(op, name, unit, samples))
-        print(f"  {name}: {rows} identical rows checked across {', '.join(samples)} "
-              f"({time.perf_counter() - started:.1f} s)")
+        print(
+            f"  {name}: {rows} identical rows checked across {', '.join(samples)} "
+            f"({time.perf_counter() - started:.1f} s)"
+        )
     started = time.perf_counter()
     big, other, turns = read_workloads(sizes)
     url = build_read_db(backend, big, other, turns)
     session_id = big.session_ids[0]
     in_session = big.messages_of(session_id)
-    print(f"  read database: {sum(len(t.models) for t in turns)} messages, the read session {in_session} "
-          f"({time.perf_counter() - started:.1f} s to build)")
+    print(
+        f"  read database: {sum(len(t.models) for t in turns)} messages, the read session {in_session} "
+        f"({time.perf_counter() - started:.1f} s to build)"
+    )
     try:
         reads = await bench_read(systems, url, session_id, sizes, reps)
     finally:
         backend.discard(url)
     for key, (name, unit) in read_names(sizes.last_n, in_session).items():
         section.results.append(Result(key, name, unit, reads[key]))
-    print(f"  reads: same windows and sums checked across {', '.join(reads['last'])} "
-          f"({time.perf_counter() - started:.1f} s)")
+    print(
+        f"  reads: same windows and sums checked across {', '.join(reads['last'])} "
+        f"({time.perf_counter() - started:.1f} s)"
+    )

@@ -113,23 +113,55 @@ def read_ops(db: ReadDb, sizes: Sizes) -> list[ReadOp]:
     pairs = random.Random(workload.SEED + 3).choices(db.turns, k=max(sizes.turn_calls, 1))
     loops = [(loop_id,) for loop_id in db.loops]
 
-    def runs(floor: Callable[[raw.RawStore], Callable[[], Any]], mine: Callable[[], Any]) -> dict[str, Callable[[], Any]]:
+    def runs(
+        floor: Callable[[raw.RawStore], Callable[[], Any]], mine: Callable[[], Any]
+    ) -> dict[str, Callable[[], Any]]:
         return {"raw": floor(db.floors["raw"]), "turnstore": mine, "raw_default": floor(db.floors["raw_default"])}
 
     per_loop = db.in_session // max(len(db.loops), 1)
     return [
-        ReadOp("last", f"last {n} of a {db.in_session:,}-message session", sizes.last_calls, READ_BLOCK,
-               runs(lambda rs: lambda: rs.last(sid, n), lambda: store.messages.last(sid, n))),
-        ReadOp("session", f"whole {db.in_session:,}-message session", sizes.session_calls, 2,
-               runs(lambda rs: lambda: rs.session(sid), lambda: list(store.messages.records(sid)))),
-        ReadOp("turn", "one turn (random k)", sizes.turn_calls, READ_BLOCK,
-               runs(lambda rs: _cycling(rs.turn, pairs), _cycling(store.messages.turn, pairs))),
-        ReadOp("usage", f"session usage totals ({db.in_session:,} messages)", sizes.usage_calls, READ_BLOCK,
-               runs(lambda rs: lambda: rs.usage(sid), lambda: store.usage.session(sid))),
-        ReadOp("usage_loop", f"usage of one loop (~{per_loop:,} messages)", sizes.loop_usage_calls, READ_BLOCK,
-               runs(lambda rs: _cycling(rs.usage_loop, loops), _cycling(store.usage.loop, loops))),
-        ReadOp("usage_by_model", f"usage by model, all sessions ({db.total:,} messages)", sizes.by_model_calls,
-               READ_BLOCK, runs(lambda rs: rs.by_model, store.usage.by_model)),
+        ReadOp(
+            "last",
+            f"last {n} of a {db.in_session:,}-message session",
+            sizes.last_calls,
+            READ_BLOCK,
+            runs(lambda rs: lambda: rs.last(sid, n), lambda: store.messages.last(sid, n)),
+        ),
+        ReadOp(
+            "session",
+            f"whole {db.in_session:,}-message session",
+            sizes.session_calls,
+            2,
+            runs(lambda rs: lambda: rs.session(sid), lambda: list(store.messages.records(sid))),
+        ),
+        ReadOp(
+            "turn",
+            "one turn (random k)",
+            sizes.turn_calls,
+            READ_BLOCK,
+            runs(lambda rs: _cycling(rs.turn, pairs), _cycling(store.messages.turn, pairs)),
+        ),
+        ReadOp(
+            "usage",
+            f"session usage totals ({db.in_session:,} messages)",
+            sizes.usage_calls,
+            READ_BLOCK,
+            runs(lambda rs: lambda: rs.usage(sid), lambda: store.usage.session(sid)),
+        ),
+        ReadOp(
+            "usage_loop",
+            f"usage of one loop (~{per_loop:,} messages)",
+            sizes.loop_usage_calls,
+            READ_BLOCK,
+            runs(lambda rs: _cycling(rs.usage_loop, loops), _cycling(store.usage.loop, loops)),
+        ),
+        ReadOp(
+            "usage_by_model",
+            f"usage by model, all sessions ({db.total:,} messages)",
+            sizes.by_model_calls,
+            READ_BLOCK,
+            runs(lambda rs: rs.by_model, store.usage.by_model),
+        ),
     ]
 
 
@@ -170,8 +202,15 @@ def bench_read(op: ReadOp, reps: int, profile: bool) -> tuple[dict[str, list[flo
 
 
 def _sums(totals: Any) -> tuple[Any, ...]:
-    return (totals.input, totals.output, totals.reasoning, totals.cache_read, totals.cache_write,
-            totals.total_tokens, totals.requests)
+    return (
+        totals.input,
+        totals.output,
+        totals.reasoning,
+        totals.cache_read,
+        totals.cache_write,
+        totals.total_tokens,
+        totals.requests,
+    )
 
 
 def check_reads(db: ReadDb, n: int) -> str:
@@ -180,10 +219,12 @@ def check_reads(db: ReadDb, n: int) -> str:
     for name, rs in db.floors.items():
         typed = [m.model_dump(mode="json") for m in store.messages.last(sid, n)]
         plain = rs.last(sid, n)
-        if not typed or plain[-len(typed):] != typed:
+        if not typed or plain[-len(typed) :] != typed:
             raise SystemExit(f"last(): turnstore and {name} returned different messages")
-        mine = [(r.id, r.session_id, r.loop_id, r.turn_index, r.seq, r.message.model_dump(mode="json"), r.source)
-                for r in store.messages.records(sid)]
+        mine = [
+            (r.id, r.session_id, r.loop_id, r.turn_index, r.seq, r.message.model_dump(mode="json"), r.source)
+            for r in store.messages.records(sid)
+        ]
         if mine != rs.session(sid):
             raise SystemExit(f"records(): turnstore and {name} returned different rows")
         for loop_id, k in db.turns[:: max(len(db.turns) // 50, 1)]:
@@ -199,9 +240,11 @@ def check_reads(db: ReadDb, n: int) -> str:
         if by_model != [tuple(row) for row in rs.by_model()]:
             raise SystemExit(f"usage.by_model: turnstore {by_model} != {name} {rs.by_model()}")
     window = len(store.messages.last(sid, n))
-    return (f"same results checked: last({n}) ({window} models), the session's {db.in_session} records, "
-            f"{len(db.turns[:: max(len(db.turns) // 50, 1)])} turns, usage of the session, its {len(db.loops)} loops "
-            f"and {len(store.usage.by_model())} models")
+    return (
+        f"same results checked: last({n}) ({window} models), the session's {db.in_session} records, "
+        f"{len(db.turns[:: max(len(db.turns) // 50, 1)])} turns, usage of the session, its {len(db.loops)} loops "
+        f"and {len(store.usage.by_model())} models"
+    )
 
 
 def check_pragmas(store: Store, floors: dict[str, raw.RawStore]) -> dict[str, dict[str, Any]]:
@@ -212,7 +255,8 @@ def check_pragmas(store: Store, floors: dict[str, raw.RawStore]) -> dict[str, di
     got.update({name: raw.pragmas(rs.connection) for name, rs in floors.items()})
     if got["turnstore"] != got["raw"]:
         raise SystemExit(f"pragmas: turnstore {got['turnstore']} != raw {got['raw']}")
-    if ts_connection.isolation_level is not None or any(rs.connection.isolation_level is not None
-                                                        for rs in floors.values()):
+    if ts_connection.isolation_level is not None or any(
+        rs.connection.isolation_level is not None for rs in floors.values()
+    ):
         raise SystemExit("every connection must be in autocommit mode")
     return got

@@ -96,7 +96,9 @@ RUNS: dict[str, tuple[Callable[..., None], Callable[..., None]]] = {
 }
 
 
-def _open(op: WriteOp, path: Path, system: str, loops: list[workload.Workload]) -> tuple[Callable[[list[Any]], None], Callable[[], None]]:
+def _open(
+    op: WriteOp, path: Path, system: str, loops: list[workload.Workload]
+) -> tuple[Callable[[list[Any]], None], Callable[[], None]]:
     """A fresh database for ``system`` and its writer: (run a block, close).
 
     The schema comes from turnstore's migrations; for the appends, the
@@ -122,7 +124,10 @@ def _open(op: WriteOp, path: Path, system: str, loops: list[workload.Workload]) 
 
 
 def write_rep(
-    op: WriteOp, paths: dict[str, Path], loops: list[workload.Workload], systems: tuple[str, ...],
+    op: WriteOp,
+    paths: dict[str, Path],
+    loops: list[workload.Workload],
+    systems: tuple[str, ...],
     profiler: cProfile.Profile | None = None,
 ) -> dict[str, int]:
     """One repetition: each system on its own fresh file; returns the summed nanoseconds per system.
@@ -153,7 +158,11 @@ def write_rep(
 
 
 def bench_write(
-    op: WriteOp, reps: int, out: Path, loops: list[workload.Workload], profile: bool,
+    op: WriteOp,
+    reps: int,
+    out: Path,
+    loops: list[workload.Workload],
+    profile: bool,
 ) -> tuple[dict[str, list[float]], int, pstats.Stats | None]:
     """Per-unit nanoseconds of each repetition per system, the number of rows checked, and a profile if asked."""
     # Warm-up repetition, untimed; its databases are compared row by row.
@@ -224,23 +233,41 @@ def check_import(out: Path, files: list[Path], sessions: int, messages: int) -> 
                 raise SystemExit(f"import of {file} failed: {report.errors or report.sessions_failed}")
             written += report.messages
         if written != messages or store.sessions.count() != sessions:
-            raise SystemExit(f"import wrote {written} messages in {store.sessions.count()} sessions, "
-                             f"expected {messages} in {sessions}")
+            raise SystemExit(
+                f"import wrote {written} messages in {store.sessions.count()} sessions, "
+                f"expected {messages} in {sessions}"
+            )
     finally:
         store.close()
         remove_db(path)
 
 
-def write_ops(work: workload.Workload, warm: workload.Workload, block: int,
-              files: dict[str, list[Path]]) -> list[WriteOp]:
+def write_ops(
+    work: workload.Workload, warm: workload.Workload, block: int, files: dict[str, list[Path]]
+) -> list[WriteOp]:
     """The three write operations over the write workload."""
     per_turn = work.message_count / len(work.turns)
     return [
-        WriteOp("append", "append 1 message per commit", "per message", work.turns, warm.turns,
-                work.message_count, block),
-        WriteOp("append_turn", f"append 1 turn per transaction ({per_turn:.2f} msgs)", "per turn", work.turns,
-                warm.turns, len(work.turns), block),
-        WriteOp("import", f"bulk import, turnstore JSONL ({len(work.session_ids)} sessions, "
-                f"{work.message_count:,} msgs)", "per message", files["work"], files["warm"], work.message_count,
-                1, tables=("sessions", "loops", "messages")),
+        WriteOp(
+            "append", "append 1 message per commit", "per message", work.turns, warm.turns, work.message_count, block
+        ),
+        WriteOp(
+            "append_turn",
+            f"append 1 turn per transaction ({per_turn:.2f} msgs)",
+            "per turn",
+            work.turns,
+            warm.turns,
+            len(work.turns),
+            block,
+        ),
+        WriteOp(
+            "import",
+            f"bulk import, turnstore JSONL ({len(work.session_ids)} sessions, {work.message_count:,} msgs)",
+            "per message",
+            files["work"],
+            files["warm"],
+            work.message_count,
+            1,
+            tables=("sessions", "loops", "messages"),
+        ),
     ]

@@ -87,21 +87,36 @@ def openai_items(message: dict[str, Any], key: str) -> list[dict[str, Any]]:
         return [{"call_id": message["toolCallId"], "output": _text(message), "type": "function_call_output"}]
     items: list[Any] = []
     for n, block in enumerate(_blocks(message, "thinking")):
-        items.append(ResponseReasoningItem(
-            id=_id("rs_", key, n), type="reasoning", encrypted_content=block["signature"],
-            summary=[Summary(text=block["thinking"], type="summary_text")],
-        ))
+        items.append(
+            ResponseReasoningItem(
+                id=_id("rs_", key, n),
+                type="reasoning",
+                encrypted_content=block["signature"],
+                summary=[Summary(text=block["thinking"], type="summary_text")],
+            )
+        )
     text = _text(message)
     if text:
-        items.append(ResponseOutputMessage(
-            id=_id("msg_", key), role="assistant", status="completed", type="message",
-            content=[ResponseOutputText(annotations=[], text=text, type="output_text", logprobs=[])],
-        ))
+        items.append(
+            ResponseOutputMessage(
+                id=_id("msg_", key),
+                role="assistant",
+                status="completed",
+                type="message",
+                content=[ResponseOutputText(annotations=[], text=text, type="output_text", logprobs=[])],
+            )
+        )
     for call in _blocks(message, "toolCall"):
-        items.append(ResponseFunctionToolCall(
-            id=_id("fc_", key, call["id"]), call_id=call["id"], name=call["name"], type="function_call",
-            status="completed", arguments=json.dumps(call["arguments"]),
-        ))
+        items.append(
+            ResponseFunctionToolCall(
+                id=_id("fc_", key, call["id"]),
+                call_id=call["id"],
+                name=call["name"],
+                type="function_call",
+                status="completed",
+                arguments=json.dumps(call["arguments"]),
+            )
+        )
     return [item.model_dump(exclude_unset=True) for item in items]
 
 
@@ -110,14 +125,24 @@ def openai_run_result(message: dict[str, Any]) -> RunResult:
     u = message["usage"]
     prompt, output, total = usage_parts(message)
     usage = Usage(
-        requests=1, input_tokens=prompt, output_tokens=output, total_tokens=total,
+        requests=1,
+        input_tokens=prompt,
+        output_tokens=output,
+        total_tokens=total,
         input_tokens_details=InputTokensDetails(cached_tokens=u["cache_read"], cache_write_tokens=u["cache_write"]),
         output_tokens_details=OutputTokensDetails(reasoning_tokens=u["reasoning"]),
     )
     return RunResult(
-        input=[], new_items=[], raw_responses=[], final_output=_text(message), input_guardrail_results=[],
-        output_guardrail_results=[], tool_input_guardrail_results=[], tool_output_guardrail_results=[],
-        context_wrapper=RunContextWrapper(context=None, usage=usage), _last_agent=_AGENT,
+        input=[],
+        new_items=[],
+        raw_responses=[],
+        final_output=_text(message),
+        input_guardrail_results=[],
+        output_guardrail_results=[],
+        tool_input_guardrail_results=[],
+        tool_output_guardrail_results=[],
+        context_wrapper=RunContextWrapper(context=None, usage=usage),
+        _last_agent=_AGENT,
     )
 
 
@@ -130,8 +155,12 @@ def langchain_message(message: dict[str, Any]) -> BaseMessage:
     if role == "user":
         return HumanMessage(content=_text(message))
     if role == "toolResult":
-        return ToolMessage(content=_text(message), tool_call_id=message["toolCallId"], name=message["toolName"],
-                           status="error" if message["isError"] else "success")
+        return ToolMessage(
+            content=_text(message),
+            tool_call_id=message["toolCallId"],
+            name=message["toolName"],
+            status="error" if message["isError"] else "success",
+        )
     content: list[dict[str, Any]] = []
     for block in message["content"]:
         if block["type"] == "thinking":
@@ -144,15 +173,22 @@ def langchain_message(message: dict[str, Any]) -> BaseMessage:
     prompt, output, total = usage_parts(message)
     return AIMessage(
         content=content,
-        tool_calls=[{"name": c["name"], "args": c["arguments"], "id": c["id"], "type": "tool_call"}
-                    for c in _blocks(message, "toolCall")],
+        tool_calls=[
+            {"name": c["name"], "args": c["arguments"], "id": c["id"], "type": "tool_call"}
+            for c in _blocks(message, "toolCall")
+        ],
         usage_metadata={
-            "input_tokens": prompt, "output_tokens": output, "total_tokens": total,
+            "input_tokens": prompt,
+            "output_tokens": output,
+            "total_tokens": total,
             "input_token_details": {"cache_read": u["cache_read"], "cache_creation": u["cache_write"]},
             "output_token_details": {"reasoning": u["reasoning"]},
         },
-        response_metadata={"model_name": message["model"], "model_provider": message["provider"],
-                           "stop_reason": message["stopReason"]},
+        response_metadata={
+            "model_name": message["model"],
+            "model_provider": message["provider"],
+            "stop_reason": message["stopReason"],
+        },
     )
 
 
@@ -162,11 +198,21 @@ def langchain_message(message: dict[str, Any]) -> BaseMessage:
 def _adk_response(message: dict[str, Any], invocation: str) -> Event:
     result = _text(message)
     return Event(
-        invocation_id=invocation, author=ADK_AGENT, timestamp=message["timestamp"] / 1000,
-        content=genai.Content(role="user", parts=[genai.Part(function_response=genai.FunctionResponse(
-            id=message["toolCallId"], name=message["toolName"],
-            response={"error": result} if message["isError"] else {"result": result},
-        ))]),
+        invocation_id=invocation,
+        author=ADK_AGENT,
+        timestamp=message["timestamp"] / 1000,
+        content=genai.Content(
+            role="user",
+            parts=[
+                genai.Part(
+                    function_response=genai.FunctionResponse(
+                        id=message["toolCallId"],
+                        name=message["toolName"],
+                        response={"error": result} if message["isError"] else {"result": result},
+                    )
+                )
+            ],
+        ),
     )
 
 
@@ -177,35 +223,54 @@ def adk_events(messages: list[dict[str, Any]], invocation: str, merge_results: b
     for message in messages:
         role = message["role"]
         if role == "user":
-            events.append(Event(
-                invocation_id=invocation, author="user", timestamp=message["timestamp"] / 1000,
-                content=genai.Content(role="user", parts=[genai.Part(text=_text(message))]),
-            ))
+            events.append(
+                Event(
+                    invocation_id=invocation,
+                    author="user",
+                    timestamp=message["timestamp"] / 1000,
+                    content=genai.Content(role="user", parts=[genai.Part(text=_text(message))]),
+                )
+            )
         elif role == "toolResult":
             results.append(_adk_response(message, invocation))
         else:
             parts: list[genai.Part] = []
             for block in message["content"]:
                 if block["type"] == "thinking":
-                    parts.append(genai.Part(text=block["thinking"], thought=True,
-                                            thought_signature=base64.b64decode(block["signature"])))
+                    parts.append(
+                        genai.Part(
+                            text=block["thinking"], thought=True, thought_signature=base64.b64decode(block["signature"])
+                        )
+                    )
                 elif block["type"] == "text":
                     parts.append(genai.Part(text=block["text"]))
                 elif block["type"] == "toolCall":
-                    parts.append(genai.Part(function_call=genai.FunctionCall(
-                        id=block["id"], name=block["name"], args=block["arguments"])))
+                    parts.append(
+                        genai.Part(
+                            function_call=genai.FunctionCall(
+                                id=block["id"], name=block["name"], args=block["arguments"]
+                            )
+                        )
+                    )
             u = message["usage"]
             prompt, output, total = usage_parts(message)
-            events.append(Event(
-                invocation_id=invocation, author=ADK_AGENT, timestamp=message["timestamp"] / 1000,
-                content=genai.Content(role="model", parts=parts), model_version=message["model"],
-                finish_reason=genai.FinishReason.STOP,
-                usage_metadata=genai.GenerateContentResponseUsageMetadata(
-                    prompt_token_count=prompt, cached_content_token_count=u["cache_read"],
-                    candidates_token_count=output - u["reasoning"], thoughts_token_count=u["reasoning"],
-                    total_token_count=total,
-                ),
-            ))
+            events.append(
+                Event(
+                    invocation_id=invocation,
+                    author=ADK_AGENT,
+                    timestamp=message["timestamp"] / 1000,
+                    content=genai.Content(role="model", parts=parts),
+                    model_version=message["model"],
+                    finish_reason=genai.FinishReason.STOP,
+                    usage_metadata=genai.GenerateContentResponseUsageMetadata(
+                        prompt_token_count=prompt,
+                        cached_content_token_count=u["cache_read"],
+                        candidates_token_count=output - u["reasoning"],
+                        thoughts_token_count=u["reasoning"],
+                        total_token_count=total,
+                    ),
+                )
+            )
     if results and merge_results:
         merged = results[-1].model_copy(deep=True)
         merged.content.parts = [part for event in results for part in event.content.parts]  # type: ignore[union-attr]

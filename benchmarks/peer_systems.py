@@ -167,8 +167,10 @@ class TurnstoreStore(System):
         return list(self.store.messages.records(session_id))
 
     async def usage(self, session_ids: list[str]) -> Totals:
-        return {row.model: (row.input + row.cache_read + row.cache_write, row.output, row.total_tokens, row.requests)
-                for row in self.store.usage.by_model()}  # type: ignore[misc]
+        return {
+            row.model: (row.input + row.cache_read + row.cache_write, row.output, row.total_tokens, row.requests)
+            for row in self.store.usage.by_model()
+        }  # type: ignore[misc]
 
     async def close(self) -> None:
         self.store.close()
@@ -252,7 +254,7 @@ class LangChainHistory(System):
             self.histories[peer.turn.session_id].add_messages(peer.langchain)
 
     async def last(self, session_id: str, records: dict[str, int]) -> list[Any]:
-        return self.histories[session_id].messages[-records["messages"]:]  # no limit: loads all, slices
+        return self.histories[session_id].messages[-records["messages"] :]  # no limit: loads all, slices
 
     async def whole(self, session_id: str) -> list[Any]:
         return self.histories[session_id].messages
@@ -263,8 +265,13 @@ class LangChainHistory(System):
             for message in self.histories[sid].messages:
                 if isinstance(message, AIMessage) and message.usage_metadata:
                     u = message.usage_metadata
-                    _add(totals, message.response_metadata.get("model_name", ""), u["input_tokens"],
-                         u["output_tokens"], u["total_tokens"])
+                    _add(
+                        totals,
+                        message.response_metadata.get("model_name", ""),
+                        u["input_tokens"],
+                        u["output_tokens"],
+                        u["total_tokens"],
+                    )
         return _frozen(totals)
 
     async def close(self) -> None:
@@ -282,7 +289,8 @@ class AdkService(System):
         for work in works:
             for sid in work.session_ids:
                 self.sessions[sid] = await self.service.create_session(
-                    app_name=ADK_APP, user_id=ADK_USER, session_id=sid)
+                    app_name=ADK_APP, user_id=ADK_USER, session_id=sid
+                )
 
     async def append(self, turns: list[PeerTurn]) -> None:
         append_event = self.service.append_event
@@ -315,16 +323,28 @@ class AdkService(System):
             for event in (await self._get(listed_session.id)).events:
                 u = event.usage_metadata
                 if u is not None:
-                    _add(totals, event.model_version or "", u.prompt_token_count or 0,
-                         (u.candidates_token_count or 0) + (u.thoughts_token_count or 0), u.total_token_count or 0)
+                    _add(
+                        totals,
+                        event.model_version or "",
+                        u.prompt_token_count or 0,
+                        (u.candidates_token_count or 0) + (u.thoughts_token_count or 0),
+                        u.total_token_count or 0,
+                    )
         return _frozen(totals)
 
     async def close(self) -> None:
         await self.service.close()
 
 
-SYSTEMS: list[type[System]] = [Floor, TurnstoreStore, TurnstoreFull, OpenAISession, OpenAIAdvanced,
-                               LangChainHistory, AdkService]
+SYSTEMS: list[type[System]] = [
+    Floor,
+    TurnstoreStore,
+    TurnstoreFull,
+    OpenAISession,
+    OpenAIAdvanced,
+    LangChainHistory,
+    AdkService,
+]
 
 
 # --- checks -------------------------------------------------------------------------------

@@ -67,13 +67,41 @@ class PeerSizes:
     round_seconds: float  # target time of one system's share of a round
 
 
-FULL = PeerSizes(sessions=3, loops=2, turns=12, block=2, read_messages=5_000, background_turns=40, last_n=50,
-                 rounds=2, round_seconds=0.05)
-QUICK = PeerSizes(sessions=2, loops=1, turns=6, block=2, read_messages=1_000, background_turns=20, last_n=50,
-                  rounds=2, round_seconds=0.01)
+FULL = PeerSizes(
+    sessions=3,
+    loops=2,
+    turns=12,
+    block=2,
+    read_messages=5_000,
+    background_turns=40,
+    last_n=50,
+    rounds=2,
+    round_seconds=0.05,
+)
+QUICK = PeerSizes(
+    sessions=2,
+    loops=1,
+    turns=6,
+    block=2,
+    read_messages=1_000,
+    background_turns=20,
+    last_n=50,
+    rounds=2,
+    round_seconds=0.01,
+)
 
-PACKAGES = ("turnstore", "openai-agents", "openai", "langchain-core", "langchain-community", "google-adk",
-            "google-genai", "SQLAlchemy", "aiosqlite", "pydantic")
+PACKAGES = (
+    "turnstore",
+    "openai-agents",
+    "openai",
+    "langchain-core",
+    "langchain-community",
+    "google-adk",
+    "google-genai",
+    "SQLAlchemy",
+    "aiosqlite",
+    "pydantic",
+)
 
 
 @dataclass
@@ -100,9 +128,16 @@ def _order(systems: list[System], rep: int) -> list[System]:
 # --- writes -----------------------------------------------------------------------------------
 
 
-async def write_rep(op: str, systems: list[System], out: Path, tag: str, work: list[PeerTurn],
-                    warm: list[PeerTurn], works: list[workload.Workload], block: int,
-                    ) -> tuple[dict[str, int], dict[str, Path]]:
+async def write_rep(
+    op: str,
+    systems: list[System],
+    out: Path,
+    tag: str,
+    work: list[PeerTurn],
+    warm: list[PeerTurn],
+    works: list[workload.Workload],
+    block: int,
+) -> tuple[dict[str, int], dict[str, Path]]:
     """One repetition of a write operation: every system on a fresh file, turns in interleaved blocks.
 
     Untimed: the file, the sessions (and loops, for the turnstore schema), one
@@ -130,13 +165,27 @@ async def write_rep(op: str, systems: list[System], out: Path, tag: str, work: l
             await system.close()
 
 
-async def bench_write(op: str, systems: list[System], out: Path, reps: int, work: list[PeerTurn],
-                      warm: list[PeerTurn], works: list[workload.Workload], per: int, block: int,
-                      ) -> dict[str, list[float]]:
+async def bench_write(
+    op: str,
+    systems: list[System],
+    out: Path,
+    reps: int,
+    work: list[PeerTurn],
+    warm: list[PeerTurn],
+    works: list[workload.Workload],
+    per: int,
+    block: int,
+) -> dict[str, list[float]]:
     """Per-unit nanoseconds of each repetition per system; a warm-up repetition first, whose files are checked."""
     _, paths = await write_rep(op, systems, out, "warmup", work, warm, works, block)
-    same_rows(op, {s.name: sqlite_message_rows(paths[s.name]) for s in systems  # turnstore's schema: same rows
-                   if s.name in ("floor", "turnstore", "ts_full")})
+    same_rows(
+        op,
+        {
+            s.name: sqlite_message_rows(paths[s.name])
+            for s in systems  # turnstore's schema: same rows
+            if s.name in ("floor", "turnstore", "ts_full")
+        },
+    )
     for system in systems:
         want, got = expected_records(system, warm + work, op), stored_records(system, paths[system.name])
         if want != got:
@@ -154,8 +203,9 @@ async def bench_write(op: str, systems: list[System], out: Path, reps: int, work
 # --- reads ------------------------------------------------------------------------------------
 
 
-async def check_reads(systems: list[System], turns: list[PeerTurn], session_id: str, records: dict[str, int],
-                      session_ids: list[str]) -> None:
+async def check_reads(
+    systems: list[System], turns: list[PeerTurn], session_id: str, records: dict[str, int], session_ids: list[str]
+) -> None:
     """Every system reads back what was written: the whole session, the last window, the usage by model."""
     want_totals = expected_totals(turns)
     for system in systems:
@@ -163,14 +213,15 @@ async def check_reads(systems: list[System], turns: list[PeerTurn], session_id: 
         if comparable(system, whole) != expected_whole(system, turns, session_id):
             raise SystemExit(f"whole session: {system.label} did not return what was written")
         last = await system.last(session_id, records)
-        if not last or comparable(system, last) != comparable(system, whole)[-len(last):]:
+        if not last or comparable(system, last) != comparable(system, whole)[-len(last) :]:
             raise SystemExit(f"last: {system.label} returned a different window")
         if "usage" not in system.na and await system.usage(session_ids) != want_totals:
             raise SystemExit(f"usage by model: {system.label} {await system.usage(session_ids)} != {want_totals}")
 
 
-async def bench_read(call: Callable[[System], Awaitable[Any]], systems: list[System], reps: int,
-                     sizes: PeerSizes) -> dict[str, list[float]]:
+async def bench_read(
+    call: Callable[[System], Awaitable[Any]], systems: list[System], reps: int, sizes: PeerSizes
+) -> dict[str, list[float]]:
     """Per-call nanoseconds of each repetition per system.
 
     A warm-up call per system sizes its share of a round (about
@@ -201,8 +252,14 @@ async def bench_read(call: Callable[[System], Awaitable[Any]], systems: list[Sys
 
 async def run_reads(systems: list[System], out: Path, reps: int, sizes: PeerSizes) -> tuple[list[Row], dict[str, Any]]:
     """Build each system's read database (the same turns), check it, time the three reads."""
-    big = workload.build(1, 4, sizes.read_messages // 13, seed=workload.SEED + 1, prefix="big-",
-                         min_messages_per_session=sizes.read_messages)
+    big = workload.build(
+        1,
+        4,
+        sizes.read_messages // 13,
+        seed=workload.SEED + 1,
+        prefix="big-",
+        min_messages_per_session=sizes.read_messages,
+    )
     other = workload.build(1, 2, sizes.background_turns, seed=workload.SEED + 2, prefix="other-")
     turns = [convert(t) for pair in zip(big.turns, other.turns + [None] * len(big.turns)) for t in pair if t]
     session_id, session_ids = big.session_ids[0], big.session_ids + other.session_ids
@@ -221,8 +278,10 @@ async def run_reads(systems: list[System], out: Path, reps: int, sizes: PeerSize
         in_session = big.messages_of(session_id)
         total = sum(len(p.turn.dicts) for p in turns)
         info.update(session_messages=in_session, messages=total, last_records=records)
-        print(f"  read databases: {total} messages in {len(session_ids)} sessions, the read session {in_session}; "
-              f"built in {info['build_seconds']} s; reads checked against what was written")
+        print(
+            f"  read databases: {total} messages in {len(session_ids)} sessions, the read session {in_session}; "
+            f"built in {info['build_seconds']} s; reads checked against what was written"
+        )
         ops = {
             "last": (f"last {sizes.last_n} of a {in_session:,}-message session", lambda s: s.last(session_id, records)),
             "whole": (f"whole {in_session:,}-message session", lambda s: s.whole(session_id)),
@@ -251,10 +310,10 @@ def environment() -> dict[str, Any]:
     package = Path(turnstore.__file__).resolve().parent
     try:
         git = ["git", "-C", str(package)]
-        commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                check=True).stdout.strip()
-        status = subprocess.run([*git, "status", "--porcelain", "--", "."], capture_output=True, text=True,
-                                check=False)
+        commit = subprocess.run(
+            [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        status = subprocess.run([*git, "status", "--porcelain", "--", "."], capture_output=True, text=True, check=False)
         if status.stdout:
             commit += " + uncommitted changes"
     except (OSError, subprocess.CalledProcessError):
@@ -302,9 +361,11 @@ def versus(rows: list[Row], labels: dict[str, str]) -> list[str]:
             continue
         fastest = min(peers, key=lambda r: r.median_us)  # type: ignore[arg-type,return-value]
         speedup = fastest.median_us / mine["turnstore"].median_us  # type: ignore[operator]
-        lines.append(f"* {mine['turnstore'].label}: fastest peer {labels[fastest.system]} {fastest.median_us:,.1f} µs, "
-                     f"turnstore {mine['turnstore'].median_us:,.1f} µs: ×{speedup:.2f} "
-                     f"({'turnstore faster' if speedup >= 1 else 'turnstore slower'})")
+        lines.append(
+            f"* {mine['turnstore'].label}: fastest peer {labels[fastest.system]} {fastest.median_us:,.1f} µs, "
+            f"turnstore {mine['turnstore'].median_us:,.1f} µs: ×{speedup:.2f} "
+            f"({'turnstore faster' if speedup >= 1 else 'turnstore slower'})"
+        )
     return lines
 
 
@@ -326,8 +387,10 @@ async def run(args: argparse.Namespace) -> int:
         gc.collect()
         gc.freeze()
         messages = work_plan.message_count
-        print(f"write workload: {sizes.sessions} sessions × {sizes.loops} loops × {sizes.turns} turns = "
-              f"{len(work)} turns, {messages} messages; {reps} repetitions, fresh files each; files in {out}")
+        print(
+            f"write workload: {sizes.sessions} sessions × {sizes.loops} loops × {sizes.turns} turns = "
+            f"{len(work)} turns, {messages} messages; {reps} repetitions, fresh files each; files in {out}"
+        )
         rows: list[Row] = []
         per_turn = messages / len(work)
         write_ops = {
@@ -336,11 +399,12 @@ async def run(args: argparse.Namespace) -> int:
         }
         for op, (label, unit, per) in write_ops.items():
             t0 = time.perf_counter()
-            samples = await bench_write(op, systems, out, reps, work, warm, [warm_plan, work_plan], per,
-                                        sizes.block)
+            samples = await bench_write(op, systems, out, reps, work, warm, [warm_plan, work_plan], per, sizes.block)
             rows += [Row(op, label, unit, s.name, samples[s.name]) for s in systems]
-            print(f"  {label}: floor and turnstore rows identical, peers' record counts checked "
-                  f"({time.perf_counter() - t0:.1f} s)")
+            print(
+                f"  {label}: floor and turnstore rows identical, peers' record counts checked "
+                f"({time.perf_counter() - t0:.1f} s)"
+            )
         read_rows, read_info = await run_reads(systems, out, reps, sizes)
         rows += read_rows
     finally:
@@ -368,12 +432,16 @@ async def run(args: argparse.Namespace) -> int:
             "systems": labels,
             "turnstore_vs_fastest_peer": [line[2:] for line in fastest],
             "rows": [
-                {"op": r.op, "label": r.label, "unit": r.unit, "system": r.system,
-                 "median_us": None if r.median_us is None else round(r.median_us, 3),
-                 "ratio": None if r.median_us is None
-                 else round(r.median_us / floor[r.op], 3),  # type: ignore[operator]
-                 "samples_us": [round(v / 1_000, 3) for v in r.samples_ns],
-                 **({"note": r.note} if r.note else {})}
+                {
+                    "op": r.op,
+                    "label": r.label,
+                    "unit": r.unit,
+                    "system": r.system,
+                    "median_us": None if r.median_us is None else round(r.median_us, 3),
+                    "ratio": None if r.median_us is None else round(r.median_us / floor[r.op], 3),  # type: ignore[operator]
+                    "samples_us": [round(v / 1_000, 3) for v in r.samples_ns],
+                    **({"note": r.note} if r.note else {}),
+                }
                 for r in rows
             ],
         }

@@ -58,8 +58,10 @@ class Server:
 
     def settings(self) -> dict[str, Any]:
         show = sql.SQL("SHOW {}")
-        return {name: self.admin.execute(show.format(sql.Identifier(name))).fetchone()[0]  # type: ignore[index]
-                for name in SETTINGS}
+        return {
+            name: self.admin.execute(show.format(sql.Identifier(name))).fetchone()[0]  # type: ignore[index]
+            for name in SETTINGS
+        }
 
     def database(self, label: str) -> str:
         """URL of the run's database ``label``, created (empty, no schema) the first time."""
@@ -79,8 +81,9 @@ class Server:
 def empty(url: str) -> None:
     """Remove every row of turnstore's tables (the schema stays), restarting the id sequences."""
     with psycopg.connect(url, autocommit=True) as connection:
-        present = {row[0] for row in connection.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")}
+        present = {
+            row[0] for row in connection.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
+        }
         if "messages" in present:
             connection.execute(f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE")
 
@@ -93,8 +96,12 @@ def analyze(url: str) -> None:
 def message_rows(url: str) -> list[tuple[Any, ...]]:
     """Every column of every message row, in id order; the JSON as its exact stored text."""
     with psycopg.connect(url) as connection:
-        columns = [row[0] for row in connection.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_name = 'messages' "
-            "AND table_schema = current_schema() ORDER BY ordinal_position")]
+        columns = [
+            row[0]
+            for row in connection.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = 'messages' "
+                "AND table_schema = current_schema() ORDER BY ordinal_position"
+            )
+        ]
         select = ", ".join(f"{c}::text" if c == "message" else c for c in columns)
         return connection.execute(f"SELECT {select} FROM messages ORDER BY id").fetchall()

@@ -50,8 +50,12 @@ def new_section() -> Section:
     return Section(
         "postgresql",
         "PostgreSQL: turnstore sync and async vs raw psycopg",
-        columns=[("raw", "raw psycopg"), ("sync", "turnstore sync"), ("async", "turnstore async"),
-                 ("async1", "async, 1 worker")],
+        columns=[
+            ("raw", "raw psycopg"),
+            ("sync", "turnstore sync"),
+            ("async", "turnstore async"),
+            ("async1", "async, 1 worker"),
+        ],
         ratios=[("sync", "raw"), ("async", "raw"), ("async", "sync"), ("async1", "sync")],
     )
 
@@ -65,9 +69,11 @@ async def run(url: str, sizes: Sizes, reps: int, work: workload.Workload, warm: 
         section.info["server"] = pg.hide_password(server.url)
         section.info["settings"] = settings
         section.info["psycopg"] = pg.psycopg.__version__
-        print(f"\nPostgreSQL {settings['server_version']} at {pg.hide_password(server.url)}: "
-              f"synchronous_commit={settings['synchronous_commit']}, fsync={settings['fsync']}, "
-              f"wal_sync_method={settings['wal_sync_method']}; databases {server.prefix}_*; {reps} repetitions")
+        print(
+            f"\nPostgreSQL {settings['server_version']} at {pg.hide_password(server.url)}: "
+            f"synchronous_commit={settings['synchronous_commit']}, fsync={settings['fsync']}, "
+            f"wal_sync_method={settings['wal_sync_method']}; databases {server.prefix}_*; {reps} repetitions"
+        )
         await run_ops(section, PostgresDatabases(server), systems, sizes, reps, work, warm)
     finally:
         server.drop()

@@ -50,8 +50,7 @@ USAGE = (
 )
 
 SESSION = (
-    "SELECT id, session_id, loop_id, turn_index, seq, message, source FROM messages"
-    " WHERE session_id = ? ORDER BY id"
+    "SELECT id, session_id, loop_id, turn_index, seq, message, source FROM messages WHERE session_id = ? ORDER BY id"
 )
 
 TURN = "SELECT message FROM messages WHERE loop_id = ? AND turn_index = ? ORDER BY seq"
@@ -253,8 +252,9 @@ class RawStore:
             count += self._write_session(session, loops, rows)
         return count
 
-    def _write_session(self, session: tuple[Any, ...], loops: list[tuple[Any, ...]],
-                       rows: list[tuple[Any, ...]]) -> int:
+    def _write_session(
+        self, session: tuple[Any, ...], loops: list[tuple[Any, ...]], rows: list[tuple[Any, ...]]
+    ) -> int:
         connection = self.connection
         connection.execute("BEGIN IMMEDIATE")
         try:
@@ -270,9 +270,15 @@ class RawStore:
 
 def _session_row(record: dict[str, Any]) -> tuple[Any, ...]:
     metadata = record.get("metadata")
-    return (record["session_id"], record.get("agent_id"), record.get("title"),
-            None if metadata is None else _dumps(metadata), _time(record["created_at"]),
-            _time(record["updated_at"]), record.get("source"))
+    return (
+        record["session_id"],
+        record.get("agent_id"),
+        record.get("title"),
+        None if metadata is None else _dumps(metadata),
+        _time(record["created_at"]),
+        _time(record["updated_at"]),
+        record.get("source"),
+    )
 
 
 def _loop_row(record: dict[str, Any], session_id: str) -> tuple[Any, ...]:
@@ -282,11 +288,22 @@ def _loop_row(record: dict[str, Any], session_id: str) -> tuple[Any, ...]:
     usage = record.get("reported_usage")
     metadata = record.get("metadata")
     return (
-        record["loop_id"], session_id, record.get("parent_loop_id"), record["continuation_kind"], None, None,
-        None if config is None else _dumps(config), record.get("config_id"),
-        (config or {}).get("model"), (config or {}).get("provider"), record["status"],
-        _time(record["started_at"]), _time(record.get("ended_at")), record.get("spawn_loop_id"),
+        record["loop_id"],
+        session_id,
+        record.get("parent_loop_id"),
+        record["continuation_kind"],
+        None,
+        None,
+        None if config is None else _dumps(config),
+        record.get("config_id"),
+        (config or {}).get("model"),
+        (config or {}).get("provider"),
+        record["status"],
+        _time(record["started_at"]),
+        _time(record.get("ended_at")),
+        record.get("spawn_loop_id"),
         record.get("spawn_tool_call_id"),
         *((usage.get(key) for key in _USAGE_KEYS) if usage else (None,) * len(_USAGE_KEYS)),
-        None if metadata is None else _dumps(metadata), record.get("source"),
+        None if metadata is None else _dumps(metadata),
+        record.get("source"),
     )

@@ -44,8 +44,19 @@ NOT_PEERS = {"sync", "async", "async1", "raw", "raw_default", "aiosqlite", "floo
 
 
 OP_NUMBERS = {  # run.py's numbering, for tables whose rows carry no "num"
-    "append": 1, "append_turn": 2, "import": 3, "last": 4, "session": 5, "whole": 5, "turn": 6, "usage": 7,
-    "usage.session": 7, "usage_loop": 8, "usage.loop": 8, "usage_by_model": 9, "usage.by_model": 9,
+    "append": 1,
+    "append_turn": 2,
+    "import": 3,
+    "last": 4,
+    "session": 5,
+    "whole": 5,
+    "turn": 6,
+    "usage": 7,
+    "usage.session": 7,
+    "usage_loop": 8,
+    "usage.loop": 8,
+    "usage_by_model": 9,
+    "usage.by_model": 9,
 }
 
 
@@ -147,8 +158,11 @@ def _normal_rows(name: str, data: dict[str, Any]) -> list[dict[str, Any]]:
         for row in rows:
             if row.get("ratio") is None and row["system"] == "turnstore":
                 row["ratio"] = data["ratio"]
-    floor = data.get("floor") if data.get("floor") else next(
-        (s for s in FLOORS if any(r["system"] == s for r in rows)), None)
+    floor = (
+        data.get("floor")
+        if data.get("floor")
+        else next((s for s in FLOORS if any(r["system"] == s for r in rows)), None)
+    )
     if floor is not None:
         base = {r["op"]: r["median_us"] for r in rows if r["system"] == floor}
         for row in rows:
@@ -204,8 +218,13 @@ def table_markdown(table: Table) -> str:
         for base in row.get("ratios") or {}:
             if base != floor and (row["system"], base) not in extra:
                 extra.append((row["system"], base))
-    head = ["#", "Operation", "Unit", *(table.label(s) for s in systems),
-            *(f"{table.label(s)} / {table.label(b)}" for s, b in extra)]
+    head = [
+        "#",
+        "Operation",
+        "Unit",
+        *(table.label(s) for s in systems),
+        *(f"{table.label(s)} / {table.label(b)}" for s, b in extra),
+    ]
     lines = ["| " + " | ".join(head) + " |", "|---|---|---|" + "---:|" * (len(systems) + len(extra))]
     for op in table.ops():
         first = next(r for r in table.rows if r["op"] == op)
@@ -250,8 +269,15 @@ class Target:
         return "not measured in this run" if self.met is None else ("met" if self.met else "**missed**")
 
 
-LIMITS = {"append": 1.5, "append_turn": 1.4, "import": 1.3, "last": 1.5, "usage": 2.0, "usage_loop": 2.0,
-          "usage_by_model": 1.2}  # the main table's targets, turnstore / raw
+LIMITS = {
+    "append": 1.5,
+    "append_turn": 1.4,
+    "import": 1.3,
+    "last": 1.5,
+    "usage": 2.0,
+    "usage_loop": 2.0,
+    "usage_by_model": 1.2,
+}  # the main table's targets, turnstore / raw
 
 
 def _ratio_target(tables: dict[str, Table], name: str, op: str, limit: float, system: str = "turnstore") -> Target:
@@ -282,8 +308,13 @@ def _append_vs_peers(tables: dict[str, Table]) -> Target:
         return Target(name, goal, "—", None)
     fastest = min(others, key=lambda r: r["median_us"])
     times = fastest["median_us"] / mine["median_us"]
-    return Target(name, goal, f"{times:.1f}× ({peers.label(fastest['system'])} {us(fastest['median_us'])}, "
-                              f"turnstore {us(mine['median_us'])})", times >= 3)
+    return Target(
+        name,
+        goal,
+        f"{times:.1f}× ({peers.label(fastest['system'])} {us(fastest['median_us'])}, "
+        f"turnstore {us(mine['median_us'])})",
+        times >= 3,
+    )
 
 
 def _async(tables: dict[str, Table]) -> Target:
@@ -311,7 +342,8 @@ def _scale(tables: dict[str, Table]) -> Target:
     if table is None:
         return Target(name, goal, "—", None)
     ratios = scale_ratios(table.data) or {
-        (r["op"], ""): r["ratio"] for r in table.rows if r.get("ratio") not in (None, 1.0)}
+        (r["op"], ""): r["ratio"] for r in table.rows if r.get("ratio") not in (None, 1.0)
+    }
     chosen = {key: v for key, v in ratios.items() if not targets or key[0] in targets}
     if not chosen:
         return Target(name, goal, "—", None)
@@ -323,20 +355,29 @@ def _scale(tables: dict[str, Table]) -> Target:
 
 def scale_facts(data: dict[str, Any]) -> list[str]:
     """File size per message, peak RSS and build rate of a scale run, as Markdown lines."""
-    lines = ["The targets are the operations on one session (last, turn, usage.session). usage.by_model sums "
-             "the whole store, so it grows with it (100× the usage rows); sessions.list(limit=50) returns 50 "
-             "sessions of the large store against the small store's one."]
+    lines = [
+        "The targets are the operations on one session (last, turn, usage.session). usage.by_model sums "
+        "the whole store, so it grows with it (100× the usage rows); sessions.list(limit=50) returns 50 "
+        "sessions of the large store against the small store's one."
+    ]
     sizes = data.get("file_bytes_per_message")
     if isinstance(sizes, dict) and sizes:
-        lines.append("File size per message (database + WAL after a checkpoint): "
-                     + ", ".join(f"{size} store {value:,} B" for size, value in sizes.items()) + ".")
+        lines.append(
+            "File size per message (database + WAL after a checkpoint): "
+            + ", ".join(f"{size} store {value:,} B" for size, value in sizes.items())
+            + "."
+        )
     rss = data.get("rss_mb")
     if isinstance(rss, dict) and all(isinstance(rss.get(k), (int, float)) for k in ("open", "read", "messages")):
-        lines.append(f"Peak RSS of a fresh process on the large store: opening it {rss['open']:.1f} MB; opening it and "
-                     f"reading the session list, usage by model and every session's usage {rss['read']:.1f} MB "
-                     f"(no messages loaded); control, holding one session's messages {rss['messages']:.1f} MB.")
+        lines.append(
+            f"Peak RSS of a fresh process on the large store: opening it {rss['open']:.1f} MB; opening it and "
+            f"reading the session list, usage by model and every session's usage {rss['read']:.1f} MB "
+            f"(no messages loaded); control, holding one session's messages {rss['messages']:.1f} MB."
+        )
     if isinstance(data.get("build_msgs_per_s"), (int, float)):
-        lines.append(f"The large store was built by turnstore's bulk import at {data['build_msgs_per_s']:,.0f} messages/s.")
+        lines.append(
+            f"The large store was built by turnstore's bulk import at {data['build_msgs_per_s']:,.0f} messages/s."
+        )
     return [item for line in lines for item in ("", line)]
 
 
@@ -425,8 +466,11 @@ def plot(tables: dict[str, Table], path: Path) -> bool:
         if table is None:
             continue
         floor = table.floor()
-        systems = [s for s in table.systems() if s != floor and any(
-            r["system"] == s and r.get("ratio") not in (None, 1.0) for r in table.rows)]
+        systems = [
+            s
+            for s in table.systems()
+            if s != floor and any(r["system"] == s and r.get("ratio") not in (None, 1.0) for r in table.rows)
+        ]
         if systems:
             panels.append((table, systems))
     if not panels:
@@ -444,13 +488,19 @@ def plot(tables: dict[str, Table], path: Path) -> bool:
             values += [h for h in heights if not math.isnan(h)]
             xs = [i - 0.4 + width * (j + 0.5) for i in range(len(ops))]
             bars = ax.bar(xs, heights, min(width, 0.3), label=table.label(system))
-            ax.bar_label(bars, labels=["" if math.isnan(h) else f"×{h:.2f}" for h in heights], fontsize=7,
-                         padding=1)
+            ax.bar_label(bars, labels=["" if math.isnan(h) else f"×{h:.2f}" for h in heights], fontsize=7, padding=1)
         if table.name == "sqlite":
             for i, op in enumerate(ops):
                 if op in LIMITS:
-                    ax.hlines(LIMITS[op], i - 0.45, i + 0.45, colors="red", linestyles="dashed", linewidth=1,
-                              label="target" if i == 0 else None)
+                    ax.hlines(
+                        LIMITS[op],
+                        i - 0.45,
+                        i + 0.45,
+                        colors="red",
+                        linestyles="dashed",
+                        linewidth=1,
+                        label="target" if i == 0 else None,
+                    )
         finite = [v for v in values if v > 0]
         if finite and max(finite) / min(finite) > 8:
             ax.set_yscale("log")
@@ -495,12 +545,19 @@ def document(tables: dict[str, Table], notes: list[str], png: Path | None, md: P
     for target in targets(tables):
         out.append(f"| {target.name} | {target.goal} | {target.value} | {target.status} |")
     if any(target.met is False for target in targets(tables)):
-        out += ["", "Where turnstore's time goes on the missed ones (profiles, and turnstore's own SQL timed "
-                    "against the floor's): the notes below, [Where turnstore's time goes](#where-turnstores-time-goes)."]
+        out += [
+            "",
+            "Where turnstore's time goes on the missed ones (profiles, and turnstore's own SQL timed "
+            "against the floor's): the notes below, [Where turnstore's time goes](#where-turnstores-time-goes).",
+        ]
     if png is not None:
-        out += ["", f"![ratio to the floor, per operation and system]({os.path.relpath(png, md.parent)})", "",
-                "Each panel: every system's ratio to its table's floor, per operation (log scale where the "
-                "ratios span more than ×8); dashed red: the target."]
+        out += [
+            "",
+            f"![ratio to the floor, per operation and system]({os.path.relpath(png, md.parent)})",
+            "",
+            "Each panel: every system's ratio to its table's floor, per operation (log scale where the "
+            "ratios span more than ×8); dashed red: the target.",
+        ]
     for name, title in [*TABLES.items(), *((t, t) for t in tables if t not in TABLES)]:
         out += ["", f"## {title}", ""]
         table = tables.get(name)
@@ -518,17 +575,23 @@ def document(tables: dict[str, Table], notes: list[str], png: Path | None, md: P
         facts.append(f"load average {table.load}")
         out += [", ".join(facts) + ".", "", table_markdown(table)]
         if name == "import" and pi_rate(table) is not None:
-            out += ["", f"turnstore imports {_pi(tables).value}. A session of 1,000 messages or more leaves "
-                        "its WAL checkpoint (the copy of the log into the main file) to a thread of the import "
-                        "call, which overlaps the next file of a folder and is joined before `store.import_` "
-                        "returns; the floor's COMMIT does the checkpoint itself."]
+            out += [
+                "",
+                f"turnstore imports {_pi(tables).value}. A session of 1,000 messages or more leaves "
+                "its WAL checkpoint (the copy of the log into the main file) to a thread of the import "
+                "call, which overlaps the next file of a folder and is joined before `store.import_` "
+                "returns; the floor's COMMIT does the checkpoint itself.",
+            ]
         if name == "scale":
             out += scale_facts(table.data)
         if name == "sqlite":
             row = table.row("import", "turnstore")
             if row is not None:
-                out += ["", f"Bulk import of turnstore's own JSONL: {1e6 / row['median_us']:,.0f} messages/s "
-                            f"(images included)."]
+                out += [
+                    "",
+                    f"Bulk import of turnstore's own JSONL: {1e6 / row['median_us']:,.0f} messages/s "
+                    f"(images included).",
+                ]
     if notes:
         out += ["", "## Notes on the inputs", "", *(f"* {note}" for note in notes)]
     if NOTES.is_file():

@@ -44,14 +44,21 @@ PG_ENV = "TURNSTORE_BENCH_POSTGRES_URL"
 
 
 def run_sqlite(
-    sizes: Sizes, reps: int, out: Path, work: workload.Workload, warm: workload.Workload, profile: bool,
+    sizes: Sizes,
+    reps: int,
+    out: Path,
+    work: workload.Workload,
+    warm: workload.Workload,
+    profile: bool,
 ) -> tuple[list[Result], list[tuple[str, pstats.Stats]], dict[str, Any]]:
     """The main table: turnstore's sync Store against the raw-sqlite3 floors (ops_write, ops_read)."""
     messages = work.message_count
     images = sum(1 for turn in work.turns for m in turn.dicts for b in m["content"] if b.get("type") == "image")
-    print(f"write workload: {len(work.session_ids)} sessions × {sizes.write_loops} loops × "
-          f"{sizes.write_turns} turns = {len(work.turns)} turns, {messages} messages "
-          f"({messages / len(work.turns):.2f}/turn, {images} images); {reps} repetitions, fresh database file each")
+    print(
+        f"write workload: {len(work.session_ids)} sessions × {sizes.write_loops} loops × "
+        f"{sizes.write_turns} turns = {len(work.turns)} turns, {messages} messages "
+        f"({messages / len(work.turns):.2f}/turn, {images} images); {reps} repetitions, fresh database file each"
+    )
 
     results: list[Result] = []
     profiles: list[tuple[str, pstats.Stats]] = []
@@ -61,16 +68,19 @@ def run_sqlite(
     ops_write.check_import(out, files["work"], len(work.session_ids), messages)
     size = sum(path.stat().st_size for path in files["work"])
     info["import_bytes"] = size
-    print(f"  exported the write workload: {len(files['work'])} turnstore JSONL files, {size / 1e6:.1f} MB "
-          f"({time.perf_counter() - t0:.1f} s)")
+    print(
+        f"  exported the write workload: {len(files['work'])} turnstore JSONL files, {size / 1e6:.1f} MB "
+        f"({time.perf_counter() - t0:.1f} s)"
+    )
     for op in ops_write.write_ops(work, warm, sizes.write_block, files):
         t0 = time.perf_counter()
         samples, rows, stats = ops_write.bench_write(op, reps, out, [warm, work], profile)
         results.append(Result(op.key, op.name, op.unit, samples))
         if stats is not None:
             profiles.append((op.name, stats))
-        print(f"  {op.name}: {rows} identical rows checked; ×{results[-1].ratio:.2f} "
-              f"({time.perf_counter() - t0:.1f} s)")
+        print(
+            f"  {op.name}: {rows} identical rows checked; ×{results[-1].ratio:.2f} ({time.perf_counter() - t0:.1f} s)"
+        )
 
     t0 = time.perf_counter()
     db = ops_read.build(out, sizes)
@@ -78,8 +88,10 @@ def run_sqlite(
     gc.freeze()
     try:
         info["pragmas"] = ops_read.check_pragmas(db.store, db.floors)
-        print(f"read database: {db.total} messages, the read session {db.in_session} "
-              f"({time.perf_counter() - t0:.1f} s to build); pragmas {info['pragmas']}")
+        print(
+            f"read database: {db.total} messages, the read session {db.in_session} "
+            f"({time.perf_counter() - t0:.1f} s to build); pragmas {info['pragmas']}"
+        )
         print(f"  {ops_read.check_reads(db, sizes.last_n)}")
         for op in ops_read.read_ops(db, sizes):
             t0 = time.perf_counter()
@@ -115,16 +127,31 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=None, help="repetitions per operation (default 5; 2 with --quick)")
     parser.add_argument("--quick", action="store_true", help="small workload, fast smoke run")
-    parser.add_argument("--json", type=Path, help="also write the results to this JSON file (the async and "
-                        "PostgreSQL tables beside it: sqlite.json -> async.json, x.json -> x-async.json)")
+    parser.add_argument(
+        "--json",
+        type=Path,
+        help="also write the results to this JSON file (the async and "
+        "PostgreSQL tables beside it: sqlite.json -> async.json, x.json -> x-async.json)",
+    )
     parser.add_argument("--out", type=Path, help="directory for the temporary databases (default: a new temp dir)")
-    parser.add_argument("--profile", action="store_true",
-                        help="cProfile turnstore's side of each operation (main table)")
-    parser.add_argument("--async", dest="run_async", action="store_true",
-                        help="also AsyncStore vs Store on SQLite, with aiosqlite for reference if installed")
-    parser.add_argument("--postgres", nargs="?", const="", default=None, metavar="URL",
-                        help=f"also PostgreSQL: turnstore sync and async vs raw psycopg, on databases created on "
-                             f"this server for the run (default URL: ${PG_ENV})")
+    parser.add_argument(
+        "--profile", action="store_true", help="cProfile turnstore's side of each operation (main table)"
+    )
+    parser.add_argument(
+        "--async",
+        dest="run_async",
+        action="store_true",
+        help="also AsyncStore vs Store on SQLite, with aiosqlite for reference if installed",
+    )
+    parser.add_argument(
+        "--postgres",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="URL",
+        help=f"also PostgreSQL: turnstore sync and async vs raw psycopg, on databases created on "
+        f"this server for the run (default URL: ${PG_ENV})",
+    )
     parser.add_argument("--all", action="store_true", help="everything: --async and --postgres")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
@@ -142,8 +169,10 @@ def main(argv: list[str] | None = None) -> int:
     env = report.environment(out)
     print(f"turnstore benchmark — {env['date']} — commit {env['commit']}")
     print(f"turnstore imported from {env['turnstore']}")
-    print(f"Python {env['python']}, SQLite {env['sqlite']}, SQLAlchemy {env['sqlalchemy']}, "
-          f"pydantic {env['pydantic']}; {env['cpus']} CPUs ({env['cpu']}); databases in {out}")
+    print(
+        f"Python {env['python']}, SQLite {env['sqlite']}, SQLAlchemy {env['sqlalchemy']}, "
+        f"pydantic {env['pydantic']}; {env['cpus']} CPUs ({env['cpu']}); databases in {out}"
+    )
     print(f"load average at start: {env['load_average']}")
 
     sections: list[Any] = []
@@ -171,9 +200,11 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - started
     print()
     print(report.sqlite_table(results))
-    print(f"\nMedians of {reps} repetitions; ratio = turnstore / raw sqlite3 with turnstore's pragmas "
-          f"(lower is better; ×1.00 = no overhead); turnstore / default = turnstore over raw sqlite3 at "
-          f"SQLite's default pragmas (rollback journal, synchronous=FULL).")
+    print(
+        f"\nMedians of {reps} repetitions; ratio = turnstore / raw sqlite3 with turnstore's pragmas "
+        f"(lower is better; ×1.00 = no overhead); turnstore / default = turnstore over raw sqlite3 at "
+        f"SQLite's default pragmas (rollback journal, synchronous=FULL)."
+    )
     for section in sections:
         print()
         print(section.render())
@@ -195,8 +226,12 @@ def main(argv: list[str] | None = None) -> int:
             "floor": "raw",
             "systems": report.SQLITE_SYSTEMS,
             **shared,
-            "write_workload": {"sessions": len(work.session_ids), "loops": len(work.loops),
-                               "turns": len(work.turns), "messages": work.message_count},
+            "write_workload": {
+                "sessions": len(work.session_ids),
+                "loops": len(work.loops),
+                "turns": len(work.turns),
+                "messages": work.message_count,
+            },
             "info": info,
             "rows": report.rows(results, {"turnstore": ["raw", "raw_default"], "raw_default": ["raw"]}),
         }

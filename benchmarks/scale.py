@@ -94,8 +94,9 @@ def write_session_export(index: int, path: Path, images: bool = False) -> int:
     shifted by ``index`` minutes so ``sessions.list`` has a definite order.
     """
     extra = {"images": True} if images else {}  # only asked for: the text-only workload needs no new API
-    work = workload.build(1, LOOPS_PER_SESSION, TURNS_PER_LOOP, seed=SEED + index,
-                          min_messages_per_session=MESSAGES_PER_SESSION, **extra)
+    work = workload.build(
+        1, LOOPS_PER_SESSION, TURNS_PER_LOOP, seed=SEED + index, min_messages_per_session=MESSAGES_PER_SESSION, **extra
+    )
     session_id = work.session_ids[0]
     # Exactly 10,000: the last turn may be cut short, as a session caught mid-turn is.
     rows = [(turn, message) for turn in work.turns for message in turn.dicts][:MESSAGES_PER_SESSION]
@@ -104,25 +105,53 @@ def write_session_export(index: int, path: Path, images: bool = False) -> int:
     for turn, message in rows:
         stamps.setdefault(turn.loop_id, []).append(message["timestamp"])
     with open(path, "w", encoding="utf-8") as out:
-        out.write(_dumps({
-            "type": "session", "format": "turnstore", "version": 1, "session_id": session_id,
-            "title": f"scale session {index}", "agent_id": "scale-bench",
-            "created_at": _rfc3339(rows[0][1]["timestamp"] + shift),
-            "updated_at": _rfc3339(rows[-1][1]["timestamp"] + shift),
-        }) + "\n")
+        out.write(
+            _dumps(
+                {
+                    "type": "session",
+                    "format": "turnstore",
+                    "version": 1,
+                    "session_id": session_id,
+                    "title": f"scale session {index}",
+                    "agent_id": "scale-bench",
+                    "created_at": _rfc3339(rows[0][1]["timestamp"] + shift),
+                    "updated_at": _rfc3339(rows[-1][1]["timestamp"] + shift),
+                }
+            )
+            + "\n"
+        )
         for plan in work.loops:
             if plan.loop_id not in stamps:
                 continue
-            out.write(_dumps({
-                "type": "loop", "loop_id": plan.loop_id, "session_id": session_id,
-                "parent_loop_id": plan.parent_loop_id,
-                "continuation_kind": "default" if plan.parent_loop_id else "initial",
-                "config": {"model": plan.model, "provider": plan.provider}, "status": "completed",
-                "started_at": _rfc3339(min(stamps[plan.loop_id])), "ended_at": _rfc3339(max(stamps[plan.loop_id])),
-            }) + "\n")
+            out.write(
+                _dumps(
+                    {
+                        "type": "loop",
+                        "loop_id": plan.loop_id,
+                        "session_id": session_id,
+                        "parent_loop_id": plan.parent_loop_id,
+                        "continuation_kind": "default" if plan.parent_loop_id else "initial",
+                        "config": {"model": plan.model, "provider": plan.provider},
+                        "status": "completed",
+                        "started_at": _rfc3339(min(stamps[plan.loop_id])),
+                        "ended_at": _rfc3339(max(stamps[plan.loop_id])),
+                    }
+                )
+                + "\n"
+            )
         for number, (turn, message) in enumerate(rows, start=1):
-            out.write(_dumps({"type": "message", "id": number, "loop_id": turn.loop_id,
-                              "turn_index": turn.turn_index, "message": message}) + "\n")
+            out.write(
+                _dumps(
+                    {
+                        "type": "message",
+                        "id": number,
+                        "loop_id": turn.loop_id,
+                        "turn_index": turn.turn_index,
+                        "message": message,
+                    }
+                )
+                + "\n"
+            )
     return len(rows)
 
 
@@ -130,8 +159,14 @@ def write_session_export(index: int, path: Path, images: bool = False) -> int:
 
 
 def _config(sessions: list[int], images: bool) -> dict[str, Any]:
-    return {"build_version": BUILD_VERSION, "seed": SEED, "sessions": sessions, "images": images,
-            "messages_per_session": MESSAGES_PER_SESSION, "loops_per_session": LOOPS_PER_SESSION}
+    return {
+        "build_version": BUILD_VERSION,
+        "seed": SEED,
+        "sessions": sessions,
+        "images": images,
+        "messages_per_session": MESSAGES_PER_SESSION,
+        "loops_per_session": LOOPS_PER_SESSION,
+    }
 
 
 def _sidecar(db: Path) -> Path:
@@ -148,7 +183,8 @@ def stored_build(db: Path, sessions: list[int], images: bool) -> dict[str, Any] 
         return None
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as connection:
         counts = connection.execute(
-            "SELECT (SELECT count(*) FROM sessions), (SELECT count(*) FROM messages)").fetchone()
+            "SELECT (SELECT count(*) FROM sessions), (SELECT count(*) FROM messages)"
+        ).fetchone()
     return record if counts == (len(sessions), len(sessions) * MESSAGES_PER_SESSION) else None
 
 
@@ -200,10 +236,15 @@ def build(db: Path, sessions: list[int], exports: Path, images: bool) -> dict[st
     with sqlite3.connect(db) as connection:
         json_bytes = connection.execute("SELECT sum(length(CAST(message AS BLOB))) FROM messages").fetchone()[0]
     record = {
-        "config": _config(sessions, images), "built": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "messages": report.messages, "import_s": round(seconds, 2),
-        "msgs_per_s": round(report.messages / seconds), "generate_s": round(generated, 2),
-        "export_bytes": export_bytes, "json_bytes": json_bytes, "load_average": load_average(),
+        "config": _config(sessions, images),
+        "built": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "messages": report.messages,
+        "import_s": round(seconds, 2),
+        "msgs_per_s": round(report.messages / seconds),
+        "generate_s": round(generated, 2),
+        "export_bytes": export_bytes,
+        "json_bytes": json_bytes,
+        "load_average": load_average(),
     }
     _sidecar(db).write_text(json.dumps(record, indent=2) + "\n")
     return record
@@ -216,16 +257,19 @@ def session_plan(db: Path, session_index: int, count: int) -> tuple[str, list[tu
     """The id of session number ``session_index`` and ``count`` random (loop_id, turn_index) pairs of it."""
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as connection:
         session_id = connection.execute(
-            "SELECT session_id FROM sessions WHERE title = ?", (f"scale session {session_index}",)).fetchone()[0]
+            "SELECT session_id FROM sessions WHERE title = ?", (f"scale session {session_index}",)
+        ).fetchone()[0]
         turns = connection.execute(
             "SELECT loop_id, max(turn_index) FROM messages WHERE session_id = ? GROUP BY loop_id ORDER BY loop_id",
-            (session_id,)).fetchall()
+            (session_id,),
+        ).fetchall()
     rng = random.Random(SEED)
     return session_id, [(loop_id, rng.randint(0, last)) for loop_id, last in (rng.choice(turns) for _ in range(count))]
 
 
 def operations(session_id: str, pairs: list[tuple[str, int]]) -> dict[str, Callable[[Store, int], Any]]:
     """Operation name -> ``f(store, i)`` making call number ``i`` (the turn lookups walk ``pairs``)."""
+
     def turn(store: Store, i: int) -> Any:
         loop_id, k = pairs[i % len(pairs)]
         return store.messages.turn(loop_id, k)
@@ -264,8 +308,13 @@ def os_cache(db: Path, load: bool) -> None:
                     os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
 
 
-def run_timings(dbs: dict[str, Path], ops: dict[str, Callable[[Store, int], Any]], reps: int, cache: str,
-                calls: dict[tuple[str, str], int]) -> list[dict[str, Any]]:
+def run_timings(
+    dbs: dict[str, Path],
+    ops: dict[str, Callable[[Store, int], Any]],
+    reps: int,
+    cache: str,
+    calls: dict[tuple[str, str], int],
+) -> list[dict[str, Any]]:
     """Time every operation on every store, repetitions alternating between the stores.
 
     ``warm``: both files are read into the OS page cache first (as on a server
@@ -285,7 +334,7 @@ def run_timings(dbs: dict[str, Path], ops: dict[str, Callable[[Store, int], Any]
     for name, op in ops.items():
         samples: dict[str, list[float]] = {size: [] for size in dbs}
         for rep in range(reps):
-            for size in (list(dbs) if rep % 2 == 0 else list(dbs)[::-1]):
+            for size in list(dbs) if rep % 2 == 0 else list(dbs)[::-1]:
                 if cache == "cold":
                     stores[size].close()
                     os_cache(dbs[size], load=False)
@@ -302,9 +351,16 @@ def run_timings(dbs: dict[str, Path], ops: dict[str, Callable[[Store, int], Any]
                     op(stores[size], i)
                 samples[size].append((time.perf_counter() - started) / count * 1e6)
         for size in dbs:
-            rows.append({"op": name, "size": size, "cache": cache, "calls_per_rep": calls[(name, size)],
-                         "median_us": round(statistics.median(samples[size]), 1),
-                         "samples_us": [round(sample, 1) for sample in samples[size]]})
+            rows.append(
+                {
+                    "op": name,
+                    "size": size,
+                    "cache": cache,
+                    "calls_per_rep": calls[(name, size)],
+                    "median_us": round(statistics.median(samples[size]), 1),
+                    "samples_us": [round(sample, 1) for sample in samples[size]],
+                }
+            )
         medians = ", ".join(f"{size} {statistics.median(samples[size]):,.0f} µs" for size in dbs)
         print(f"  {cache} {name}: {medians}", file=sys.stderr, flush=True)
     for store in stores.values():
@@ -346,8 +402,9 @@ def measure_rss(db: Path) -> dict[str, Any]:
     """
     result: dict[str, Any] = {"ru_maxrss": {}}
     for mode in ("open", "read", "messages"):
-        out = subprocess.run([sys.executable, __file__, "--rss-child", mode, str(db)],
-                             capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(
+            [sys.executable, __file__, "--rss-child", mode, str(db)], capture_output=True, text=True, check=True
+        ).stdout
         child = json.loads(out.strip().splitlines()[-1])
         result[mode] = child.get("vmhwm_mb", child["ru_maxrss_mb"])
         result["ru_maxrss"][mode] = child["ru_maxrss_mb"]
@@ -376,9 +433,18 @@ def code_version() -> str:
 def environment(out: Path) -> dict[str, Any]:
     info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     cpu = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?")
-    return {"commit": code_version(), "python": platform.python_version(), "sqlite": sqlite3.sqlite_version,
-            "sqlalchemy": sqlalchemy.__version__, "pydantic": pydantic.VERSION, "platform": platform.platform(),
-            "cpu": cpu, "cpus": os.cpu_count(), "out": str(out), "load_average_start": load_average()}
+    return {
+        "commit": code_version(),
+        "python": platform.python_version(),
+        "sqlite": sqlite3.sqlite_version,
+        "sqlalchemy": sqlalchemy.__version__,
+        "pydantic": pydantic.VERSION,
+        "platform": platform.platform(),
+        "cpu": cpu,
+        "cpus": os.cpu_count(),
+        "out": str(out),
+        "load_average_start": load_average(),
+    }
 
 
 def _us(value: float) -> str:
@@ -388,8 +454,11 @@ def _us(value: float) -> str:
 def markdown(rows: list[dict[str, Any]], sizes: dict[str, str], ratios: dict[str, dict[str, float]]) -> str:
     small, large = sizes
     medians = {(row["op"], row["size"], row["cache"]): row["median_us"] for row in rows}
-    lines = [f"| Operation | {sizes[small]} | {sizes[large]} | {large} / {small} "
-             f"| {small}, cold | {large}, cold | {large} / {small}, cold |", "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"| Operation | {sizes[small]} | {sizes[large]} | {large} / {small} "
+        f"| {small}, cold | {large}, cold | {large} / {small}, cold |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for op, label in LABELS.items():
         cells = [label]
         for cache in ("warm", "cold"):
@@ -409,8 +478,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=7, help="repetitions per operation and store (default 7)")
     parser.add_argument("--out", type=Path, help="keep the built stores here and reuse them when valid")
     parser.add_argument("--json", type=Path, help="also write the results as JSON")
-    parser.add_argument("--images", action="store_true",
-                        help="one user / tool-result message in 60 carries a 50-200 KB base64 image")
+    parser.add_argument(
+        "--images", action="store_true", help="one user / tool-result message in 60 carries a 50-200 KB base64 image"
+    )
     parser.add_argument("--keep-exports", action="store_true", help="keep the generated JSONL under OUT/exports")
     parser.add_argument("--rss-child", nargs=2, metavar=("MODE", "DB"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -424,8 +494,10 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="turnstore-scale-"))
     out.mkdir(parents=True, exist_ok=True)
     env = environment(out)
-    print(f"turnstore {env['commit']} ({Path(turnstore.__file__).parent}); out {out}; load {env['load_average_start']}",
-          file=sys.stderr)
+    print(
+        f"turnstore {env['commit']} ({Path(turnstore.__file__).parent}); out {out}; load {env['load_average_start']}",
+        file=sys.stderr,
+    )
     started = time.perf_counter()
     large_name = f"{count * MESSAGES_PER_SESSION // 1000}k" if count < 100 else f"{count // 100}M"
     tag = "-images" if args.images else ""
@@ -457,8 +529,10 @@ def main(argv: list[str] | None = None) -> int:
         dbs, ops, calls = {size: db for size, (db, _) in plan.items()}, operations(session_id, pairs), {}
         rows = [row for cache in ("warm", "cold") for row in run_timings(dbs, ops, args.reps, cache, calls)]
         medians = {(row["op"], row["size"], row["cache"]): row["median_us"] for row in rows}
-        ratios = {cache: {op: round(medians[(op, large_name, cache)] / medians[(op, "10k", cache)], 2) for op in LABELS}
-                  for cache in ("warm", "cold")}
+        ratios = {
+            cache: {op: round(medians[(op, large_name, cache)] / medians[(op, "10k", cache)], 2) for op in LABELS}
+            for cache in ("warm", "cold")
+        }
         rss = measure_rss(plan[large_name][0])
     finally:
         if args.out is None:
@@ -466,29 +540,53 @@ def main(argv: list[str] | None = None) -> int:
 
     elapsed = time.perf_counter() - started
     env["load_average_end"] = load_average()
-    sizes = {"10k": "10k messages (1 session)",
-             large_name: f"{count * MESSAGES_PER_SESSION:,} messages ({count} sessions)"}
+    sizes = {
+        "10k": "10k messages (1 session)",
+        large_name: f"{count * MESSAGES_PER_SESSION:,} messages ({count} sessions)",
+    }
     print()
     print(markdown(rows, sizes, ratios))
     print()
-    print("File size per message (db + WAL after checkpoint): "
-          + ", ".join(f"{size} {value:,} B" for size, value in bytes_per_message.items())
-          + f"; stored message JSON {builds[large_name]['json_bytes'] / builds[large_name]['messages']:,.0f} B/message")
-    print(f"Peak RSS, fresh process on the {large_name} store: open only {rss['open']} MB; "
-          f"+ sessions.list (all {count}), usage.by_model(), usage.session × {count}: {rss['read']} MB; "
-          f"control, one session's 10,000 messages held: {rss['messages']} MB")
-    print("Import (store.import_('turnstore', ...)): "
-          + ", ".join(f"{size} {b['msgs_per_s']:,} messages/s ({b['import_s']} s)" for size, b in builds.items()))
-    print(f"Medians of {args.reps} repetitions; load average {env['load_average_start']} → {env['load_average_end']}; "
-          f"{elapsed:.0f} s wall")
+    print(
+        "File size per message (db + WAL after checkpoint): "
+        + ", ".join(f"{size} {value:,} B" for size, value in bytes_per_message.items())
+        + f"; stored message JSON {builds[large_name]['json_bytes'] / builds[large_name]['messages']:,.0f} B/message"
+    )
+    print(
+        f"Peak RSS, fresh process on the {large_name} store: open only {rss['open']} MB; "
+        f"+ sessions.list (all {count}), usage.by_model(), usage.session × {count}: {rss['read']} MB; "
+        f"control, one session's 10,000 messages held: {rss['messages']} MB"
+    )
+    print(
+        "Import (store.import_('turnstore', ...)): "
+        + ", ".join(f"{size} {b['msgs_per_s']:,} messages/s ({b['import_s']} s)" for size, b in builds.items())
+    )
+    print(
+        f"Medians of {args.reps} repetitions; load average {env['load_average_start']} → {env['load_average_end']}; "
+        f"{elapsed:.0f} s wall"
+    )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({
-            "table": "scale", "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "env": env,
-            "session_id": session_id, "reps": args.reps, "rows": rows, "ratios": ratios,
-            "targets": dict.fromkeys(TARGETED, TARGET_RATIO), "file_bytes_per_message": bytes_per_message,
-            "rss_mb": rss, "build_msgs_per_s": builds[large_name]["msgs_per_s"], "builds": builds,
-        }, indent=2) + "\n")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "table": "scale",
+                    "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                    "env": env,
+                    "session_id": session_id,
+                    "reps": args.reps,
+                    "rows": rows,
+                    "ratios": ratios,
+                    "targets": dict.fromkeys(TARGETED, TARGET_RATIO),
+                    "file_bytes_per_message": bytes_per_message,
+                    "rss_mb": rss,
+                    "build_msgs_per_s": builds[large_name]["msgs_per_s"],
+                    "builds": builds,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
     return 0
 
 

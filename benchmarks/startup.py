@@ -56,7 +56,9 @@ def small_store(folder: Path) -> Path:
         for number in range(5):
             session = store.sessions.create(title=f"session {number}")
             loop = store.loops.start(session.session_id, config={"model": "claude-sonnet-4-5", "provider": "anthropic"})
-            store.messages.append_turn(loop.loop_id, 0, [Message.user("hello"), Message.assistant("hi", model="claude-sonnet-4-5")])
+            store.messages.append_turn(
+                loop.loop_id, 0, [Message.user("hello"), Message.assistant("hi", model="claude-sonnet-4-5")]
+            )
     return path
 
 
@@ -69,7 +71,9 @@ def environment(src: str | None) -> dict[str, str]:
 
 def import_once(src: str | None) -> tuple[float, float, float]:
     """Seconds for ``import sqlalchemy, pydantic``; what ``import turnstore`` adds; what it and ``Store`` add."""
-    done = subprocess.run([sys.executable, "-c", IMPORT_PROBE], env=environment(src), capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORT_PROBE], env=environment(src), capture_output=True, text=True, check=True
+    )
     base, package, store = (float(value) for value in done.stdout.split())
     return base, package, store
 
@@ -77,8 +81,12 @@ def import_once(src: str | None) -> tuple[float, float, float]:
 def sessions_once(src: str | None, db: Path) -> float:
     """Wall-clock seconds of ``turnstore --db DB sessions``, interpreter start to exit."""
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", CLI, "--db", str(db), "sessions"], env=environment(src),
-                   stdout=subprocess.DEVNULL, check=True)
+    subprocess.run(
+        [sys.executable, "-c", CLI, "--db", str(db), "sessions"],
+        env=environment(src),
+        stdout=subprocess.DEVNULL,
+        check=True,
+    )
     return time.perf_counter() - start
 
 
@@ -106,9 +114,15 @@ def result_file(runs: int, before: str, after: str, samples: dict[str, list[floa
 
     def row(op: str, label: str, system: str, values: list[float], floor: list[float] | None) -> dict[str, Any]:
         median = statistics.median(values)
-        return {"op": op, "label": label, "unit": "per start", "system": system, "median_us": median * 1e6,
-                "ratio": median / statistics.median(floor) if floor else None,
-                "samples_us": [value * 1e6 for value in values]}
+        return {
+            "op": op,
+            "label": label,
+            "unit": "per start",
+            "system": system,
+            "median_us": median * 1e6,
+            "ratio": median / statistics.median(floor) if floor else None,
+            "samples_us": [value * 1e6 for value in values],
+        }
 
     with tempfile.TemporaryDirectory() as folder:
         env = environment(Path(folder))
@@ -124,7 +138,13 @@ def result_file(runs: int, before: str, after: str, samples: dict[str, list[floa
             row("import_package", "import turnstore", "turnstore", with_package, base),
             row("import_store", "from turnstore import Store", "floor", base, None),
             row("import_store", "from turnstore import Store", "turnstore", with_store, base),
-            row("sessions", "turnstore --db X sessions (wall clock, a 5-session store)", "turnstore", samples["sessions"], None),
+            row(
+                "sessions",
+                "turnstore --db X sessions (wall clock, a 5-session store)",
+                "turnstore",
+                samples["sessions"],
+                None,
+            ),
         ],
     }
 
@@ -132,7 +152,9 @@ def result_file(runs: int, before: str, after: str, samples: dict[str, list[floa
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=15, help="runs of each measurement (default 15)")
-    parser.add_argument("--against", metavar="SRC", help="also measure the turnstore package in this source folder, alternating")
+    parser.add_argument(
+        "--against", metavar="SRC", help="also measure the turnstore package in this source folder, alternating"
+    )
     parser.add_argument("--json", type=Path, help="also write the medians and samples to this JSON file")
     args = parser.parse_args(argv)
 
@@ -151,11 +173,14 @@ def main(argv: list[str] | None = None) -> int:
     for name, by_kind in samples.items():
         medians[name] = {kind: statistics.median(values) for kind, values in by_kind.items()}
         m = medians[name]
-        print(f"{name:10} {m['sqlalchemy+pydantic']:20.3f} {m['import turnstore']:17.3f} {m['+ Store']:9.3f} {m['sessions']:16.3f}")
+        print(
+            f"{name:10} {m['sqlalchemy+pydantic']:20.3f} {m['import turnstore']:17.3f} {m['+ Store']:9.3f} {m['sessions']:16.3f}"
+        )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result_file(args.runs, before, after, samples["this"]), indent=2) + "\n",
-                             encoding="utf-8")
+        args.json.write_text(
+            json.dumps(result_file(args.runs, before, after, samples["this"]), indent=2) + "\n", encoding="utf-8"
+        )
         print(f"wrote {args.json}")
     return 0
 

@@ -40,8 +40,15 @@ except ImportError:  # psycopg missing: no PostgreSQL section
 
 
 def _usage_tuple(totals: Any) -> tuple[Any, ...]:
-    return (totals.input, totals.output, totals.reasoning, totals.cache_read, totals.cache_write,
-            totals.total_tokens, totals.requests)
+    return (
+        totals.input,
+        totals.output,
+        totals.reasoning,
+        totals.cache_read,
+        totals.cache_write,
+        totals.total_tokens,
+        totals.requests,
+    )
 
 
 class System:

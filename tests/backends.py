@@ -69,7 +69,6 @@ class PostgresDatabase:
         self._extra.append(name)
         return sa.engine.make_url(self.url).set(database=name).render_as_string(hide_password=False)
 
-
     def empty(self) -> None:
         """Remove every row (the schema stays), so the next test starts clean."""
         engine = sa.create_engine(self.url, poolclass=sa.pool.NullPool)

@@ -105,8 +105,22 @@ def write_counts(prefixes: tuple[str, ...], default_folder: Path) -> None:
 
 # --- values -------------------------------------------------------------------------------
 
-NASTY_CHARS = ["\x00", "\ud800", "\udfff", "\udbff\udfff", "\u2028", "\u2029", "\x85", "\ufeff", "\x1e", "é", "😀", '"', "\\", "\n"]
-
+NASTY_CHARS = [
+    "\x00",
+    "\ud800",
+    "\udfff",
+    "\udbff\udfff",
+    "\u2028",
+    "\u2029",
+    "\x85",
+    "\ufeff",
+    "\x1e",
+    "é",
+    "😀",
+    '"',
+    "\\",
+    "\n",
+]
 
 
 class HugeInt(int):
@@ -116,17 +130,29 @@ class HugeInt(int):
         return f"HugeInt(<{len(format(self, 'x')) * 4 * 3 // 10 + 1} digits>)"
 
 
-HUGE_INTS = [2**53 + 1, 2**63 - 1, 2**63, 2**64, 2**64 + 1, -(2**63) - 1, 10**40, -(10**40), HugeInt(10**4299), HugeInt(10**4400)]
+HUGE_INTS = [
+    2**53 + 1,
+    2**63 - 1,
+    2**63,
+    2**64,
+    2**64 + 1,
+    -(2**63) - 1,
+    10**40,
+    -(10**40),
+    HugeInt(10**4299),
+    HugeInt(10**4400),
+]
 """Integers around the 64-bit column edges, beyond them, and beyond what JSON readers convert (4,300 digits)."""
 
 EDGE_FLOATS = [1e308, -1e308, 1.7976931348623157e308, 5e-324, -0.0, 0.1, float("nan"), float("inf"), float("-inf")]
 
-nasty_text = st.lists(
-    st.one_of(st.sampled_from(NASTY_CHARS), st.text(max_size=4)), max_size=6
-).map("".join)
+nasty_text = st.lists(st.one_of(st.sampled_from(NASTY_CHARS), st.text(max_size=4)), max_size=6).map("".join)
 """Short strings that mix NUL, lone surrogates, line separators, a BOM, quotes and backslashes."""
 
-keys = st.one_of(st.sampled_from(["role", "type", "content", "text", "turnId", "usage", "x", "", "\x00", "\ud800", "turn"]), nasty_text)
+keys = st.one_of(
+    st.sampled_from(["role", "type", "content", "text", "turnId", "usage", "x", "", "\x00", "\ud800", "turn"]),
+    nasty_text,
+)
 
 scalars = st.one_of(
     st.none(),
@@ -164,7 +190,10 @@ def heavy_values(draw: st.DrawFn) -> Any:
     if choice == "float":
         return draw(st.sampled_from(EDGE_FLOATS))
     if choice == "deep":
-        return nested(draw(st.sampled_from([50, 198, 199, 200, 201, 202, 253, 254, 255, 1_000, DEEP])), draw(st.sampled_from(["list", "dict"])))
+        return nested(
+            draw(st.sampled_from([50, 198, 199, 200, 201, 202, 253, 254, 255, 1_000, DEEP])),
+            draw(st.sampled_from(["list", "dict"])),
+        )
     if choice == "nasty":
         return draw(nasty_text)
     if choice == "big_string":
@@ -229,9 +258,36 @@ def set_at(value: Any, path: tuple[Any, ...], new: Any) -> Any:
 
 
 TAG_KEYS = frozenset(
-    {"role", "type", "kind", "stopReason", "stop_reason", "status", "id", "parent_id", "parentId", "timestamp",
-     "usage", "content", "contents", "message", "turnId", "loopId", "turnIndex", "session_id", "loop_id",
-     "turn_index", "version", "arguments", "data", "toolCallId", "call_id", "name", "model", "provider"}
+    {
+        "role",
+        "type",
+        "kind",
+        "stopReason",
+        "stop_reason",
+        "status",
+        "id",
+        "parent_id",
+        "parentId",
+        "timestamp",
+        "usage",
+        "content",
+        "contents",
+        "message",
+        "turnId",
+        "loopId",
+        "turnIndex",
+        "session_id",
+        "loop_id",
+        "turn_index",
+        "version",
+        "arguments",
+        "data",
+        "toolCallId",
+        "call_id",
+        "name",
+        "model",
+        "provider",
+    }
 )
 """Keys that steer a reader (tags, ids, links, counts): retyped and replaced more often than the rest."""
 
@@ -346,7 +402,17 @@ def encode(text: str) -> bytes:
 
 # --- file mutations -----------------------------------------------------------------------
 
-INVALID_UTF8 = [b"\xff", b"\xfe", b"\x80", b"\xc3", b"\xc3(", b"\xc0\xaf", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xe2\x82"]
+INVALID_UTF8 = [
+    b"\xff",
+    b"\xfe",
+    b"\x80",
+    b"\xc3",
+    b"\xc3(",
+    b"\xc0\xaf",
+    b"\xed\xa0\x80",
+    b"\xf4\x90\x80\x80",
+    b"\xe2\x82",
+]
 
 
 @st.composite
@@ -389,7 +455,9 @@ def mutated_text_file(draw: st.DrawFn, data: bytes, whole_json: bool) -> tuple[s
         lines[index], lines[other] = lines[other], lines[index]
         return f"swap lines {index + 1} {other + 1}", b"\n".join(lines)
     if op == "blank_junk":
-        junk = draw(st.sampled_from([b"null", b"[]", b"42", b'"text"', b"{}", b"\xef\xbb\xbf{}", b"{\"a\":", b"]", b"\r"]))
+        junk = draw(
+            st.sampled_from([b"null", b"[]", b"42", b'"text"', b"{}", b"\xef\xbb\xbf{}", b'{"a":', b"]", b"\r"])
+        )
         lines.insert(index, junk)
         return f"insert {junk!r} before line {index + 1}", b"\n".join(lines)
     value = json.loads(lines[index].decode("utf-8"))
@@ -402,7 +470,12 @@ def json_columns(path: Path) -> list[tuple[str, str, int]]:
     """``(table, column, rowid)`` of every text cell of a SQLite file that holds JSON."""
     found = []
     with sqlite3.connect(path) as connection:
-        tables = [row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'")]
+        tables = [
+            row[0]
+            for row in connection.execute(
+                "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'"
+            )
+        ]
         for table in tables:
             columns = [row[1] for row in connection.execute(f'PRAGMA table_info("{table}")')]
             for column in columns:
@@ -421,7 +494,12 @@ def all_cells(path: Path) -> list[tuple[str, str, int]]:
     """``(table, column, rowid)`` of every cell of a SQLite file."""
     found = []
     with sqlite3.connect(path) as connection:
-        tables = [row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'")]
+        tables = [
+            row[0]
+            for row in connection.execute(
+                "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'"
+            )
+        ]
         for table in tables:
             columns = [row[1] for row in connection.execute(f'PRAGMA table_info("{table}")')]
             rowids = [row[0] for row in connection.execute(f'SELECT rowid FROM "{table}"')]
@@ -475,7 +553,9 @@ def mutate_sqlite(draw: st.DrawFn, path: Path) -> str:
             return what
         if op == "cell":
             table, column, rowid = draw(st.sampled_from(all_cells(path)))
-            new = draw(st.sampled_from([None, 0, -1, 2**63 - 1, 1.5, "", "x", "null", "[]", "{}", b"\xff\xfe", b"{}", "\x00"]))
+            new = draw(
+                st.sampled_from([None, 0, -1, 2**63 - 1, 1.5, "", "x", "null", "[]", "{}", b"\xff\xfe", b"{}", "\x00"])
+            )
             try:
                 connection.execute(f'UPDATE "{table}" SET "{column}" = ? WHERE rowid = ?', (new, rowid))
             except sqlite3.Error as error:  # NOT NULL, UNIQUE...: the source cannot hold it

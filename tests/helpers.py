@@ -62,7 +62,8 @@ def portable_data(store: Any, session_id: str) -> dict[str, Any]:
         "session": session,
         "loops": [loop.model_dump(mode="json") for loop in store.loops.list(session_id)],
         "messages": [
-            (m.loop_id, m.turn_index, m.seq, m.message.model_dump(mode="json")) for m in store.messages.records(session_id)
+            (m.loop_id, m.turn_index, m.seq, m.message.model_dump(mode="json"))
+            for m in store.messages.records(session_id)
         ],
         "usage": store.usage.session(session_id).model_dump(),
         "by_model": [row.model_dump() for row in store.usage.by_model(session_id)],

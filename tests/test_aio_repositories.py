@@ -145,8 +145,17 @@ def test_the_typed_example_passes_mypy_strict_without_the_pydantic_plugin(tmp_pa
     config = tmp_path / "mypy.ini"
     config.write_text("[mypy]\n")
     checked = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--config-file", str(config), "--cache-dir", str(tmp_path / "cache"),
-         str(EXAMPLE)],
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--config-file",
+            str(config),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            str(EXAMPLE),
+        ],
         check=False,
         cwd=tmp_path,
         capture_output=True,

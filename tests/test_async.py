@@ -256,5 +256,3 @@ def test_the_constructor_works_outside_a_running_loop(tmp_path: Path) -> None:
 
     run(scenario())
     assert Store(tmp_path / "plain.db").sessions.exists("s")
-
-

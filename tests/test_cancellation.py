@@ -150,18 +150,51 @@ def write_session_file(path: Path, session_id: str, messages: int) -> None:
     loop_id = f"{session_id}.loop.1"
     stamp = "2026-01-01T00:00:00Z"
     lines = [
-        {"type": "session", "format": "turnstore", "version": 1, "session_id": session_id, "agent_id": None,
-         "title": None, "metadata": None, "created_at": stamp, "updated_at": stamp, "source": None,
-         "source_format": None},
-        {"type": "loop", "loop_id": loop_id, "session_id": session_id, "parent_loop_id": None,
-         "continuation_kind": "initial", "fork_after": None, "keep_from": None, "config": None,
-         "config_id": None, "status": "running", "started_at": stamp, "ended_at": None, "spawn_loop_id": None,
-         "spawn_tool_call_id": None, "reported_usage": None, "metadata": None, "source": None},
+        {
+            "type": "session",
+            "format": "turnstore",
+            "version": 1,
+            "session_id": session_id,
+            "agent_id": None,
+            "title": None,
+            "metadata": None,
+            "created_at": stamp,
+            "updated_at": stamp,
+            "source": None,
+            "source_format": None,
+        },
+        {
+            "type": "loop",
+            "loop_id": loop_id,
+            "session_id": session_id,
+            "parent_loop_id": None,
+            "continuation_kind": "initial",
+            "fork_after": None,
+            "keep_from": None,
+            "config": None,
+            "config_id": None,
+            "status": "running",
+            "started_at": stamp,
+            "ended_at": None,
+            "spawn_loop_id": None,
+            "spawn_tool_call_id": None,
+            "reported_usage": None,
+            "metadata": None,
+            "source": None,
+        },
     ]
     for index in range(messages):
         message = user(f"{session_id} {index}").model_dump(mode="json", by_alias=True, exclude_none=True)
-        lines.append({"type": "message", "id": index + 1, "loop_id": loop_id, "turn_index": index, "seq": index,
-                      "message": message})
+        lines.append(
+            {
+                "type": "message",
+                "id": index + 1,
+                "loop_id": loop_id,
+                "turn_index": index,
+                "seq": index,
+                "message": message,
+            }
+        )
     path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
 
 
@@ -440,8 +473,13 @@ class RandomCancellations:
         operation = self.random.choice(OPERATIONS)
         # A third of the operations are left alone: acknowledged writes, amid the cancelled ones.
         point = self.random.choice(POINTS[operation]) if self.random.random() < 0.7 else "none"
-        run = {"append": self.append, "append_turn": self.append_turn, "transaction": self.transaction,
-               "records": self.records, "import": self.import_}[operation]
+        run = {
+            "append": self.append,
+            "append_turn": self.append_turn,
+            "transaction": self.transaction,
+            "records": self.records,
+            "import": self.import_,
+        }[operation]
         task = asyncio.ensure_future(run(point))
         try:
             await task
@@ -471,7 +509,9 @@ class RandomCancellations:
         text = self._name("a")
         self.ledger.undecided.append([text])
         self._cancel_here("call", chosen)
-        message_id = await self.store.messages.append(user(text), loop_id=self.random.choice(self.loops[0]), turn_index=0)
+        message_id = await self.store.messages.append(
+            user(text), loop_id=self.random.choice(self.loops[0]), turn_index=0
+        )
         self.ledger.undecided.remove([text])
         self.ledger.acknowledged[text] = message_id
 
@@ -556,9 +596,11 @@ def test_random_cancellation_loses_no_acknowledged_write(url: str, tmp_path: Pat
         return run.ledger
 
     ledger = asyncio.run(scenario())
-    print(f"\ncancellations that landed: {ledger.landed} (total {sum(ledger.landed.values())}); "
-          f"acknowledged appends: {len(ledger.acknowledged)}; imports done {len(ledger.imported)}, "
-          f"cancelled {len(ledger.import_cancelled)}")
+    print(
+        f"\ncancellations that landed: {ledger.landed} (total {sum(ledger.landed.values())}); "
+        f"acknowledged appends: {len(ledger.acknowledged)}; imports done {len(ledger.imported)}, "
+        f"cancelled {len(ledger.import_cancelled)}"
+    )
     assert sum(ledger.landed.values()) >= CANCELLATIONS
     with Store(url) as reopened:
         stored = stored_texts(reopened, "s")

@@ -59,29 +59,45 @@ def db(tmp_path: Path) -> Path:
     with Store(path) as store:
         store.sessions.create(ONE, title="Single loop")
         loop = store.loops.start(ONE, config={"model": "claude-sonnet-4-5", "provider": "anthropic"})
-        store.messages.append_turn(loop.loop_id, 0, [
-            user("list files", 1_767_225_600_000),
-            assistant("looking", calls=("c1",), u=usage(1_000, 100, cache_read=2_000), timestamp=1_767_225_601_000),
-            tool_result("c1", "a.py", timestamp=1_767_225_602_000),
-        ])
+        store.messages.append_turn(
+            loop.loop_id,
+            0,
+            [
+                user("list files", 1_767_225_600_000),
+                assistant("looking", calls=("c1",), u=usage(1_000, 100, cache_read=2_000), timestamp=1_767_225_601_000),
+                tool_result("c1", "a.py", timestamp=1_767_225_602_000),
+            ],
+        )
         store.messages.append(extension("note", {"text": "hi"}), loop_id=loop.loop_id)
-        store.messages.append_turn(loop.loop_id, 1, [
-            assistant("a.py only", u=usage(500, 50), timestamp=1_767_225_603_000),
-        ])
+        store.messages.append_turn(
+            loop.loop_id,
+            1,
+            [
+                assistant("a.py only", u=usage(500, 50), timestamp=1_767_225_603_000),
+            ],
+        )
         store.loops.end(loop.loop_id)
 
         store.sessions.create(TWO, title="Two loops")
         first = store.loops.start(TWO, config={"model": "gpt-5", "provider": "openai"})
-        store.messages.append_turn(first.loop_id, 0, [
-            user("hi", 1_767_312_000_000),
-            assistant("hello", model="gpt-5", provider="openai", u=usage(200, 20), timestamp=1_767_312_001_000),
-        ])
+        store.messages.append_turn(
+            first.loop_id,
+            0,
+            [
+                user("hi", 1_767_312_000_000),
+                assistant("hello", model="gpt-5", provider="openai", u=usage(200, 20), timestamp=1_767_312_001_000),
+            ],
+        )
         store.loops.end(first.loop_id)
         second = store.loops.start(TWO, config={"model": "gpt-5", "provider": "openai"})
-        store.messages.append_turn(second.loop_id, 0, [
-            user("bye", 1_767_312_100_000),
-            assistant("goodbye", model="gpt-5", provider="openai", u=usage(300, 30), timestamp=1_767_312_101_000),
-        ])
+        store.messages.append_turn(
+            second.loop_id,
+            0,
+            [
+                user("bye", 1_767_312_100_000),
+                assistant("goodbye", model="gpt-5", provider="openai", u=usage(300, 30), timestamp=1_767_312_101_000),
+            ],
+        )
         store.loops.end(second.loop_id)
     return path
 
@@ -197,7 +213,9 @@ def test_turnstore_url_is_the_default(run: Any, db: Path, tmp_path: Path, monkey
     assert not (tmp_path / "turnstore.db").exists()
 
 
-def test_default_is_turnstore_db_in_the_working_directory(run: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_is_turnstore_db_in_the_working_directory(
+    run: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("TURNSTORE_URL", raising=False)
 
@@ -434,7 +452,14 @@ def test_show_loop_of_another_session_is_an_error(run: Any, db: Path) -> None:
 
 # --- usage ----------------------------------------------------------------------------------
 
-ONE_TOTALS = {"input": 1_500, "output": 150, "reasoning": 0, "cache_read": 2_000, "cache_write": 0, "total_tokens": 3_650}
+ONE_TOTALS = {
+    "input": 1_500,
+    "output": 150,
+    "reasoning": 0,
+    "cache_read": 2_000,
+    "cache_write": 0,
+    "total_tokens": 3_650,
+}
 TWO_TOTALS = {"input": 500, "output": 50, "reasoning": 0, "cache_read": 0, "cache_write": 0, "total_tokens": 550}
 
 
@@ -498,7 +523,10 @@ def test_usage_by(run: Any, db: Path, args: list[str], key: str, expected: dict[
 def test_usage_by_model_names_the_provider(run: Any, db: Path) -> None:
     rows = run("--db", db, "usage", "--by", "model", "--json").json()
 
-    assert {(row["model"], row["provider"]) for row in rows} == {("claude-sonnet-4-5", "anthropic"), ("gpt-5", "openai")}
+    assert {(row["model"], row["provider"]) for row in rows} == {
+        ("claude-sonnet-4-5", "anthropic"),
+        ("gpt-5", "openai"),
+    }
     table = run("--db", db, "usage", "--by", "model")
     assert "anthropic/claude-sonnet-4-5" in table.out and "openai/gpt-5" in table.out
 
@@ -522,7 +550,9 @@ def test_usage_by_model_of_a_loop(run: Any, db: Path) -> None:
 
 def test_usage_prices_file(run: Any, db: Path, tmp_path: Path) -> None:
     prices = tmp_path / "prices.json"
-    prices.write_text(json.dumps({"claude-sonnet-4-5": {"input": 1000, "output": 0, "cache_read": 0, "cache_write": 0}}))
+    prices.write_text(
+        json.dumps({"claude-sonnet-4-5": {"input": 1000, "output": 0, "cache_read": 0, "cache_write": 0}})
+    )
 
     default = run("--db", db, "usage", "--session", ONE, "--json").json()
     priced = run("--db", db, "usage", "--session", ONE, "--prices", prices, "--json").json()
@@ -876,9 +906,7 @@ def test_console_script_runs(tmp_path: Path) -> None:
     assert one_line(missing.stderr) and "Traceback" not in missing.stderr
 
 
-@pytest.mark.skipif(
-    not (Path(turnstore.__file__).parent / "__main__.py").exists(), reason="no turnstore/__main__.py"
-)
+@pytest.mark.skipif(not (Path(turnstore.__file__).parent / "__main__.py").exists(), reason="no turnstore/__main__.py")
 def test_python_dash_m(tmp_path: Path) -> None:
     completed = subprocess.run(
         [sys.executable, "-m", "turnstore", "--version"], capture_output=True, text=True, cwd=tmp_path, timeout=120

@@ -116,7 +116,12 @@ def test_usage_by_model_escapes_model_and_provider(hostile: Path) -> None:
     assert "prov\\x1b[8mconcealed\\x1b[0m/model\\u202egnp.exe" in result.out
 
 
-JSON_COMMANDS = [["sessions"], ["show", SESSION], ["usage", "--by", "model"], ["usage", "--by", "loop", "--session", SESSION]]
+JSON_COMMANDS = [
+    ["sessions"],
+    ["show", SESSION],
+    ["usage", "--by", "model"],
+    ["usage", "--by", "loop", "--session", SESSION],
+]
 
 
 @pytest.mark.parametrize("args", JSON_COMMANDS, ids=lambda args: " ".join(args[:1] + args[2:3]))
@@ -159,7 +164,9 @@ def hostile_file(folder: Path, content: str) -> Path:
 
 
 def test_import_error_lines_escape_the_file_name_and_record(tmp_path: Path) -> None:
-    source = hostile_file(tmp_path / "src", '{"role": "user", "content": "' + "\\u001b]0;x\\u0007" + '", "timestamp": "x"}\n')
+    source = hostile_file(
+        tmp_path / "src", '{"role": "user", "content": "' + "\\u001b]0;x\\u0007" + '", "timestamp": "x"}\n'
+    )
 
     result = run_cli("--db", tmp_path / "in.db", "import", "clark", source)
 

@@ -34,9 +34,20 @@ def _entries() -> list[Any]:
     asks = _message("a2", "u1", "assistant", "reading")
     asks["message"]["content"].append(tool)
     asks["message"]["stopReason"] = "toolUse"
-    result = {"type": "message", "id": "t1", "parentId": "a2", "timestamp": STAMP,
-              "message": {"role": "toolResult", "toolCallId": "c1", "toolName": "read",
-                          "content": [{"type": "text", "text": "x"}], "isError": False, "timestamp": 1001}}
+    result = {
+        "type": "message",
+        "id": "t1",
+        "parentId": "a2",
+        "timestamp": STAMP,
+        "message": {
+            "role": "toolResult",
+            "toolCallId": "c1",
+            "toolName": "read",
+            "content": [{"type": "text", "text": "x"}],
+            "isError": False,
+            "timestamp": 1001,
+        },
+    }
     return [
         {"type": "model_change", "id": "mc", "parentId": None, "timestamp": STAMP, "provider": "p", "modelId": "first"},
         {"type": "thinking_level_change", "id": "tl", "parentId": "mc", "timestamp": STAMP, "thinkingLevel": "high"},
@@ -50,13 +61,29 @@ def _entries() -> list[Any]:
         _message("a5", "u3", "assistant", "branch answer"),
         {"type": "branch_summary", "id": "bs", "parentId": "a4", "timestamp": STAMP, "fromId": "a5", "summary": "s"},
         _message("u4", "bs", "user", "after the summary"),
-        {"type": "compaction", "id": "cp", "parentId": "u4", "timestamp": STAMP, "summary": "c",
-         "firstKeptEntryId": "u2", "tokensBefore": 10},
+        {
+            "type": "compaction",
+            "id": "cp",
+            "parentId": "u4",
+            "timestamp": STAMP,
+            "summary": "c",
+            "firstKeptEntryId": "u2",
+            "tokensBefore": 10,
+        },
         _message("u5", "cp", "user", "after the compaction"),
-        {"type": "compaction", "id": "rt", "parentId": "u5", "timestamp": STAMP, "summary": "r",
-         "firstKeptEntryId": "u5", "tokensBefore": 5,
-         "retainedTail": [_message("x", None, "user", "kept")["message"],
-                          _message("y", None, "assistant", "kept too")["message"]]},
+        {
+            "type": "compaction",
+            "id": "rt",
+            "parentId": "u5",
+            "timestamp": STAMP,
+            "summary": "r",
+            "firstKeptEntryId": "u5",
+            "tokensBefore": 5,
+            "retainedTail": [
+                _message("x", None, "user", "kept")["message"],
+                _message("y", None, "assistant", "kept too")["message"],
+            ],
+        },
         _message("u6", "rt", "user", "after the tail"),
         _message("u2", "a4", "user", "a duplicated id"),
         _message("d1", "u2", "user", "child of a duplicated id"),
@@ -109,7 +136,9 @@ def test_a_compact_tree_is_stored_as_the_tree_of_nodes(
 
 def test_a_compact_tree_bundle_holds_its_rows_as_columns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _spill_from(monkeypatch, 0)
-    (bundle,) = get_importer("pi").bundles(_write(tmp_path / "tree.jsonl"), ImportOptions(limits=Limits(), row_values=row_values))
+    (bundle,) = get_importer("pi").bundles(
+        _write(tmp_path / "tree.jsonl"), ImportOptions(limits=Limits(), row_values=row_values)
+    )
     try:
         assert isinstance(bundle.messages, SpilledRows)
         assert len(bundle.messages) == len(list(bundle.messages)) > 20
@@ -122,7 +151,9 @@ def test_a_large_file_is_spilled_from_its_first_message(tmp_path: Path, monkeypa
     from turnstore.importers import spill
 
     monkeypatch.setattr(spill, "SPILL_FILE_BYTES", 100)
-    (bundle,) = get_importer("pi").bundles(_write(tmp_path / "tree.jsonl"), ImportOptions(limits=Limits(), row_values=row_values))
+    (bundle,) = get_importer("pi").bundles(
+        _write(tmp_path / "tree.jsonl"), ImportOptions(limits=Limits(), row_values=row_values)
+    )
     try:
         assert isinstance(bundle.messages, SpilledRows)
     finally:

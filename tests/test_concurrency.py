@@ -53,7 +53,9 @@ def _writer(url: str, session_id: str, shared_loop: str, worker: int, appends: i
                 turn = 0 if loop_id == shared_loop else i
                 if i % 5 == 4:
                     store.messages.append_turn(
-                        loop_id, turn, [user(f"w{worker}-{i}-prompt"), assistant(f"w{worker}-{i}-reply", u=ASSISTANT_USAGE)]
+                        loop_id,
+                        turn,
+                        [user(f"w{worker}-{i}-prompt"), assistant(f"w{worker}-{i}-reply", u=ASSISTANT_USAGE)],
                     )
                 else:
                     store.messages.append(user(f"w{worker}-{i}"), loop_id=loop_id, turn_index=turn)
@@ -123,7 +125,13 @@ def test_processes_append_to_one_session_and_loop(engine_url: str) -> None:
             texts.update(m.message.text() for m in stored)
         turns = APPENDS // 5
         expected = {f"w{w}-{i}" for w in range(WRITERS) for i in range(APPENDS) if i % 5 != 4}
-        expected |= {f"w{w}-{i}-{part}" for w in range(WRITERS) for i in range(APPENDS) if i % 5 == 4 for part in ("prompt", "reply")}
+        expected |= {
+            f"w{w}-{i}-{part}"
+            for w in range(WRITERS)
+            for i in range(APPENDS)
+            if i % 5 == 4
+            for part in ("prompt", "reply")
+        }
         assert set(texts) == expected
         assert max(texts.values()) == 1, "a message was stored twice"
         totals = store.usage.session(session_id)
@@ -270,7 +278,6 @@ def _without_ids(export: str | None) -> list[dict[str, Any]]:
             line["fork_after"] = places.get(line["fork_after"])
             line["keep_from"] = places.get(line["keep_from"])
     return lines
-
 
 
 # --- the import that loses the race, step by step on every backend ------------------------

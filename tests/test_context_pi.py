@@ -25,10 +25,11 @@ FILE = next(HERE.glob("*.jsonl"))
 SESSION_ID = FILE.stem.split("_", 1)[1]
 
 # pi's convertToLlm texts (packages/coding-agent/src/core/messages.ts)
-COMPACTION = ("The conversation history before this point was compacted into the following summary:\n\n<summary>\n",
-              "\n</summary>")
-BRANCH = ("The following is a summary of a branch that this conversation came back from:\n\n<summary>\n",
-          "</summary>")
+COMPACTION = (
+    "The conversation history before this point was compacted into the following summary:\n\n<summary>\n",
+    "\n</summary>",
+)
+BRANCH = ("The following is a summary of a branch that this conversation came back from:\n\n<summary>\n", "</summary>")
 
 
 def records() -> list[dict[str, Any]]:
@@ -54,7 +55,9 @@ def pi_build_session_context(entries: list[dict[str, Any]], leaf_id: str) -> lis
         at = compactions[-1]
         compaction = path[at]
         kept_from = next(index for index, e in enumerate(path[:at]) if e["id"] == compaction["firstKeptEntryId"])
-        sent = [compaction] + [e for e in path[kept_from:] if e["type"] in ("message", "branch_summary") and e is not compaction]
+        sent = [compaction] + [
+            e for e in path[kept_from:] if e["type"] in ("message", "branch_summary") and e is not compaction
+        ]
     return sent
 
 
@@ -101,7 +104,11 @@ def without_results_outside_their_run(items: list[tuple[str, Any]]) -> list[tupl
             calls.discard(call_id)
         elif what == "entry":
             message = item.get("message", {})
-            calls = {b["id"] for b in message.get("content", []) if b["type"] == "toolCall"} if message.get("role") == "assistant" else set()
+            calls = (
+                {b["id"] for b in message.get("content", []) if b["type"] == "toolCall"}
+                if message.get("role") == "assistant"
+                else set()
+            )
         kept.append((what, item))
     return kept
 
@@ -115,7 +122,9 @@ def imported(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 def leaf_loop(store: Any) -> str:
     leaf_id = records()[-1]["id"]
-    return next(r.loop_id for r in store.messages.records(SESSION_ID) if r.source and json.loads(r.source)["id"] == leaf_id)
+    return next(
+        r.loop_id for r in store.messages.records(SESSION_ID) if r.source and json.loads(r.source)["id"] == leaf_id
+    )
 
 
 def entry_of(record: Any) -> str:
@@ -147,8 +156,13 @@ def test_the_fixture_has_branches_compactions_failed_turns_and_an_unanswered_cal
     stops = [m["stopReason"] for m in messages if m["role"] == "assistant"]
     assert stops.count("error") >= 2 and stops.count("aborted") >= 1
     answered = {m["toolCallId"] for m in messages if m["role"] == "toolResult"}
-    calls = [b["id"] for m in messages if m["role"] == "assistant" and m["stopReason"] not in ("error", "aborted")
-             for b in m["content"] if b["type"] == "toolCall"]
+    calls = [
+        b["id"]
+        for m in messages
+        if m["role"] == "assistant" and m["stopReason"] not in ("error", "aborted")
+        for b in m["content"]
+        if b["type"] == "toolCall"
+    ]
     assert len([c for c in calls if c not in answered]) == 3  # one before the last compaction, two after it
 
 
@@ -157,7 +171,9 @@ def test_the_fixture_has_branches_compactions_failed_turns_and_an_unanswered_cal
 
 def test_context_of_the_last_leaf_is_what_pi_sends(imported: Store) -> None:
     entries = records()
-    expected = without_results_outside_their_run(pi_transform_messages(pi_build_session_context(entries, entries[-1]["id"])))
+    expected = without_results_outside_their_run(
+        pi_transform_messages(pi_build_session_context(entries, entries[-1]["id"]))
+    )
     loop_id = leaf_loop(imported)
     by_entry = {entry_of(r): r for r in imported.messages.path(loop_id)}
 
@@ -166,7 +182,12 @@ def test_context_of_the_last_leaf_is_what_pi_sends(imported: Store) -> None:
     assert len(context) == len(expected)
     for got, (what, item) in zip(context, expected):
         if what == "synthetic":
-            assert (got.role, got.tool_call_id, got.tool_name, got.is_error) == ("toolResult", item["id"], item["name"], True)
+            assert (got.role, got.tool_call_id, got.tool_name, got.is_error) == (
+                "toolResult",
+                item["id"],
+                item["name"],
+                True,
+            )
             assert got.text() == NO_RESULT
         elif item["type"] == "compaction":
             assert got.role == "user" and got.text() == COMPACTION[0] + item["summary"] + COMPACTION[1]
@@ -202,7 +223,11 @@ def test_path_traces_every_context_message_to_its_row(imported: Store) -> None:
     for message in context:
         if message.role == "toolResult" and message.text() == NO_RESULT:
             continue
-        row = next(r for r in rows if r.message.role != "extension" or r.message.kind in ("compaction_summary", "branch_summary"))
+        row = next(
+            r
+            for r in rows
+            if r.message.role != "extension" or r.message.kind in ("compaction_summary", "branch_summary")
+        )
         if row.message.role == "extension":
             assert message.role == "user" and row.message.data["summary"] in message.text()
         elif not (row.message.role == "assistant" and row.message.stop_reason.value in ("error", "aborted")):
@@ -230,8 +255,11 @@ def test_context_for_another_model_on_the_pi_session(imported: Store, model: str
         blocks = after.model_dump(mode="json")["content"]
         assert all(b["type"] in ("text", "toolCall") for b in blocks)
         assert not any("signature" in b or "thoughtSignature" in b or "textSignature" in b for b in blocks)
-        thoughts = [b.thinking for b in before.content if b.type == "thinking" and b.thinking.strip()
-                    and not (b.__pydantic_extra__ or {}).get("redacted")]
+        thoughts = [
+            b.thinking
+            for b in before.content
+            if b.type == "thinking" and b.thinking.strip() and not (b.__pydantic_extra__ or {}).get("redacted")
+        ]
         texts = [b.text for b in before.content if b.type == "text"]
         assert [b["text"] for b in blocks if b["type"] == "text"] == thoughts + texts
     assert foreign >= 5  # both models wrote a share of the leaf's context
@@ -241,7 +269,7 @@ def test_context_for_another_model_on_the_pi_session(imported: Store, model: str
 def test_last_is_the_tail_of_the_leaf_context(imported: Store, n: int) -> None:
     context = imported.messages.context(leaf_loop(imported))
     window = imported.messages.last(SESSION_ID, n)
-    assert window == context[len(context) - len(window):]
+    assert window == context[len(context) - len(window) :]
     assert len(window) <= n and (not window or window[0].role != "toolResult")
     assert len(window) >= min(n, len(context)) - 3  # only tool results cut from their call are left out
 
@@ -252,11 +280,11 @@ def test_last_follows_the_current_path_on_every_backend(store: Any) -> None:
     context = store.messages.context(leaf)
     for n in (1, 7, 60, 5_000):
         window = store.messages.last(SESSION_ID, n)
-        assert window == context[len(context) - len(window):]
+        assert window == context[len(context) - len(window) :]
         assert len(window) >= min(n, len(context)) - 3
     # Another branch's loop, named: the tail of its own context, not of the session's newest rows.
     other = next(loop.loop_id for loop in store.loops.list(SESSION_ID) if loop.continuation_kind == "branch")
     branch_context = store.messages.context(other)
     window = store.messages.last(SESSION_ID, 25, loop_id=other)
-    assert window and window == branch_context[len(branch_context) - len(window):]
+    assert window and window == branch_context[len(branch_context) - len(window) :]
     assert window != store.messages.last(SESSION_ID, 25)

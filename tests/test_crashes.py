@@ -136,7 +136,9 @@ def _child(body: Callable[[_Marks], None], fd: int) -> None:
     os._exit(0)
 
 
-def _append_worker(url: str, pragmas: Mapping[str, Any] | None, loop_id: str, turn: int, single: int, seed: int, fd: int) -> None:
+def _append_worker(
+    url: str, pragmas: Mapping[str, Any] | None, loop_id: str, turn: int, single: int, seed: int, fd: int
+) -> None:
     """Append turns of 3 messages (``turn-<k>`` in each) forever, with a single message now and then."""
 
     def body(marks: _Marks) -> None:
@@ -250,7 +252,7 @@ def _run_and_kill(target: Callable[..., None], args: tuple[Any, ...], delay: flo
     assert error is None, f"the child failed:\n{error}"
     assert ready, "the child never said it was ready"
     assert process.exitcode == -signal.SIGKILL, f"the child ended by itself (exit code {process.exitcode})"
-    return _Run(lines[len(lines) - lines[::-1].index("R"):], seconds)
+    return _Run(lines[len(lines) - lines[::-1].index("R") :], seconds)
 
 
 @dataclass
@@ -536,8 +538,12 @@ def test_sigkill_during_import_leaves_whole_sessions(import_target: _Target, imp
     started = time.monotonic()
     for kill in range(IMPORT_KILLS):
         before = present
-        expected_time = unchanged.seconds + max(full.seconds - unchanged.seconds, 0) * (SESSIONS - len(present)) / SESSIONS
-        lines = _run_and_kill(_import_worker, (target.url, str(source.directory)), rng.uniform(0.005, expected_time)).lines
+        expected_time = (
+            unchanged.seconds + max(full.seconds - unchanged.seconds, 0) * (SESSIONS - len(present)) / SESSIONS
+        )
+        lines = _run_and_kill(
+            _import_worker, (target.url, str(source.directory)), rng.uniform(0.005, expected_time)
+        ).lines
         target.settle()
         present = _check_sessions(target, source.expected)
         assert before <= present, "an imported session disappeared"

@@ -73,15 +73,20 @@ def counts(store: Any, session_id: str | None = None) -> dict[str, int]:
     if session_id is None:
         return {table: scalar(store, f"SELECT count(*) FROM {table}") for table in TABLES}
     return {
-        table: scalar(store, f"SELECT count(*) FROM {table} WHERE session_id = :sid", sid=session_id) for table in TABLES
+        table: scalar(store, f"SELECT count(*) FROM {table} WHERE session_id = :sid", sid=session_id)
+        for table in TABLES
     }
 
 
 def usage_rows(store: Any, session_id: str) -> dict[str, int]:
     """Rows that carry usage: messages with usage columns, loops with reported usage."""
     return {
-        "messages": scalar(store, "SELECT count(*) FROM messages WHERE session_id = :sid AND input_tokens IS NOT NULL", sid=session_id),
-        "loops": scalar(store, "SELECT count(*) FROM loops WHERE session_id = :sid AND input_tokens IS NOT NULL", sid=session_id),
+        "messages": scalar(
+            store, "SELECT count(*) FROM messages WHERE session_id = :sid AND input_tokens IS NOT NULL", sid=session_id
+        ),
+        "loops": scalar(
+            store, "SELECT count(*) FROM loops WHERE session_id = :sid AND input_tokens IS NOT NULL", sid=session_id
+        ),
     }
 
 
@@ -89,16 +94,28 @@ def build_api_session(store: Any, session_id: str, model: str = "claude-sonnet-4
     """A session with every kind of row: turns with usage, a branch, a compaction, an extension, loop-level usage."""
     store.sessions.create(session_id, title=f"{session_id} title", metadata={"k": session_id})
     first = store.loops.start(session_id, config={"model": model, "provider": "anthropic"})
-    ids = store.messages.append_turn(first.loop_id, 0, [
-        user("list files"),
-        assistant("looking", calls=("c1",), u=usage(1_000, 100, cache_read=2_000, cache_write=50), model=model),
-        tool_result("c1", "a.py"),
-    ])
+    ids = store.messages.append_turn(
+        first.loop_id,
+        0,
+        [
+            user("list files"),
+            assistant("looking", calls=("c1",), u=usage(1_000, 100, cache_read=2_000, cache_write=50), model=model),
+            tool_result("c1", "a.py"),
+        ],
+    )
     store.messages.append_turn(first.loop_id, 1, [assistant("a.py", u=usage(500, 50, reasoning=20), model=model)])
     store.messages.append(extension("note", {"text": "hi"}), loop_id=first.loop_id)
     store.loops.end(first.loop_id)
-    store.loops.start(session_id, parent_loop_id=first.loop_id, continuation="branch", fork_after=ids[1], loop_id=f"{session_id}.branch")
-    store.messages.append_turn(f"{session_id}.branch", 0, [user("other"), assistant("other", u=usage(300, 30), model="gpt-5")])
+    store.loops.start(
+        session_id,
+        parent_loop_id=first.loop_id,
+        continuation="branch",
+        fork_after=ids[1],
+        loop_id=f"{session_id}.branch",
+    )
+    store.messages.append_turn(
+        f"{session_id}.branch", 0, [user("other"), assistant("other", u=usage(300, 30), model="gpt-5")]
+    )
     compacted = store.loops.compact(first.loop_id, "summary", keep_from=ids[0], usage=usage(40, 4))
     store.messages.append_turn(compacted.loop_id, 0, [user("next"), assistant("done", u=usage(200, 20), model=model)])
     # A loop whose usage is only reported at loop level (no message carries usage).
@@ -240,17 +257,25 @@ def parent_and_sub_agent(store: Any) -> tuple[str, str]:
     """Session "parent" whose tool call spawned a loop of session "sub"; returns both loop ids."""
     store.sessions.create("parent")
     parent = store.loops.start("parent", config={"model": "claude-sonnet-4-5", "provider": "anthropic"})
-    store.messages.append_turn(parent.loop_id, 0, [
-        user("research this"),
-        assistant("delegating", calls=("spawn-1",), u=usage(100, 10)),
-        tool_result("spawn-1", "the sub-agent's answer"),
-    ])
+    store.messages.append_turn(
+        parent.loop_id,
+        0,
+        [
+            user("research this"),
+            assistant("delegating", calls=("spawn-1",), u=usage(100, 10)),
+            tool_result("spawn-1", "the sub-agent's answer"),
+        ],
+    )
     store.sessions.create("sub")
     sub = store.loops.start(
-        "sub", config={"model": "claude-haiku-4-5", "provider": "anthropic"},
-        spawn_loop_id=parent.loop_id, spawn_tool_call_id="spawn-1",
+        "sub",
+        config={"model": "claude-haiku-4-5", "provider": "anthropic"},
+        spawn_loop_id=parent.loop_id,
+        spawn_tool_call_id="spawn-1",
     )
-    store.messages.append_turn(sub.loop_id, 0, [user("research this"), assistant("found it", u=usage(50, 5), model="claude-haiku-4-5")])
+    store.messages.append_turn(
+        sub.loop_id, 0, [user("research this"), assistant("found it", u=usage(50, 5), model="claude-haiku-4-5")]
+    )
     assert [loop.loop_id for loop in store.loops.children(parent.loop_id)] == [sub.loop_id]
     return parent.loop_id, sub.loop_id
 
@@ -299,7 +324,10 @@ def test_foreign_keys_are_on_for_the_default_sqlite_store(sqlite_store: Store) -
     assert sqlite_store._db.scalar(sa.text("PRAGMA foreign_keys")) == 1
     names = {row[2] for row in sqlite_store._db.fetchall(sa.text("PRAGMA foreign_key_list(messages)"))}
     assert names == {"loops", "sessions"}
-    actions = {row[6] for table in ("loops", "messages", "imports")
-               for row in sqlite_store._db.fetchall(sa.text(f"PRAGMA foreign_key_list({table})"))}
+    actions = {
+        row[6]
+        for table in ("loops", "messages", "imports")
+        for row in sqlite_store._db.fetchall(sa.text(f"PRAGMA foreign_key_list({table})"))
+    }
     assert actions == {"CASCADE"}
     assert json.dumps(orphans(sqlite_store)) == json.dumps(no_orphans())

@@ -216,13 +216,25 @@ def _append_at(store: Store, loop_id: str, turn: int, stamp: int, u: Usage) -> N
     if stamp >= 0:
         store.messages.append_turn(loop_id, turn, [user(timestamp=stamp), assistant(u=u, timestamp=stamp)])
     else:
-        store.messages.append(ExtensionMessage(kind="summary", data={}), loop_id=loop_id, turn_index=turn, usage=u,
-                              model="claude-sonnet-4-5", provider="anthropic", timestamp=stamp)
+        store.messages.append(
+            ExtensionMessage(kind="summary", data={}),
+            loop_id=loop_id,
+            turn_index=turn,
+            usage=u,
+            model="claude-sonnet-4-5",
+            provider="anthropic",
+            timestamp=stamp,
+        )
 
 
 def test_the_python_calendar_agrees_with_the_rule() -> None:
     assert [_day_of(s) for s in (0, -1, FIRST_DAY_MS, FIRST_DAY_MS - 1, LAST_DAY_MS, LAST_DAY_MS + 1)] == [
-        "1970-01-01", "1969-12-31", "0001-01-01", None, "9999-12-31", None
+        "1970-01-01",
+        "1969-12-31",
+        "0001-01-01",
+        None,
+        "9999-12-31",
+        None,
     ]
 
 
@@ -253,6 +265,12 @@ def test_days_out_of_range_do_not_break_a_read(
 
 def test_an_extension_message_dated_zero_is_dated_zero(store: Store, loop_id: str) -> None:
     """0 is a time like any other (1970-01-01), not a missing one: only None means "now"."""
-    store.messages.append(ExtensionMessage(kind="summary", data={}), loop_id=loop_id, usage=Usage(input=3, output=1),
-                          model="claude-sonnet-4-5", provider="anthropic", timestamp=0)
+    store.messages.append(
+        ExtensionMessage(kind="summary", data={}),
+        loop_id=loop_id,
+        usage=Usage(input=3, output=1),
+        model="claude-sonnet-4-5",
+        provider="anthropic",
+        timestamp=0,
+    )
     assert [(row.day, row.input) for row in store.usage.by_day()] == [("1970-01-01", 3)]

@@ -91,8 +91,10 @@ def test_threads_are_started_only_by_the_import_checkpoint_and_async_store() -> 
             name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
             if name in starters:
                 found.add(module)
-        if any(source in ("_thread", "multiprocessing") or source.startswith("multiprocessing.")
-               for source, _ in _imported(tree, module)):
+        if any(
+            source in ("_thread", "multiprocessing") or source.startswith("multiprocessing.")
+            for source, _ in _imported(tree, module)
+        ):
             found.add(module)
     assert found == {"aio.py", "repositories/import_writes.py"}
 

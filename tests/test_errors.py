@@ -185,7 +185,9 @@ def test_from_pydantic_paths_drop_json_value_tags(record: dict[str, Any], path: 
 
 
 def test_non_finite_number_error_names_where_it_is() -> None:
-    error = InvalidMessage.from_pydantic(pydantic_error({"role": "extension", "kind": "k", "data": {"a": {"b": [float("inf")]}}}))
+    error = InvalidMessage.from_pydantic(
+        pydantic_error({"role": "extension", "kind": "k", "data": {"a": {"b": [float("inf")]}}})
+    )
     assert [p for p, _ in error.errors] == ["data.a.b[0]"]
 
 
@@ -209,7 +211,9 @@ def test_storage_and_foreign_file_errors_sit_where_callers_catch_them() -> None:
 )
 def test_a_server_url_with_bytes_that_are_not_utf8_is_an_invalid_argument(url: str, part: str) -> None:
     # An undecodable command-line argument reaches Python as lone surrogates; the driver cannot send them.
-    with pytest.raises(InvalidArgument, match=f"^url: the database URL's {part} holds bytes that are not UTF-8$") as caught:
+    with pytest.raises(
+        InvalidArgument, match=f"^url: the database URL's {part} holds bytes that are not UTF-8$"
+    ) as caught:
         turnstore.Store(url)
     assert "\n" not in str(caught.value) and "p\udcff" not in str(caught.value)
 

@@ -92,26 +92,45 @@ def build_session(store: Store) -> dict[str, Any]:
     """An API-built session: two loops, a branch, a compaction, a refusal, an extension message."""
     sid = store.sessions.create("api-session", agent_id="agent-9", title="Built through the API").session_id
     first = store.loops.start(sid, config={"model": "claude-sonnet-4-5", "provider": "anthropic"})
-    store.messages.append_turn(first.loop_id, 0, [
-        user("run the tests", 1_000),
-        assistant("running", calls=("c1",), thinking="pytest first", signature="sig/+=", timestamp=2_000),
-        tool_result("c1", "3 passed", timestamp=3_000),
-    ])
+    store.messages.append_turn(
+        first.loop_id,
+        0,
+        [
+            user("run the tests", 1_000),
+            assistant("running", calls=("c1",), thinking="pytest first", signature="sig/+=", timestamp=2_000),
+            tool_result("c1", "3 passed", timestamp=3_000),
+        ],
+    )
     store.messages.append(extension("status_update", {"status": "running"}), loop_id=first.loop_id)
-    store.messages.append_turn(first.loop_id, 1, [assistant("all green", u=usage(200, 20, cache_read=800), timestamp=4_000)])
+    store.messages.append_turn(
+        first.loop_id, 1, [assistant("all green", u=usage(200, 20, cache_read=800), timestamp=4_000)]
+    )
     store.loops.end(first.loop_id)
     second = store.loops.start(sid, config={"model": "claude-sonnet-4-5", "provider": "anthropic"})
-    prompt, refusal = store.messages.append_turn(second.loop_id, 0, [
-        user("now delete prod", 5_000),
-        assistant("I can't help with that.", stop=StopReason.REFUSAL, timestamp=6_000),
-    ])
+    prompt, refusal = store.messages.append_turn(
+        second.loop_id,
+        0,
+        [
+            user("now delete prod", 5_000),
+            assistant("I can't help with that.", stop=StopReason.REFUSAL, timestamp=6_000),
+        ],
+    )
     store.loops.end(second.loop_id)
-    branch = store.loops.start(sid, config={"model": "gpt-5", "provider": "openai"}, parent_loop_id=second.loop_id,
-                               continuation="branch", fork_after=prompt)
+    branch = store.loops.start(
+        sid,
+        config={"model": "gpt-5", "provider": "openai"},
+        parent_loop_id=second.loop_id,
+        continuation="branch",
+        fork_after=prompt,
+    )
     store.messages.append_turn(branch.loop_id, 0, [assistant("No.", model="gpt-5", provider="openai", timestamp=7_000)])
     store.loops.end(branch.loop_id, "aborted")
     compaction = store.loops.compact(second.loop_id, "they asked to delete prod; refused", usage=usage(400, 30))
-    return {"sid": sid, "loops": [first.loop_id, second.loop_id, branch.loop_id, compaction.loop_id], "refusal": refusal}
+    return {
+        "sid": sid,
+        "loops": [first.loop_id, second.loop_id, branch.loop_id, compaction.loop_id],
+        "refusal": refusal,
+    }
 
 
 @pytest.fixture
@@ -158,7 +177,9 @@ def test_phi_core_export_of_api_session_is_loadable_by_phi_core(store: Store, ap
 def test_phi_core_export_maps_refusal_to_guard_rail(store: Store, api_session: dict[str, Any]) -> None:
     exported = json.loads(store.export(api_session["sid"], "phi-core"))
 
-    refusal = next(m for m in exported if m["role"] == "assistant" and m["content"][0].get("text") == "I can't help with that.")
+    refusal = next(
+        m for m in exported if m["role"] == "assistant" and m["content"][0].get("text") == "I can't help with that."
+    )
     assert refusal["stopReason"] == "guardRail"
     # the store itself still knows it was a refusal
     assert store.messages.get(api_session["refusal"]).message.stop_reason == StopReason.REFUSAL
@@ -220,7 +241,11 @@ def test_phi_core_session_export_of_api_session(store: Store, api_session: dict[
         for message in record["messages"]:
             assert_phi_core_message(message)
 
-    assert [records[lid]["continuation_kind"] for lid in (first, second, compaction)] == ["Initial", "Default", "Compaction"]
+    assert [records[lid]["continuation_kind"] for lid in (first, second, compaction)] == [
+        "Initial",
+        "Default",
+        "Compaction",
+    ]
     branch_kind = records[branch]["continuation_kind"]
     assert list(branch_kind) == ["Branch"] and RFC3339.match(branch_kind["Branch"]["tag"])
     assert [records[lid]["status"] for lid in (first, second, branch, compaction)] == [
@@ -265,7 +290,11 @@ def test_turnstore_export_lines(store: Store, api_session: dict[str, Any]) -> No
 
     header = records[0]
     assert header["format"] == "turnstore" and header["version"] == 1
-    assert (header["session_id"], header["agent_id"], header["title"]) == (api_session["sid"], "agent-9", "Built through the API")
+    assert (header["session_id"], header["agent_id"], header["title"]) == (
+        api_session["sid"],
+        "agent-9",
+        "Built through the API",
+    )
 
     loop_lines = records[1 : 1 + len(loops)]
     assert [r["loop_id"] for r in loop_lines] == [loop.loop_id for loop in loops]
@@ -287,7 +316,9 @@ def test_turnstore_export_keeps_source_records(store: Store) -> None:
     store.import_("phi-core", ARRAY)
     records = json.loads(ARRAY.read_text(encoding="utf-8"))
 
-    lines = [json.loads(line) for line in store.export("3f1c9a2e-7b4d-4c1e-9a55-0d2f6b8e1a77", "turnstore").splitlines()]
+    lines = [
+        json.loads(line) for line in store.export("3f1c9a2e-7b4d-4c1e-9a55-0d2f6b8e1a77", "turnstore").splitlines()
+    ]
 
     assert lines[0]["source_format"] == "phi-core"
     assert [json.loads(r["source"]) for r in lines if r["type"] == "message"] == records
@@ -622,8 +653,14 @@ def test_turnstore_export_carries_what_the_store_holds_verbatim(store: Store, tm
     assert without_message_ids(second) == without_message_ids(first)  # byte for byte
     [message_line] = [json.loads(line) for line in second.splitlines() if line.startswith('{"type":"message"')]
     assert message_line["source"] == verbatim  # the source record's own text, 1.10 and all
-    assert message_line["message"]["content"][0]["arguments"] == {"ratio": 1.1, "count": 100000.0,
-                                                                   "id": 12345678901234567890123, "note": "café"}
+    assert message_line["message"]["content"][0]["arguments"] == {
+        "ratio": 1.1,
+        "count": 100000.0,
+        "id": 12345678901234567890123,
+        "note": "café",
+    }
+
+
 # --- messages without usage, run usage --------------------------------------------------------------
 
 
@@ -740,5 +777,11 @@ def test_rows_are_the_stored_text_and_columns_by_name(sqlite_store: Store) -> No
         assert row.role == record.message.role
     refusal = next(row for row in rows if row.id == built["refusal"])
     assert refusal.model == "claude-sonnet-4-5" and refusal.provider == "anthropic"
-    assert refusal.usage_tokens() == (refusal.input_tokens, refusal.output_tokens, refusal.reasoning_tokens,
-                                      refusal.cache_read_tokens, refusal.cache_write_tokens, refusal.total_tokens)
+    assert refusal.usage_tokens() == (
+        refusal.input_tokens,
+        refusal.output_tokens,
+        refusal.reasoning_tokens,
+        refusal.cache_read_tokens,
+        refusal.cache_write_tokens,
+        refusal.total_tokens,
+    )

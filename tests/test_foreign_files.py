@@ -59,11 +59,17 @@ def _sqlite(path: Path, *statements: str) -> None:
 FOREIGN: dict[str, Callable[[Path], None]] = {
     "openai-agents": _openai_agents,
     "appam": lambda path: _sqlite(
-        path, "CREATE TABLE session_history (id TEXT PRIMARY KEY, messages TEXT)", "INSERT INTO session_history VALUES ('a', '[]')"
+        path,
+        "CREATE TABLE session_history (id TEXT PRIMARY KEY, messages TEXT)",
+        "INSERT INTO session_history VALUES ('a', '[]')",
     ),
-    "arbitrary": lambda path: _sqlite(path, "CREATE TABLE notes (id INTEGER, body TEXT)", "INSERT INTO notes VALUES (1, 'x')"),
+    "arbitrary": lambda path: _sqlite(
+        path, "CREATE TABLE notes (id INTEGER, body TEXT)", "INSERT INTO notes VALUES (1, 'x')"
+    ),
     "other-alembic-app": lambda path: _sqlite(
-        path, "CREATE TABLE alembic_version (version_num TEXT)", "INSERT INTO alembic_version VALUES ('abc123')",
+        path,
+        "CREATE TABLE alembic_version (version_num TEXT)",
+        "INSERT INTO alembic_version VALUES ('abc123')",
         "CREATE TABLE users (id INTEGER)",
     ),
     "not-sqlite": lambda path: path.write_text("name,value\na,1\n"),
@@ -142,7 +148,9 @@ def test_db_current_of_a_missing_path_is_none_and_creates_nothing(tmp_path: Path
     assert os.listdir(tmp_path) == []
 
 
-def test_default_database_is_not_created_by_a_read_only_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_database_is_not_created_by_a_read_only_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("TURNSTORE_URL", raising=False)
 
@@ -311,7 +319,8 @@ def test_read_only_commands_read_a_store_they_may_not_write(read_only_store: Pat
 
     results = unprivileged(
         lambda: [
-            run_cli("--db", read_only_store, *args) for args in (["sessions", "--json"], ["show", "s1"], ["usage"], ["db", "check"])
+            run_cli("--db", read_only_store, *args)
+            for args in (["sessions", "--json"], ["show", "s1"], ["usage"], ["db", "check"])
         ]
     )
 
@@ -353,5 +362,3 @@ def test_a_new_database_in_a_folder_it_may_not_write_is_a_read_only_error() -> N
     finally:
         folder.chmod(0o755)
         shutil.rmtree(folder)
-
-

@@ -64,7 +64,10 @@ TEXT_SOURCES: dict[str, list[Path]] = {
         FIXTURES / "phi_core" / "messages" / "save_messages.json",
         *sorted((FIXTURES / "phi_core" / "sessions").glob("*.json")),
     ],
-    "yoagent": [FIXTURES / "yoagent" / "sessions" / "rename-refactor.jsonl", FIXTURES / "yoagent" / "messages" / "weather-chat.json"],
+    "yoagent": [
+        FIXTURES / "yoagent" / "sessions" / "rename-refactor.jsonl",
+        FIXTURES / "yoagent" / "messages" / "weather-chat.json",
+    ],
     "clark": [FIXTURES / "clark" / "conversation-42.jsonl", FIXTURES / "clark" / "support-ticket.json"],
     "tau": sorted((FIXTURES / "tau" / "sessions").glob("*.jsonl")),
     "pi": sorted((FIXTURES / "pi").glob("*.jsonl")),
@@ -97,7 +100,9 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
         connection.executescript(TAU_SCHEMA)
         for source in TEXT_SOURCES["tau"][:2]:
             rows = [json.loads(line) for line in source.read_text(encoding="utf-8").splitlines() if line.strip()]
-            for row, line in zip(rows, [line for line in source.read_text(encoding="utf-8").splitlines() if line.strip()]):
+            for row, line in zip(
+                rows, [line for line in source.read_text(encoding="utf-8").splitlines() if line.strip()]
+            ):
                 connection.execute(
                     "INSERT INTO entries (session_id, id, type, payload) VALUES (?, ?, ?, ?)",
                     (rows[0]["id"], row["id"], row["type"], line),
@@ -129,7 +134,9 @@ def wipe(store: Any) -> None:
 def content(store: Any, session_id: str) -> tuple[set[str], list[tuple[str, int | None, Any]]]:
     """A stored session: its loop ids, and its messages as (loop, turn, message JSON) in order."""
     loops = {loop.loop_id for loop in store.loops.list(session_id)}
-    messages = [(m.loop_id, m.turn_index, m.message.model_dump(mode="json")) for m in store.messages.records(session_id)]
+    messages = [
+        (m.loop_id, m.turn_index, m.message.model_dump(mode="json")) for m in store.messages.records(session_id)
+    ]
     return loops, messages
 
 
@@ -258,7 +265,9 @@ def heavy_copy(source: Path, folder: Path, value: Any, spot: str) -> Path:
         shutil.copyfile(source, target)
         with sqlite3.connect(target) as connection:
             table, column = _json_cell(connection)
-            rowid, text = connection.execute(f'SELECT rowid, "{column}" FROM "{table}" ORDER BY rowid LIMIT 1 OFFSET 1').fetchone()
+            rowid, text = connection.execute(
+                f'SELECT rowid, "{column}" FROM "{table}" ORDER BY rowid LIMIT 1 OFFSET 1'
+            ).fetchone()
             record = json.loads(text)
             if isinstance(record, list):
                 record[1] = with_heavy(record[1], value, spot)

@@ -151,7 +151,11 @@ message_like = st.one_of(
     mutated_records(),
     json_values,
     st.dictionaries(keys, json_values, max_size=6).map(lambda d: {"role": "user", **d}),
-    st.builds(lambda role, rest: {"role": role, **rest}, st.sampled_from(["user", "assistant", "toolResult", "system", "extension"]), st.dictionaries(keys, json_values, max_size=6)),
+    st.builds(
+        lambda role, rest: {"role": role, **rest},
+        st.sampled_from(["user", "assistant", "toolResult", "system", "extension"]),
+        st.dictionaries(keys, json_values, max_size=6),
+    ),
 )
 """What a caller could hand the parser: mostly near-valid records, some noise."""
 
@@ -230,16 +234,35 @@ NUMBER_SPOTS = ["timestamp", "usage.input", "usage.cost", "turnIndex"]
 
 HEAVY_CASES: list[tuple[str, str, Any]] = [
     *[(f"deep {kind} {DEEP}", spot, nested(DEEP, kind)) for spot in JSON_SPOTS for kind in ("list", "dict")],
-    *[(f"depth {depth}", spot, nested(depth)) for spot in ("data", "unknown key") for depth in range(READ_DEPTH - 6, READ_DEPTH + 4)],
+    *[
+        (f"depth {depth}", spot, nested(depth))
+        for spot in ("data", "unknown key")
+        for depth in range(READ_DEPTH - 6, READ_DEPTH + 4)
+    ],
     *[(f"int {number.bit_length()} bits", spot, number) for spot in JSON_SPOTS + NUMBER_SPOTS for number in HUGE_INTS],
-    *[(f"float {number!r}", spot, number) for spot in JSON_SPOTS + NUMBER_SPOTS for number in (1e308, -1e308, -0.0, 5e-324, float("nan"), float("inf"), float("-inf"))],
-    *[(f"text {name}", spot, text) for spot in TEXT_SPOTS + JSON_SPOTS for name, text in (("NUL", "a\x00b"), ("lone surrogate", "a\ud800b"), ("low surrogate", "\udfff"), ("separators", "\u2028\u2029\x85"))],
+    *[
+        (f"float {number!r}", spot, number)
+        for spot in JSON_SPOTS + NUMBER_SPOTS
+        for number in (1e308, -1e308, -0.0, 5e-324, float("nan"), float("inf"), float("-inf"))
+    ],
+    *[
+        (f"text {name}", spot, text)
+        for spot in TEXT_SPOTS + JSON_SPOTS
+        for name, text in (
+            ("NUL", "a\x00b"),
+            ("lone surrogate", "a\ud800b"),
+            ("low surrogate", "\udfff"),
+            ("separators", "\u2028\u2029\x85"),
+        )
+    ],
     ("key NUL", "data", {"a\x00": 1}),
     ("key lone surrogate", "data", {"\ud800": 1}),
 ]
 
 
-@pytest.mark.parametrize(("case", "where", "value"), HEAVY_CASES, ids=[f"{case}@{where}" for case, where, _ in HEAVY_CASES])
+@pytest.mark.parametrize(
+    ("case", "where", "value"), HEAVY_CASES, ids=[f"{case}@{where}" for case, where, _ in HEAVY_CASES]
+)
 def test_heavy_values_are_stored_whole_or_refused(case: str, where: str, value: Any) -> None:
     record = with_value(where, value)
     tally("model.heavy_cases", check_parsed(record))
@@ -311,7 +334,9 @@ def new_loop(store: Any) -> str:
     if not store.sessions.exists("fuzz"):
         store.sessions.create("fuzz")
     loop_id = store.loops.start("fuzz").loop_id
-    store.messages.append({"role": "user", "content": [{"type": "text", "text": "first"}], "timestamp": 1}, loop_id=loop_id, turn_index=0)
+    store.messages.append(
+        {"role": "user", "content": [{"type": "text", "text": "first"}], "timestamp": 1}, loop_id=loop_id, turn_index=0
+    )
     return loop_id
 
 
@@ -349,7 +374,9 @@ def test_append_turn_writes_all_of_the_turn_or_none_of_it(store: Any, backend: s
     def run(data: st.DataObject) -> None:
         loop_id = new_loop(store)
         turn = data.draw(st.integers(1, 3))
-        messages: list[Any] = [as_loop(r, loop_id, turn) for r in data.draw(st.lists(st.sampled_from(good), min_size=1, max_size=4))]
+        messages: list[Any] = [
+            as_loop(r, loop_id, turn) for r in data.draw(st.lists(st.sampled_from(good), min_size=1, max_size=4))
+        ]
         bad_at = data.draw(st.integers(0, len(messages)))  # == len: every message stays valid
         if bad_at < len(messages):
             messages[bad_at] = data.draw(st.one_of(mutated_records([messages[bad_at]]), message_like))

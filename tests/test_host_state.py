@@ -66,7 +66,17 @@ def _loggers() -> dict[str, Any]:
 
 def _decimal_context() -> tuple[Any, ...]:
     ctx = decimal.getcontext()
-    return (id(ctx), ctx.prec, ctx.rounding, ctx.Emin, ctx.Emax, ctx.capitals, ctx.clamp, dict(ctx.traps), dict(ctx.flags))
+    return (
+        id(ctx),
+        ctx.prec,
+        ctx.rounding,
+        ctx.Emin,
+        ctx.Emax,
+        ctx.capitals,
+        ctx.clamp,
+        dict(ctx.traps),
+        dict(ctx.flags),
+    )
 
 
 def host_state() -> dict[str, Any]:
@@ -206,8 +216,9 @@ def _sync_calls(store: Store, folder: Path) -> dict[str, Callable[[], Any]]:
         ),
         "context": lambda: store.messages.context(loop_id),
         "rewind+delete": lambda: store.messages.delete(
-            store.messages.append(Message.user("again"), loop_id=store.messages.rewind(loop_id, after=first).loop_id,
-                                  turn_index=0)
+            store.messages.append(
+                Message.user("again"), loop_id=store.messages.rewind(loop_id, after=first).loop_id, turn_index=0
+            )
         ),
         "usage": lambda: (
             store.usage.turn(loop_id, 0),
@@ -221,7 +232,8 @@ def _sync_calls(store: Store, folder: Path) -> dict[str, Callable[[], Any]]:
         ),
         "transaction": lambda: _in_transaction(store, session_id),
         "export": lambda: [
-            store.export(session_id, fmt, folder / f"out.{fmt}") for fmt in ("turnstore", "phi-core", "phi-core-session")
+            store.export(session_id, fmt, folder / f"out.{fmt}")
+            for fmt in ("turnstore", "phi-core", "phi-core-session")
         ],
         "export(text)": lambda: store.export(session_id, "turnstore"),
         "schema_version": lambda: (store.schema_version(), store.upgrade()),
@@ -238,8 +250,11 @@ def _in_transaction(store: Store, session_id: str) -> None:
 def _errors(store: Store) -> None:
     from turnstore import TurnstoreError
 
-    for call in (lambda: store.sessions.get("no-such"), lambda: store.import_("no-such-format", FIXTURES),
-                 lambda: store.messages.context("no-such-loop")):
+    for call in (
+        lambda: store.sessions.get("no-such"),
+        lambda: store.import_("no-such-format", FIXTURES),
+        lambda: store.messages.context("no-such-loop"),
+    ):
         with pytest.raises(TurnstoreError):
             call()
 
@@ -340,12 +355,30 @@ def test_async_store_leaves_the_process_as_it_found_it(tmp_path: Path) -> None:
 CLI_CALLS: dict[str, Callable[[Path], list[list[str]]]] = {
     "help": lambda db: [["--help"], ["import", "--help"], ["db", "--help"]],
     "demo": lambda db: [["--db", str(db), "demo"], ["--db", str(db), "--json", "demo"]],
-    "sessions": lambda db: [["--db", str(db), "demo"], ["--db", str(db), "sessions"], ["--db", str(db), "--json", "sessions"]],
-    "show+usage": lambda db: [["--db", str(db), "demo"], ["--db", str(db), "usage"], ["--db", str(db), "usage", "--by", "model"]],
-    "import": lambda db: [["--db", str(db), "import", "pi", str(FIXTURES / "pi")],
-                          ["--db", str(db), "import", "pi", "--dry-run", str(FIXTURES / "pi")]],
-    "db": lambda db: [["--db", str(db), "db", "upgrade"], ["--db", str(db), "db", "current"], ["--db", str(db), "db", "check"]],
-    "errors": lambda db: [["--db", str(db), "show", "no-such"], ["--db", str(db), "import", "nope", "x"], ["no-such-command"]],
+    "sessions": lambda db: [
+        ["--db", str(db), "demo"],
+        ["--db", str(db), "sessions"],
+        ["--db", str(db), "--json", "sessions"],
+    ],
+    "show+usage": lambda db: [
+        ["--db", str(db), "demo"],
+        ["--db", str(db), "usage"],
+        ["--db", str(db), "usage", "--by", "model"],
+    ],
+    "import": lambda db: [
+        ["--db", str(db), "import", "pi", str(FIXTURES / "pi")],
+        ["--db", str(db), "import", "pi", "--dry-run", str(FIXTURES / "pi")],
+    ],
+    "db": lambda db: [
+        ["--db", str(db), "db", "upgrade"],
+        ["--db", str(db), "db", "current"],
+        ["--db", str(db), "db", "check"],
+    ],
+    "errors": lambda db: [
+        ["--db", str(db), "show", "no-such"],
+        ["--db", str(db), "import", "nope", "x"],
+        ["no-such-command"],
+    ],
 }
 
 
@@ -362,8 +395,12 @@ def test_cli_show_and_export_leave_the_process_as_they_found_it(tmp_path: Path) 
     with Store(db) as store:
         session_id, _ = _fill(store)
     before = host_state()
-    for args in (["show", session_id], ["--json", "show", session_id], ["export", session_id, "-o", str(tmp_path / "o.jsonl")],
-                 ["export", session_id]):
+    for args in (
+        ["show", session_id],
+        ["--json", "show", session_id],
+        ["export", session_id, "-o", str(tmp_path / "o.jsonl")],
+        ["export", session_id],
+    ):
         result = run_cli("--db", str(db), *args)
         assert result.code == 0, result
     assert_unchanged(before, host_state(), "turnstore show/export")

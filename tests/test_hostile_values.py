@@ -200,7 +200,12 @@ def test_loops_messages_and_usage_round_trip(store: Any, value: str) -> None:
     expected = written["messages"]
 
     loop = store.loops.get(loop_id)
-    assert (loop.loop_id, loop.session_id, loop.config, loop.metadata) == (loop_id, value, written["config"], {value: value})
+    assert (loop.loop_id, loop.session_id, loop.config, loop.metadata) == (
+        loop_id,
+        value,
+        written["config"],
+        {value: value},
+    )
     assert loop.model == value and loop.provider == value
     minted = store.loops.get(written["minted"].loop_id)
     assert minted.loop_id.startswith(value + ".") and minted.parent_loop_id == loop_id
@@ -222,7 +227,11 @@ def test_loops_messages_and_usage_round_trip(store: Any, value: str) -> None:
     # The stored JSON holds the value itself (JSON-escaped), not a transformed one.
     raw = json.loads(stored_text(store, written["ids"][1]))
     assert raw["content"][0]["thinking"] == value and raw["content"][0]["signature"] == value
-    assert raw["content"][2]["arguments"] == {value: value, "nested": {value: [value, 1, None, True, 1.5]}, "plain": value}
+    assert raw["content"][2]["arguments"] == {
+        value: value,
+        "nested": {value: [value, 1, None, True, 1.5]},
+        "plain": value,
+    }
     assert json.loads(stored_text(store, written["ids"][0]))[value] == value
     assert json.loads(stored_text(store, written["ids"][3]))["kind"] == value
 
@@ -241,7 +250,9 @@ def test_compaction_and_branch_with_hostile_values(store: Any, value: str) -> No
     written = write_hostile_session(store, value)
     loop_id = written["loop"].loop_id
     fork_at = written["ids"][1]
-    branch = store.loops.start(value, parent_loop_id=loop_id, continuation="branch", fork_after=fork_at, loop_id=value + "/branch")
+    branch = store.loops.start(
+        value, parent_loop_id=loop_id, continuation="branch", fork_after=fork_at, loop_id=value + "/branch"
+    )
     assert store.loops.get(branch.loop_id).fork_after == fork_at
     compacted = store.loops.compact(loop_id, value, keep_from=written["ids"][0], usage=usage(7, 3))
     context = store.messages.context(compacted.loop_id)
@@ -255,10 +266,23 @@ def test_compaction_and_branch_with_hostile_values(store: Any, value: str) -> No
 
 @pytest.mark.parametrize(
     "field",
-    ["session_id", "title", "agent_id", "metadata_key", "metadata_value", "loop_id", "config", "extension_kind",
-     "assistant_model", "message_text", "tool_arguments"],
+    [
+        "session_id",
+        "title",
+        "agent_id",
+        "metadata_key",
+        "metadata_value",
+        "loop_id",
+        "config",
+        "extension_kind",
+        "assistant_model",
+        "message_text",
+        "tool_arguments",
+    ],
 )
-def test_nul_character_is_stored_or_refused_cleanly(store: Any, backend: str, field: str, request: pytest.FixtureRequest) -> None:
+def test_nul_character_is_stored_or_refused_cleanly(
+    store: Any, backend: str, field: str, request: pytest.FixtureRequest
+) -> None:
     # NUL (U+0000) is valid in a Python str and in JSON ("\\u0000"), but PostgreSQL text
     # and jsonb cannot hold it. Right behaviour on every backend: the value round-trips,
     # or the store refuses it with InvalidMessage and writes nothing; never a driver error.
@@ -278,7 +302,10 @@ def test_nul_character_is_stored_or_refused_cleanly(store: Any, backend: str, fi
             created = store.sessions.create(**kwargs)
             got = store.sessions.get(created.session_id)
             assert (got.session_id, got.title, got.agent_id, got.metadata) == (
-                created.session_id, created.title, created.agent_id, created.metadata
+                created.session_id,
+                created.title,
+                created.agent_id,
+                created.metadata,
             )
         elif field in {"loop_id", "config"}:
             kwargs = {"loop_id": nul} if field == "loop_id" else {"config": {"model": nul}}
@@ -288,13 +315,21 @@ def test_nul_character_is_stored_or_refused_cleanly(store: Any, backend: str, fi
             message: Any = {
                 "extension_kind": ExtensionMessage(kind=nul, data=None),
                 "assistant_model": AssistantMessage(
-                    content=[TextContent(text="x")], stop_reason=StopReason.STOP, model=nul, provider="p",
-                    usage=usage(), timestamp=1,
+                    content=[TextContent(text="x")],
+                    stop_reason=StopReason.STOP,
+                    model=nul,
+                    provider="p",
+                    usage=usage(),
+                    timestamp=1,
                 ),
                 "message_text": UserMessage(content=[TextContent(text=nul)], timestamp=1),
                 "tool_arguments": AssistantMessage(
-                    content=[ToolCallContent(id=nul, name=nul, arguments={nul: nul})], stop_reason=StopReason.TOOL_USE,
-                    model="m", provider="p", usage=usage(), timestamp=1,
+                    content=[ToolCallContent(id=nul, name=nul, arguments={nul: nul})],
+                    stop_reason=StopReason.TOOL_USE,
+                    model="m",
+                    provider="p",
+                    usage=usage(),
+                    timestamp=1,
                 ),
             }[field]
             turn = None if field == "extension_kind" else 0
@@ -306,7 +341,9 @@ def test_nul_character_is_stored_or_refused_cleanly(store: Any, backend: str, fi
     assert_intact(store)
 
 
-@pytest.mark.parametrize("field", ["session_id", "title", "metadata_value", "loop_id", "extension_kind", "message_text"])
+@pytest.mark.parametrize(
+    "field", ["session_id", "title", "metadata_value", "loop_id", "extension_kind", "message_text"]
+)
 def test_lone_surrogate_is_refused_with_invalid_message(store: Any, field: str, request: pytest.FixtureRequest) -> None:
     # "\\ud800" in a JSON source decodes to a lone surrogate, which no UTF-8 database can hold.
     # Right behaviour: InvalidMessage naming the field, nothing written.
@@ -326,7 +363,9 @@ def test_lone_surrogate_is_refused_with_invalid_message(store: Any, field: str, 
         elif field == "extension_kind":
             store.messages.append(ExtensionMessage(kind=bad, data=None), loop_id="base-loop")
         else:
-            store.messages.append(UserMessage(content=[TextContent(text=bad)], timestamp=1), loop_id="base-loop", turn_index=0)
+            store.messages.append(
+                UserMessage(content=[TextContent(text=bad)], timestamp=1), loop_id="base-loop", turn_index=0
+            )
     assert table_counts(store) == before
 
 
@@ -343,7 +382,7 @@ def long_text(size_bytes: int) -> str:
 def test_ids_and_kinds_at_the_default_limit_round_trip(store: Any) -> None:
     limit = Limits().max_id_length
     session_id = ("\u6f22\U0001f600'%?:" * limit)[:limit]  # multi-byte characters: the limit counts characters
-    loop_id = ("L\"\\;--" * limit)[:limit]
+    loop_id = ('L"\\;--' * limit)[:limit]
     kind = ("k\u0301\n" * limit)[:limit]
     assert len(session_id) == len(loop_id) == len(kind) == limit
     store.sessions.create(session_id, title="t" * 100_000)
@@ -367,11 +406,19 @@ def test_messages_of_several_megabytes_round_trip(store: Any) -> None:
     loop = store.loops.start("big", config={"model": "claude-sonnet-4-5", "provider": "anthropic"})
     prompt = UserMessage(content=[TextContent(text=text)], timestamp=1)
     reply = AssistantMessage(
-        content=[ThinkingContent(thinking=text[:1_000_000], signature=text[:50_000]),
-                 ToolCallContent(id="c1", name="write", arguments=arguments)],
-        stop_reason=StopReason.TOOL_USE, model="claude-sonnet-4-5", provider="anthropic", usage=usage(), timestamp=2,
+        content=[
+            ThinkingContent(thinking=text[:1_000_000], signature=text[:50_000]),
+            ToolCallContent(id="c1", name="write", arguments=arguments),
+        ],
+        stop_reason=StopReason.TOOL_USE,
+        model="claude-sonnet-4-5",
+        provider="anthropic",
+        usage=usage(),
+        timestamp=2,
     )
-    result = ToolResultMessage(tool_call_id="c1", tool_name="write", content=[TextContent(text=text)], is_error=False, timestamp=3)
+    result = ToolResultMessage(
+        tool_call_id="c1", tool_name="write", content=[TextContent(text=text)], is_error=False, timestamp=3
+    )
     ids = store.messages.append_turn(loop.loop_id, 0, [prompt, reply, result])
     sizes = [len(stored_text(store, i).encode("utf-8")) for i in ids]
     assert sizes[0] > 6_000_000 and sizes[1] > 2_500_000
@@ -448,8 +495,12 @@ def test_ids_model_and_provider_together_fit_the_usage_index(
     store.sessions.create(session_id)
     store.loops.start(session_id, loop_id=loop_id)
     reply = AssistantMessage(
-        content=[TextContent(text="x")], stop_reason=StopReason.STOP, model=model, provider=provider,
-        usage=usage().model_copy(update={"cost": 0.25}), timestamp=1,
+        content=[TextContent(text="x")],
+        stop_reason=StopReason.STOP,
+        model=model,
+        provider=provider,
+        usage=usage().model_copy(update={"cost": 0.25}),
+        timestamp=1,
     )
     store.messages.append(reply, loop_id=loop_id, turn_index=0)
     [row] = store.usage.by_model(session_id)
@@ -469,7 +520,9 @@ def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, s
 
 
 @pytest.mark.parametrize("value", VALUES)
-def test_cli_json_output_gives_the_values_back(store: Any, store_url: str, value: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_json_output_gives_the_values_back(
+    store: Any, store_url: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     written = write_hostile_session(store, value)
     loop_id = written["loop"].loop_id
 
@@ -478,7 +531,10 @@ def test_cli_json_output_gives_the_values_back(store: Any, store_url: str, value
     shown = json.loads(out)
     session = shown["session"]
     assert (session["session_id"], session["title"], session["agent_id"], session["metadata"]) == (
-        value, value, value, written["metadata"]
+        value,
+        value,
+        value,
+        written["metadata"],
     )
     first, second = shown["loops"]
     assert (first["loop_id"], first["config"]) == (loop_id, written["config"])
@@ -687,7 +743,9 @@ def test_message_limit_counts_utf8_bytes_of_the_stored_json(limited: Any) -> Non
     assert raised.value.errors == [("message", "too large")]
     # 2,600 characters, but 4 bytes each: over the byte limit.
     with pytest.raises(LimitExceeded):
-        store.messages.append(UserMessage(content=[TextContent(text="\U0001f600" * 2_600)], timestamp=1), loop_id=loop_id, turn_index=0)
+        store.messages.append(
+            UserMessage(content=[TextContent(text="\U0001f600" * 2_600)], timestamp=1), loop_id=loop_id, turn_index=0
+        )
     assert table_counts(store) == before
 
 
@@ -697,7 +755,9 @@ def test_a_turn_with_one_message_over_the_limit_writes_nothing(limited: Any) -> 
     loop_id = store.loops.start("s").loop_id
     before = table_counts(store)
     turn = turn_messages("ok")
-    turn[2] = ToolResultMessage(tool_call_id="ok", tool_name="ok", content=[TextContent(text="x" * 10_001)], is_error=False, timestamp=3)
+    turn[2] = ToolResultMessage(
+        tool_call_id="ok", tool_name="ok", content=[TextContent(text="x" * 10_001)], is_error=False, timestamp=3
+    )
     with pytest.raises(LimitExceeded):
         store.messages.append_turn(loop_id, 0, turn)
     assert table_counts(store) == before
@@ -722,17 +782,55 @@ def export_line(**record: Any) -> str:
 def turnstore_export(session_id: str, loop_id: str, text: str, kind: str = "note") -> str:
     """A minimal ``turnstore`` export file: one session, one loop, a user message and an extension message."""
     lines = [
-        export_line(type="session", format="turnstore", version=1, session_id=session_id, agent_id=None, title="t",
-                    metadata=None, created_at="2026-01-01T00:00:00.000000Z", updated_at="2026-01-01T00:00:00.000000Z",
-                    source=None, source_format=None),
-        export_line(type="loop", loop_id=loop_id, session_id=session_id, parent_loop_id=None, continuation_kind="initial",
-                    fork_after=None, keep_from=None, config=None, config_id=None, status="completed",
-                    started_at="2026-01-01T00:00:00.000000Z", ended_at=None, spawn_loop_id=None, spawn_tool_call_id=None,
-                    reported_usage=None, metadata=None, source=None),
-        export_line(type="message", id=1, loop_id=loop_id, turn_index=0, seq=0,
-                    message={"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1}),
-        export_line(type="message", id=2, loop_id=loop_id, turn_index=None, seq=1,
-                    message={"role": "extension", "kind": kind, "data": None}, timestamp=2),
+        export_line(
+            type="session",
+            format="turnstore",
+            version=1,
+            session_id=session_id,
+            agent_id=None,
+            title="t",
+            metadata=None,
+            created_at="2026-01-01T00:00:00.000000Z",
+            updated_at="2026-01-01T00:00:00.000000Z",
+            source=None,
+            source_format=None,
+        ),
+        export_line(
+            type="loop",
+            loop_id=loop_id,
+            session_id=session_id,
+            parent_loop_id=None,
+            continuation_kind="initial",
+            fork_after=None,
+            keep_from=None,
+            config=None,
+            config_id=None,
+            status="completed",
+            started_at="2026-01-01T00:00:00.000000Z",
+            ended_at=None,
+            spawn_loop_id=None,
+            spawn_tool_call_id=None,
+            reported_usage=None,
+            metadata=None,
+            source=None,
+        ),
+        export_line(
+            type="message",
+            id=1,
+            loop_id=loop_id,
+            turn_index=0,
+            seq=0,
+            message={"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1},
+        ),
+        export_line(
+            type="message",
+            id=2,
+            loop_id=loop_id,
+            turn_index=None,
+            seq=1,
+            message={"role": "extension", "kind": kind, "data": None},
+            timestamp=2,
+        ),
     ]
     return "\n".join(lines) + "\n"
 

@@ -85,7 +85,10 @@ def test_malformed_rows_are_not_written_and_name_their_place(store: Store, sourc
 
     assert [(error.place, error.reason.split(":")[0]) for error in report.errors] == [
         (place(source, BAD_JSON), "messages is not valid JSON"),
-        (place(source, BAD_ROLE, " message 3"), "unknown role 'critic'; appam roles are system, user, assistant, developer, tool"),
+        (
+            place(source, BAD_ROLE, " message 3"),
+            "unknown role 'critic'; appam roles are system, user, assistant, developer, tool",
+        ),
     ]
     assert not store.sessions.exists(BAD_JSON) and not store.sessions.exists(BAD_ROLE)
     assert store.sessions.count() == 3
@@ -97,7 +100,9 @@ def test_skip_invalid_skips_just_the_record(store: Store, source: Path) -> None:
     assert report.ok
     assert [entry.place for entry in report.skipped] == [place(source, BAD_JSON), place(source, BAD_ROLE, " message 3")]
     assert placed(store, BAD_ROLE) == [(0, "user"), (0, "assistant"), (1, "user")]
-    assert [json.loads(m.source) for m in store.messages.records(BAD_ROLE)] == [elements(BAD_ROLE)[i] for i in (0, 1, 3)]
+    assert [json.loads(m.source) for m in store.messages.records(BAD_ROLE)] == [
+        elements(BAD_ROLE)[i] for i in (0, 1, 3)
+    ]
     # the unreadable messages column is the skipped record: the session and its loop remain
     assert placed(store, BAD_JSON) == []
     assert [loop.loop_id for loop in store.loops.list(BAD_JSON)] == [f"{BAD_JSON}.appam.1"]
@@ -140,16 +145,24 @@ def test_one_loop_per_session_with_derived_turns(store: Store, source: Path) -> 
     # the system prompt is outside any turn; the second prompt opens the next turn of the same loop
     assert placed(store, RICH) == [
         (None, "system"),
-        (0, "user"), (0, "assistant"), (0, "toolResult"), (0, "toolResult"),
+        (0, "user"),
+        (0, "assistant"),
+        (0, "toolResult"),
+        (0, "toolResult"),
         (1, "assistant"),
-        (2, "user"), (2, "assistant"),
+        (2, "user"),
+        (2, "assistant"),
     ]
     (legacy,) = store.loops.list(LEGACY)
     assert legacy.status.value == "running"  # no ended_at
     # appam split one model call into a text message and a tool-call message: one turn
     assert placed(store, LEGACY) == [
         (None, "system"),
-        (0, "user"), (0, "assistant"), (0, "assistant"), (0, "toolResult"), (0, "toolResult"),
+        (0, "user"),
+        (0, "assistant"),
+        (0, "assistant"),
+        (0, "toolResult"),
+        (0, "toolResult"),
         (1, "assistant"),
     ]
 
@@ -180,7 +193,9 @@ def test_assistant_rows_carry_no_usage(store: Store, source: Path) -> None:
     store.import_("appam", source)
 
     for session_id in (RICH, LEGACY):
-        assistants = [line for line in exported(store, session_id) if line.get("message", {}).get("role") == "assistant"]
+        assistants = [
+            line for line in exported(store, session_id) if line.get("message", {}).get("role") == "assistant"
+        ]
         assert assistants and all(line.get("usage_known") is False for line in assistants)
     assert all(store.usage.turn(f"{RICH}.appam.1", turn).requests == 0 for turn in range(3))
     assert store.usage.loop(f"{RICH}.appam.1").total_tokens == 2666
@@ -214,7 +229,12 @@ def test_raw_blocks_take_precedence(store: Store, source: Path) -> None:
 
     call_message = stored(store, RICH)[2].model_dump(mode="json")
     assert [block["type"] for block in call_message["content"]] == ["thinking", "text", "toolCall", "toolCall"]
-    assert call_message["content"][2] == {"type": "toolCall", "id": "toolu_01A", "name": "bash", "arguments": {"command": "ls src/"}}
+    assert call_message["content"][2] == {
+        "type": "toolCall",
+        "id": "toolu_01A",
+        "name": "bash",
+        "arguments": {"command": "ls src/"},
+    }
     assert call_message["stopReason"] == "toolUse"
     assert (call_message["id"], call_message["status"]) == ("msg_4f0c2b9e7d1a4e5b8c3f6a2d9e1b7c40", "completed")
     assert (call_message["model"], call_message["provider"]) == ("claude-sonnet-4-5-20250929", "anthropic")
@@ -269,7 +289,15 @@ def test_export_to_phi_core_loads(store: Store, source: Path, tmp_path: Path) ->
 
     exported = json.loads(out.read_text(encoding="utf-8"))
     assert exported[0]["role"] == "extension" and exported[0]["kind"] == "system"
-    assert [m["role"] for m in exported[1:]] == ["user", "assistant", "toolResult", "toolResult", "assistant", "user", "assistant"]
+    assert [m["role"] for m in exported[1:]] == [
+        "user",
+        "assistant",
+        "toolResult",
+        "toolResult",
+        "assistant",
+        "user",
+        "assistant",
+    ]
 
 
 # --- idempotence, dry run -------------------------------------------------------------------
@@ -376,7 +404,10 @@ def test_cli_import(capsys: pytest.CaptureFixture[str], source: Path, tmp_path: 
     report = json.loads(out)
     assert code == 1 and skipping == 0
     assert report["sessions"]["written"] == [RICH, LEGACY, OLD]
-    assert [error["place"] for error in report["errors"]] == [place(source, BAD_JSON), place(source, BAD_ROLE, " message 3")]
+    assert [error["place"] for error in report["errors"]] == [
+        place(source, BAD_JSON),
+        place(source, BAD_ROLE, " message 3"),
+    ]
     counts = {row["session_id"]: (row["loops"], row["messages"]) for row in json.loads(sessions)}
     assert counts == {RICH: (1, 8), LEGACY: (1, 7), OLD: (1, 3), BAD_JSON: (1, 0), BAD_ROLE: (1, 3)}
 
@@ -386,9 +417,13 @@ def test_cli_import(capsys: pytest.CaptureFixture[str], source: Path, tmp_path: 
 
 def row(session_id: str, messages: Any, **columns: Any) -> dict[str, Any]:
     return {
-        "id": session_id, "agent_name": "edge", "model": "claude-opus-4-5",
+        "id": session_id,
+        "agent_name": "edge",
+        "model": "claude-opus-4-5",
         "messages": messages if isinstance(messages, str) else fx.dumps(messages),
-        "started_at": "2026-02-01T00:00:00+00:00", "updated_at": "2026-02-01T00:00:00+00:00", **columns,
+        "started_at": "2026-02-01T00:00:00+00:00",
+        "updated_at": "2026-02-01T00:00:00+00:00",
+        **columns,
     }
 
 
@@ -397,21 +432,32 @@ def row(session_id: str, messages: Any, **columns: Any) -> dict[str, Any]:
     [
         pytest.param({"messages": '{"role":"user"}'}, "", "messages is a JSON dict, not an array", id="not an array"),
         pytest.param({"usage": "{"}, " usage", "usage is not valid JSON", id="bad usage JSON"),
-        pytest.param({"usage": '{"total_input_tokens":-1}'}, " usage", "usage has invalid total_input_tokens", id="negative"),
         pytest.param(
-            {"usage": '{"total_input_tokens":9223372036854775807,"total_compaction_input_tokens":1}'}, " usage",
-            "usage counts are too large for a 64-bit column", id="overflow",
+            {"usage": '{"total_input_tokens":-1}'}, " usage", "usage has invalid total_input_tokens", id="negative"
         ),
         pytest.param(
-            {"messages": fx.dumps([{"role": "tool", "content": "x"}])}, " message 1", "tool message without a tool_call_id",
+            {"usage": '{"total_input_tokens":9223372036854775807,"total_compaction_input_tokens":1}'},
+            " usage",
+            "usage counts are too large for a 64-bit column",
+            id="overflow",
+        ),
+        pytest.param(
+            {"messages": fx.dumps([{"role": "tool", "content": "x"}])},
+            " message 1",
+            "tool message without a tool_call_id",
             id="tool without call id",
         ),
         pytest.param(
             {"messages": fx.dumps([{"role": "assistant", "raw_content_blocks": [{"type": "video"}]}])},
-            " message 1 block 1", "unknown content block type 'video'", id="unknown block",
+            " message 1 block 1",
+            "unknown content block type 'video'",
+            id="unknown block",
         ),
         pytest.param(
-            {"messages": fx.dumps([{"role": "user", "content": 3}])}, " message 1", "content must be a string", id="content type",
+            {"messages": fx.dumps([{"role": "user", "content": 3}])},
+            " message 1",
+            "content must be a string",
+            id="content type",
         ),
     ],
 )
@@ -430,12 +476,19 @@ def test_block_kinds_without_a_canonical_form_are_kept(store: Store, tmp_path: P
         compaction,
         {"type": "thinking", "thinking": "opaque", "redacted": True, "encrypted_content": "gAAAA", "id": "rs_1"},
         {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}},
-        {"type": "document", "source": {"type": "base64_pdf", "media_type": "application/pdf", "data": "JVBERi0="}, "title": "spec"},
+        {
+            "type": "document",
+            "source": {"type": "base64_pdf", "media_type": "application/pdf", "data": "JVBERi0="},
+            "title": "spec",
+        },
         {"type": "document", "source": {"type": "url_pdf", "url": "https://example.com/b.pdf"}},
         {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "plain é"}},
         {"type": "text", "text": "Done."},
     ]
-    messages = [{"role": "user", "content": "go"}, {"role": "assistant", "content": "Done.", "raw_content_blocks": blocks, "status": "incomplete"}]
+    messages = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "Done.", "raw_content_blocks": blocks, "status": "incomplete"},
+    ]
     path = fx.build(tmp_path / "edge.db", [row("edge", messages)])
 
     report = store.import_("appam", path)
@@ -455,7 +508,11 @@ def test_block_kinds_without_a_canonical_form_are_kept(store: Store, tmp_path: P
 
 
 def test_failed_status_is_an_error_stop(store: Store, tmp_path: Path) -> None:
-    messages = [{"role": "developer", "content": "Use tools."}, {"role": "user"}, {"role": "assistant", "status": "failed"}]
+    messages = [
+        {"role": "developer", "content": "Use tools."},
+        {"role": "user"},
+        {"role": "assistant", "status": "failed"},
+    ]
     path = fx.build(tmp_path / "edge.db", [row("edge", messages)])
 
     store.import_("appam", path)
@@ -477,8 +534,12 @@ def test_rows_without_an_id_are_reported_after_the_others(store: Store, tmp_path
 
 def test_web_server_sessions_table(store: Store, tmp_path: Path) -> None:
     web = {
-        "id": "web-1", "agent_name": "chat", "model": "gpt-5", "messages": fx.dumps(fx.old_messages()),
-        "created_at": "2026-03-01T10:00:00+00:00", "updated_at": "2026-03-01T10:05:00+00:00",
+        "id": "web-1",
+        "agent_name": "chat",
+        "model": "gpt-5",
+        "messages": fx.dumps(fx.old_messages()),
+        "created_at": "2026-03-01T10:00:00+00:00",
+        "updated_at": "2026-03-01T10:05:00+00:00",
     }
     path = fx.build_web(tmp_path / "web.db", [web])
 
@@ -534,7 +595,7 @@ def _schema_damaged_past_utf8(source: Path) -> Path:
     data = source.read_bytes()
     for offset in range(100, min(len(data), 4096)):
         damaged = source.with_name(f"damaged-{offset}.db")
-        damaged.write_bytes(data[:offset] + b"\x80" + data[offset + 1:])
+        damaged.write_bytes(data[:offset] + b"\x80" + data[offset + 1 :])
         try:
             with closing(sqlite3.connect(damaged)) as connection:
                 connection.execute("SELECT name FROM sqlite_master").fetchall()

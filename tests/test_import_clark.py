@@ -181,14 +181,27 @@ def test_images_by_url_and_by_data_url(store: Store) -> None:
 @pytest.mark.parametrize(
     ("source", "media_type", "expected"),
     [
-        pytest.param("data:image/jpeg;base64,/9j/4A", None, {"data": "/9j/4A", "mimeType": "image/jpeg"}, id="mime of the URL"),
-        pytest.param("data:;base64,AAAA", "image/webp", {"data": "AAAA", "mimeType": "image/webp"}, id="mime from media_type"),
-        pytest.param("data:image/png;base64,AAAA", "image/jpeg", {"data": "AAAA", "mimeType": "image/png"},
-                     id="the data URL's mime labels its bytes"),
-        pytest.param("https://x.test/a.gif", None, {"data": "", "mimeType": "", "url": "https://x.test/a.gif"}, id="bare url"),
-        pytest.param("data:image/svg+xml,%3Csvg%3E", "image/svg+xml",
-                     {"data": "", "mimeType": "image/svg+xml", "url": "data:image/svg+xml,%3Csvg%3E"},
-                     id="non-base64 data URL stays a url"),
+        pytest.param(
+            "data:image/jpeg;base64,/9j/4A", None, {"data": "/9j/4A", "mimeType": "image/jpeg"}, id="mime of the URL"
+        ),
+        pytest.param(
+            "data:;base64,AAAA", "image/webp", {"data": "AAAA", "mimeType": "image/webp"}, id="mime from media_type"
+        ),
+        pytest.param(
+            "data:image/png;base64,AAAA",
+            "image/jpeg",
+            {"data": "AAAA", "mimeType": "image/png"},
+            id="the data URL's mime labels its bytes",
+        ),
+        pytest.param(
+            "https://x.test/a.gif", None, {"data": "", "mimeType": "", "url": "https://x.test/a.gif"}, id="bare url"
+        ),
+        pytest.param(
+            "data:image/svg+xml,%3Csvg%3E",
+            "image/svg+xml",
+            {"data": "", "mimeType": "image/svg+xml", "url": "data:image/svg+xml,%3Csvg%3E"},
+            id="non-base64 data URL stays a url",
+        ),
     ],
 )
 def test_image_sources(
@@ -239,8 +252,12 @@ def test_assistant_fields(store: Store) -> None:
 @pytest.mark.parametrize(
     ("clark", "canonical"),
     [
-        ("end_turn", "stop"), ("tool_use", "toolUse"), ("max_tokens", "length"),
-        ("error", "error"), ("aborted", "aborted"), ("other", "stop"),
+        ("end_turn", "stop"),
+        ("tool_use", "toolUse"),
+        ("max_tokens", "length"),
+        ("error", "error"),
+        ("aborted", "aborted"),
+        ("other", "stop"),
     ],
 )
 def test_stop_reasons(store: Store, tmp_path: Path, clark: str, canonical: str) -> None:
@@ -274,7 +291,9 @@ def test_assistant_without_usage_counts_no_tokens(store: Store) -> None:
 
 def test_usage_is_priced_per_the_canonical_mapping(tmp_path: Path) -> None:
     usage = {"input_tokens": 1_000_000, "cache_creation_input_tokens": 2_000_000}
-    path = write_rows(tmp_path / "priced.jsonl", [{"role": "assistant", "content": [], "stop_reason": "end_turn", "usage": usage}])
+    path = write_rows(
+        tmp_path / "priced.jsonl", [{"role": "assistant", "content": [], "stop_reason": "end_turn", "usage": usage}]
+    )
     prices = {"unknown": {"input": 1.0, "output": 0.0, "cache_read": 0.0, "cache_write": 10.0}}
     with Store(tmp_path / "p.db", prices=prices) as store:
         store.import_("clark", path)
@@ -389,26 +408,61 @@ def test_skip_invalid_skips_only_the_bad_lines(store: Store) -> None:
         pytest.param({"content": "hi"}, "no role; clark writes", id="no role"),
         pytest.param({"role": "toolResult", "tool_call_id": "c"}, "unknown role 'toolResult'", id="phi-core role"),
         pytest.param({"role": "system", "content": ["x"]}, "content must be a string, got array", id="system content"),
-        pytest.param({"role": "user", "content": "x", "timestamp": "2026-03-06"}, "timestamp must be unix milliseconds",
-                     id="timestamp"),
-        pytest.param({"role": "user", "content": [{"type": "audio", "data": ""}]}, "content[0]: unknown block type 'audio'",
-                     id="user block"),
-        pytest.param({"role": "user", "content": ["x"]}, "content[0]: expected a block object, got string", id="string block"),
-        pytest.param({"role": "assistant", "content": [], "stop_reason": "stop"}, "unknown stop_reason 'stop'", id="stop reason"),
-        pytest.param({"role": "assistant", "content": [{"type": "redacted"}], "stop_reason": "end_turn"},
-                     "content[0]: unknown block type 'redacted'", id="assistant block"),
-        pytest.param({"role": "assistant", "stop_reason": "end_turn", "content": [{"type": "reasoning_details", "details": {}}]},
-                     "content[0]: details must be an array, got object", id="details"),
-        pytest.param({"role": "assistant", "stop_reason": "tool_use", "content": [{"type": "tool_call", "id": "c", "name": "n"}]},
-                     "content[0]: tool_call has no arguments", id="arguments"),
-        pytest.param({"role": "assistant", "content": [], "stop_reason": "end_turn", "usage": {"input_tokens": -1}},
-                     "usage.input_tokens must be a non-negative integer, got -1", id="negative usage"),
-        pytest.param({"role": "assistant", "content": [], "stop_reason": "end_turn", "usage": 5}, "usage must be an object",
-                     id="usage"),
-        pytest.param({"role": "tool_result", "tool_name": "t", "content": []}, "tool_call_id must be a string, got null",
-                     id="tool_call_id"),
-        pytest.param({"role": "tool_result", "tool_call_id": "c", "tool_name": "t", "content": [], "narration": 3},
-                     "narration must be a string, got number", id="narration"),
+        pytest.param(
+            {"role": "user", "content": "x", "timestamp": "2026-03-06"},
+            "timestamp must be unix milliseconds",
+            id="timestamp",
+        ),
+        pytest.param(
+            {"role": "user", "content": [{"type": "audio", "data": ""}]},
+            "content[0]: unknown block type 'audio'",
+            id="user block",
+        ),
+        pytest.param(
+            {"role": "user", "content": ["x"]}, "content[0]: expected a block object, got string", id="string block"
+        ),
+        pytest.param(
+            {"role": "assistant", "content": [], "stop_reason": "stop"}, "unknown stop_reason 'stop'", id="stop reason"
+        ),
+        pytest.param(
+            {"role": "assistant", "content": [{"type": "redacted"}], "stop_reason": "end_turn"},
+            "content[0]: unknown block type 'redacted'",
+            id="assistant block",
+        ),
+        pytest.param(
+            {"role": "assistant", "stop_reason": "end_turn", "content": [{"type": "reasoning_details", "details": {}}]},
+            "content[0]: details must be an array, got object",
+            id="details",
+        ),
+        pytest.param(
+            {
+                "role": "assistant",
+                "stop_reason": "tool_use",
+                "content": [{"type": "tool_call", "id": "c", "name": "n"}],
+            },
+            "content[0]: tool_call has no arguments",
+            id="arguments",
+        ),
+        pytest.param(
+            {"role": "assistant", "content": [], "stop_reason": "end_turn", "usage": {"input_tokens": -1}},
+            "usage.input_tokens must be a non-negative integer, got -1",
+            id="negative usage",
+        ),
+        pytest.param(
+            {"role": "assistant", "content": [], "stop_reason": "end_turn", "usage": 5},
+            "usage must be an object",
+            id="usage",
+        ),
+        pytest.param(
+            {"role": "tool_result", "tool_name": "t", "content": []},
+            "tool_call_id must be a string, got null",
+            id="tool_call_id",
+        ),
+        pytest.param(
+            {"role": "tool_result", "tool_call_id": "c", "tool_name": "t", "content": [], "narration": 3},
+            "narration must be a string, got number",
+            id="narration",
+        ),
         pytest.param({"role": "custom", "payload": {}}, "kind must be a string, got null", id="custom kind"),
     ],
 )

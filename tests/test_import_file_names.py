@@ -23,8 +23,13 @@ def _pi_without_id(path: Path) -> None:
     """A pi session whose header names no session id (the id is then taken from the file name)."""
     lines = [
         {"type": "session", "version": 3, "timestamp": "2026-03-02T09:15:00.000Z", "cwd": "/"},
-        {"type": "message", "id": "a1", "parentId": None, "timestamp": "2026-03-02T09:15:01.000Z",
-         "message": {"role": "user", "content": [{"type": "text", "text": "hi"}], "timestamp": 1000}},
+        {
+            "type": "message",
+            "id": "a1",
+            "parentId": None,
+            "timestamp": "2026-03-02T09:15:01.000Z",
+            "message": {"role": "user", "content": [{"type": "text", "text": "hi"}], "timestamp": 1000},
+        },
     ]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
 

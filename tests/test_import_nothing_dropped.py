@@ -38,17 +38,37 @@ OUTPUT_TOKENS = 7
 def _pi_message(role: str) -> dict[str, Any]:
     if role == "user":
         return {"role": "user", "content": "hi", "timestamp": 1767225601000}
-    return {"role": "assistant", "content": [{"type": "text", "text": "ok"}], "api": "anthropic-messages",
-            "provider": "anthropic", "model": "claude-sonnet-4-5", "stopReason": "stop", "timestamp": 1767225602000,
-            "usage": {"input": 10, "output": OUTPUT_TOKENS, "cacheRead": 0, "cacheWrite": 0,
-                      "totalTokens": 10 + OUTPUT_TOKENS}}
+    return {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "ok"}],
+        "api": "anthropic-messages",
+        "provider": "anthropic",
+        "model": "claude-sonnet-4-5",
+        "stopReason": "stop",
+        "timestamp": 1767225602000,
+        "usage": {
+            "input": 10,
+            "output": OUTPUT_TOKENS,
+            "cacheRead": 0,
+            "cacheWrite": 0,
+            "totalTokens": 10 + OUTPUT_TOKENS,
+        },
+    }
 
 
 def pi_tree(path: Path, links: list[Link]) -> int:
     """A pi v3 session file; returns the line number of the first entry."""
     header = {"type": "session", "version": 3, "id": "cycle", "timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/tmp"}
-    entries = [{"type": "message", "id": ident, "parentId": parent, "timestamp": "2026-01-01T00:00:01.000Z",
-                "message": _pi_message(role)} for ident, parent, role in links]
+    entries = [
+        {
+            "type": "message",
+            "id": ident,
+            "parentId": parent,
+            "timestamp": "2026-01-01T00:00:01.000Z",
+            "message": _pi_message(role),
+        }
+        for ident, parent, role in links
+    ]
     path.write_text("\n".join(json.dumps(record) for record in [header, *entries]) + "\n", encoding="utf-8")
     return 2
 
@@ -56,14 +76,29 @@ def pi_tree(path: Path, links: list[Link]) -> int:
 def _tau_message(role: str) -> dict[str, Any]:
     if role == "user":
         return {"role": "user", "contents": [{"type": "text", "content": "hi"}], "id": "u", "timestamp": 1767225600.5}
-    return {"role": "assistant", "contents": [{"type": "text", "content": "ok"}], "id": "a", "timestamp": 1767225601.0,
-            "usage": {"input_tokens": 10, "output_tokens": OUTPUT_TOKENS}, "stop_reason": "stop", "error": ""}
+    return {
+        "role": "assistant",
+        "contents": [{"type": "text", "content": "ok"}],
+        "id": "a",
+        "timestamp": 1767225601.0,
+        "usage": {"input_tokens": 10, "output_tokens": OUTPUT_TOKENS},
+        "stop_reason": "stop",
+        "error": "",
+    }
 
 
 def tau_tree(path: Path, links: list[Link]) -> int:
     header = {"type": "session", "version": 3, "id": "cycle", "timestamp": 1767225600.0, "cwd": "/tmp"}
-    entries = [{"id": ident, "timestamp": 1767225601.0, **({"parent_id": parent} if parent else {}), "type": "message",
-                "message": _tau_message(role)} for ident, parent, role in links]
+    entries = [
+        {
+            "id": ident,
+            "timestamp": 1767225601.0,
+            **({"parent_id": parent} if parent else {}),
+            "type": "message",
+            "message": _tau_message(role),
+        }
+        for ident, parent, role in links
+    ]
     path.write_text("\n".join(json.dumps(record) for record in [header, *entries]) + "\n", encoding="utf-8")
     return 2
 
@@ -71,15 +106,28 @@ def tau_tree(path: Path, links: list[Link]) -> int:
 def _yoagent_message(role: str) -> dict[str, Any]:
     if role == "user":
         return {"role": "user", "content": [{"type": "text", "text": "hi"}], "timestamp": 1767225601000}
-    return {"role": "assistant", "content": [{"type": "text", "text": "ok"}], "stopReason": "stop",
-            "model": "claude-sonnet-4-5", "provider": "anthropic", "timestamp": 1767225602000,
-            "usage": {"input": 10, "output": OUTPUT_TOKENS, "cacheRead": 0, "cacheWrite": 0,
-                      "totalTokens": 10 + OUTPUT_TOKENS}}
+    return {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "ok"}],
+        "stopReason": "stop",
+        "model": "claude-sonnet-4-5",
+        "provider": "anthropic",
+        "timestamp": 1767225602000,
+        "usage": {
+            "input": 10,
+            "output": OUTPUT_TOKENS,
+            "cacheRead": 0,
+            "cacheWrite": 0,
+            "totalTokens": 10 + OUTPUT_TOKENS,
+        },
+    }
 
 
 def yoagent_tree(path: Path, links: list[Link]) -> int:
-    entries = [{"id": ident, "parent_id": parent, "message": _yoagent_message(role), "timestamp": 1767225601000}
-               for ident, parent, role in links]
+    entries = [
+        {"id": ident, "parent_id": parent, "message": _yoagent_message(role), "timestamp": 1767225601000}
+        for ident, parent, role in links
+    ]
     path.write_text("\n".join(json.dumps(record) for record in entries) + "\n", encoding="utf-8")
     return 1
 
@@ -308,8 +356,16 @@ def test_cli_reports_an_unreadable_file_and_goes_on(
 # --- 3. empty files --------------------------------------------------------------------------------
 
 
-SUFFIXES = {"appam": ".db", "clark": ".jsonl", "openai-agents": ".db", "phi-core": ".json", "pi": ".jsonl",
-            "tau": ".jsonl", "turnstore": ".jsonl", "yoagent": ".jsonl"}
+SUFFIXES = {
+    "appam": ".db",
+    "clark": ".jsonl",
+    "openai-agents": ".db",
+    "phi-core": ".json",
+    "pi": ".jsonl",
+    "tau": ".jsonl",
+    "turnstore": ".jsonl",
+    "yoagent": ".jsonl",
+}
 """A file name ending each format reads."""
 
 
@@ -343,8 +399,9 @@ def test_an_empty_file_in_a_walked_folder_is_reported_beside_the_others(store: S
     folder = tmp_path / "clark"
     folder.mkdir()
     (folder / "empty.jsonl").write_text("\n", encoding="utf-8")
-    (folder / "chat.jsonl").write_text(json.dumps({"role": "user", "content": "hi", "timestamp": 1}) + "\n",
-                                       encoding="utf-8")
+    (folder / "chat.jsonl").write_text(
+        json.dumps({"role": "user", "content": "hi", "timestamp": 1}) + "\n", encoding="utf-8"
+    )
 
     report = store.import_("clark", folder)
 

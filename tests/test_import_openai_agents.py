@@ -172,8 +172,13 @@ def test_plain_loops_are_derived(store: Store) -> None:
     assert (first.continuation_kind.value, second.continuation_kind.value) == ("initial", "default")
     assert second.parent_loop_id == first.loop_id
     assert [(row.loop_id, row.turn_index) for row in rows] == [
-        (first.loop_id, 0), (first.loop_id, 0), (first.loop_id, 0), (first.loop_id, 1),
-        (second.loop_id, 0), (second.loop_id, 0), (second.loop_id, 0),
+        (first.loop_id, 0),
+        (first.loop_id, 0),
+        (first.loop_id, 0),
+        (first.loop_id, 1),
+        (second.loop_id, 0),
+        (second.loop_id, 0),
+        (second.loop_id, 0),
     ]
 
 
@@ -366,7 +371,11 @@ def test_bad_turn_usage_row_is_reported_with_its_id(store: Store, tmp_path: Path
 @pytest.mark.parametrize(
     ("column", "value", "reason"),
     [
-        ("output_tokens_details", '{"reasoning_tokens": 18446744073709551616}', "reasoning_tokens must be a non-negative 64-bit integer"),
+        (
+            "output_tokens_details",
+            '{"reasoning_tokens": 18446744073709551616}',
+            "reasoning_tokens must be a non-negative 64-bit integer",
+        ),
         ("output_tokens", 2**63, "output_tokens must be a non-negative 64-bit integer"),
     ],
 )
@@ -375,7 +384,9 @@ def test_turn_usage_beyond_64_bits_is_reported_with_its_id(
 ) -> None:
     source = copy_db(tmp_path, ADVANCED)
     with sqlite3.connect(source) as connection:
-        connection.execute(f"UPDATE turn_usage SET {column} = ? WHERE id = 2", (str(value) if isinstance(value, int) else value,))
+        connection.execute(
+            f"UPDATE turn_usage SET {column} = ? WHERE id = 2", (str(value) if isinstance(value, int) else value,)
+        )
     connection.close()
 
     report = store.import_("openai-agents", source)

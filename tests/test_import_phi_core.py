@@ -33,7 +33,6 @@ L4 = f"{MAIN}.anthropic.claude-sonnet-4-5.thinking.3"
 CHILD_LOOP = f"{CHILD}.sub.1"
 
 
-
 def utc(*args: int) -> datetime:
     return datetime(*args, tzinfo=timezone.utc)
 
@@ -325,7 +324,12 @@ def test_session_file_loop_tree(store: Store) -> None:
         L4: (L2, "rerun", "running"),
     }
     assert loops[L1].config == source["loops"][0]["config"]
-    assert loops[L3].config == {"model": "gpt-5", "provider": "openai", "config_id": "openai.gpt-5", "api": "open_ai_responses"}
+    assert loops[L3].config == {
+        "model": "gpt-5",
+        "provider": "openai",
+        "config_id": "openai.gpt-5",
+        "api": "open_ai_responses",
+    }
     assert loops[L1].started_at == utc(2026, 1, 1, 0, 0, 0, 123)
     assert loops[L1].ended_at == utc(2026, 1, 1, 0, 0, 32, 500000)
     assert loops[L3].started_at == utc(2026, 1, 1, 0, 2, 0, 123456)

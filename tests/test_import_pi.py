@@ -244,8 +244,20 @@ def test_context_of_the_plain_branch_leaf_is_what_pi_sends(v3: Store) -> None:
 
     context = v3.messages.context(f"{V3_ID}.pi.5")
 
-    path = ["a1b2c3d4", "b2c3d4e5", "c3d4e5f6", "d4e5f6a7", "e5f6a7b8", "f6a7b8c9",
-            "1b2c3d4e", "2c3d4e5f", "3d4e5f60", "5f607182", "3d4e5f61", "4e5f6072"]
+    path = [
+        "a1b2c3d4",
+        "b2c3d4e5",
+        "c3d4e5f6",
+        "d4e5f6a7",
+        "e5f6a7b8",
+        "f6a7b8c9",
+        "1b2c3d4e",
+        "2c3d4e5f",
+        "3d4e5f60",
+        "5f607182",
+        "3d4e5f61",
+        "4e5f6072",
+    ]
     assert context == [rows[entry_id].message for entry_id in path]
 
 
@@ -256,8 +268,20 @@ def test_side_entries_are_extension_rows_outside_the_context(v3: Store) -> None:
 
     # docs/design.md §7: bashExecution and custom_message are extension messages, which the
     # context leaves out (pi itself would send both as user text; see docs/importers/pi.md).
-    path = ["a1b2c3d4", "b2c3d4e5", "c3d4e5f6", "d4e5f6a7", "e5f6a7b8", "f6a7b8c9",
-            "1b2c3d4e", "2c3d4e5f", "3d4e5f60", "5f607182", "93a4b5c6", "a4b5c6d7"]
+    path = [
+        "a1b2c3d4",
+        "b2c3d4e5",
+        "c3d4e5f6",
+        "d4e5f6a7",
+        "e5f6a7b8",
+        "f6a7b8c9",
+        "1b2c3d4e",
+        "2c3d4e5f",
+        "3d4e5f60",
+        "5f607182",
+        "93a4b5c6",
+        "a4b5c6d7",
+    ]
     assert context == [rows[entry_id].message for entry_id in path]
 
 
@@ -307,12 +331,20 @@ def test_assistant_fields_map_to_the_canonical_message(v3: Store) -> None:
 
     message = rows["b2c3d4e5"].message
     assert (message.model, message.provider, message.stop_reason.value, message.timestamp) == (
-        raw["model"], raw["provider"], raw["stopReason"], raw["timestamp"])
+        raw["model"],
+        raw["provider"],
+        raw["stopReason"],
+        raw["timestamp"],
+    )
     assert message.model_dump(mode="json")["api"] == "anthropic-messages"  # kept as an extra key
     usage = message.usage
     assert (usage.input, usage.output, usage.cache_read, usage.cache_write, usage.total_tokens) == (
-        raw["usage"]["input"], raw["usage"]["output"], raw["usage"]["cacheRead"], raw["usage"]["cacheWrite"],
-        raw["usage"]["totalTokens"])
+        raw["usage"]["input"],
+        raw["usage"]["output"],
+        raw["usage"]["cacheRead"],
+        raw["usage"]["cacheWrite"],
+        raw["usage"]["totalTokens"],
+    )
     assert usage.cost == raw["usage"]["cost"]["total"]
 
 
@@ -382,7 +414,8 @@ def test_summary_and_tool_usage_count_at_the_model_in_force(v3: Store) -> None:
 
     # loop 4 = the compaction summary's usage + three assistant calls + the review tool's own model call
     parts = [raw["b5c6d7e8"]["usage"], raw["e8f90a1b"]["message"]["usage"]] + [
-        raw[entry_id]["message"]["usage"] for entry_id in ("d7e8f90a", "f90a1b2c")]
+        raw[entry_id]["message"]["usage"] for entry_id in ("d7e8f90a", "f90a1b2c")
+    ]
     assert compaction.input == sum(part["input"] for part in parts)
     assert compaction.requests == 4
     assert rows["e8f90a1b"].turn_index == 0
@@ -424,9 +457,11 @@ def test_turnstore_export_reimports_equal(v3: Store, store_url: str, tmp_path: P
         original, copy = snapshot(v3, V3_ID), snapshot(second, V3_ID)
     assert copy["session"] == original["session"]
     assert [(l.loop_id, l.parent_loop_id, l.continuation_kind, l.config) for l in copy["loops"]] == [
-        (l.loop_id, l.parent_loop_id, l.continuation_kind, l.config) for l in original["loops"]]
+        (l.loop_id, l.parent_loop_id, l.continuation_kind, l.config) for l in original["loops"]
+    ]
     assert [(m.loop_id, m.turn_index, m.seq, m.message, m.source) for m in copy["messages"]] == [
-        (m.loop_id, m.turn_index, m.seq, m.message, m.source) for m in original["messages"]]
+        (m.loop_id, m.turn_index, m.seq, m.message, m.source) for m in original["messages"]
+    ]
     assert copy["usage"] == original["usage"]
 
 
@@ -483,7 +518,9 @@ def test_v2_hook_messages_are_custom_and_branches_fork(store: Store) -> None:
     hook = entries(V2)["5a7b8c9d"]["message"]
 
     assert (rows["5a7b8c9d"].message.kind, rows["5a7b8c9d"].message.data) == (
-        "custom", {k: v for k, v in hook.items() if k != "role"})
+        "custom",
+        {k: v for k, v in hook.items() if k != "role"},
+    )
     branch = store.loops.list(V2_ID)[-1]
     assert branch.continuation_kind.value == "branch"
     assert entry_of(store, branch.fork_after) == "6b8c9d0e"
@@ -512,7 +549,10 @@ def test_retained_tail_is_the_context_after_a_newer_compaction(store: Store) -> 
     assert [row.message.role for row in tail] == ["user", "assistant"]  # copies: no source, usage not counted again
     header = json.loads(lines(RETAINED)[0])
     assert store.sessions.get(RETAINED_ID).metadata == {
-        "version": 3, "cwd": "/srv/app", "parentSession": header["parentSession"]}  # a forked session
+        "version": 3,
+        "cwd": "/srv/app",
+        "parentSession": header["parentSession"],
+    }  # a forked session
 
 
 # --- malformed files ---------------------------------------------------------------------------------------------
@@ -560,7 +600,11 @@ def test_skipped_entry_keeps_its_children_on_the_path(store: Store) -> None:
 
     last = store.loops.list("bad-unknown_role")[-1]
     assert [m.text() for m in store.messages.context(last.loop_id)] == [
-        "Check the disk usage.", "The disk is 71% full.", "And the inodes?", "12% of inodes are used."]
+        "Check the disk usage.",
+        "The disk is 71% full.",
+        "And the inodes?",
+        "12% of inodes are used.",
+    ]
 
 
 def write(path: Path, records: list[Any]) -> Path:
@@ -569,14 +613,30 @@ def write(path: Path, records: list[Any]) -> Path:
 
 
 HEADER = {"type": "session", "version": 3, "id": "s-tmp", "timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/tmp"}
-USER = {"type": "message", "id": "u1", "parentId": None, "timestamp": "2026-01-01T00:00:01.000Z",
-        "message": {"role": "user", "content": "hi", "timestamp": 1767225601000}}
+USER = {
+    "type": "message",
+    "id": "u1",
+    "parentId": None,
+    "timestamp": "2026-01-01T00:00:01.000Z",
+    "message": {"role": "user", "content": "hi", "timestamp": 1767225601000},
+}
 
 
 def test_message_failing_validation_is_named_with_its_field(store: Store, tmp_path: Path) -> None:
-    broken = {"type": "message", "id": "a1", "parentId": "u1", "timestamp": "2026-01-01T00:00:02.000Z",
-              "message": {"role": "assistant", "content": [], "provider": "anthropic", "model": "m",
-                          "usage": {"input": 1, "output": 1, "cacheRead": 0, "cacheWrite": 0}, "timestamp": 1}}
+    broken = {
+        "type": "message",
+        "id": "a1",
+        "parentId": "u1",
+        "timestamp": "2026-01-01T00:00:02.000Z",
+        "message": {
+            "role": "assistant",
+            "content": [],
+            "provider": "anthropic",
+            "model": "m",
+            "usage": {"input": 1, "output": 1, "cacheRead": 0, "cacheWrite": 0},
+            "timestamp": 1,
+        },
+    }
     path = write(tmp_path / "broken.jsonl", [HEADER, USER, broken])
 
     report = store.import_("pi", path)
@@ -624,8 +684,13 @@ def test_a_line_that_is_not_json_loses_only_itself(store: Store, tmp_path: Path)
 
 
 def test_session_info_names_the_session_and_stays_out_of_the_tree(store: Store, tmp_path: Path) -> None:
-    first = {"type": "session_info", "id": "n1", "parentId": "u1", "timestamp": "2026-01-01T00:00:02.000Z",
-             "name": " Old "}
+    first = {
+        "type": "session_info",
+        "id": "n1",
+        "parentId": "u1",
+        "timestamp": "2026-01-01T00:00:02.000Z",
+        "name": " Old ",
+    }
     second = {**first, "id": "n2", "parentId": "n1", "name": "Deploy fix"}
     cleared = {**first, "id": "n3", "parentId": "n2", "name": ""}
     child = {**USER, "id": "u2", "parentId": "n3", "message": {**USER["message"], "content": "next"}}

@@ -30,7 +30,9 @@ def general(line: str) -> Any:
 def message_lines() -> list[str]:
     found = []
     for path in FILES:
-        found += [line for line in path.read_text(encoding="utf-8").split("\n") if line.startswith('{"type":"message",')]
+        found += [
+            line for line in path.read_text(encoding="utf-8").split("\n") if line.startswith('{"type":"message",')
+        ]
     return found
 
 
@@ -54,22 +56,32 @@ def test_every_fixture_message_line_the_one_pass_takes_equals_the_general_way() 
 
 
 def test_an_assistant_line_reads_pi_spellings_into_canonical_json() -> None:
-    line = _ENTRY + json.dumps(
-        {
-            "role": "assistant",
-            "content": [
-                {"type": "thinking", "thinking": "hm", "thinkingSignature": "c2ln+/=="},
-                {"type": "toolCall", "id": "t1", "name": "read", "arguments": {"path": "a b", "n": 1.50}},
-            ],
-            "api": "anthropic-messages",
-            "provider": "anthropic",
-            "model": "claude-sonnet-4-5",
-            "usage": {"input": 3, "output": 4, "cacheRead": 5, "cacheWrite": 6, "cost": {"input": 0.1, "total": 0.25}},
-            "stopReason": "toolUse",
-            "timestamp": 1772442906722,
-        },
-        separators=(",", ":"),
-    ) + "}"
+    line = (
+        _ENTRY
+        + json.dumps(
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "hm", "thinkingSignature": "c2ln+/=="},
+                    {"type": "toolCall", "id": "t1", "name": "read", "arguments": {"path": "a b", "n": 1.50}},
+                ],
+                "api": "anthropic-messages",
+                "provider": "anthropic",
+                "model": "claude-sonnet-4-5",
+                "usage": {
+                    "input": 3,
+                    "output": 4,
+                    "cacheRead": 5,
+                    "cacheWrite": 6,
+                    "cost": {"input": 0.1, "total": 0.25},
+                },
+                "stopReason": "toolUse",
+                "timestamp": 1772442906722,
+            },
+            separators=(",", ":"),
+        )
+        + "}"
+    )
     fast = fast_message_line(line)
     assert fast is not None
     message = fast["message"]
@@ -88,8 +100,14 @@ def _line(message: dict[str, Any], tail: str = "}") -> str:
 
 _USER = {"role": "user", "content": [{"type": "text", "text": "hi"}], "timestamp": 1}
 _TOOL = {"role": "toolResult", "toolCallId": "t1", "toolName": "read", "content": [], "isError": False, "timestamp": 1}
-_THINKING = {"role": "assistant", "provider": "p", "model": "m", "stopReason": "stop", "timestamp": 1,
-             "usage": {"input": 1, "output": 1}}
+_THINKING = {
+    "role": "assistant",
+    "provider": "p",
+    "model": "m",
+    "stopReason": "stop",
+    "timestamp": 1,
+    "usage": {"input": 1, "output": 1},
+}
 
 
 @pytest.mark.parametrize(
@@ -101,14 +119,24 @@ _THINKING = {"role": "assistant", "provider": "p", "model": "m", "stopReason": "
         pytest.param(_line({**_USER, "timestamp": 1.5}), id="fractional-timestamp"),
         pytest.param(_line({k: v for k, v in _USER.items() if k != "timestamp"}), id="no-timestamp"),
         pytest.param(_line({**_TOOL, "usage": {"input": 1, "output": 2}}), id="tool-result-with-usage"),
-        pytest.param(_line({**_THINKING, "content": [{"type": "thinking", "thinking": "t", "signature": "s"}]}),
-                     id="canonical-signature-spelling"),
-        pytest.param(_line({**_THINKING, "content": [{"type": "thinking", "thinking": "t", "signature": "s",
-                                                      "thinkingSignature": "p"}]}), id="both-signature-spellings"),
+        pytest.param(
+            _line({**_THINKING, "content": [{"type": "thinking", "thinking": "t", "signature": "s"}]}),
+            id="canonical-signature-spelling",
+        ),
+        pytest.param(
+            _line(
+                {
+                    **_THINKING,
+                    "content": [{"type": "thinking", "thinking": "t", "signature": "s", "thinkingSignature": "p"}],
+                }
+            ),
+            id="both-signature-spellings",
+        ),
         pytest.param(_line(_USER, ',"type":"compaction"}'), id="repeated-type-key"),
         pytest.param(_line(_USER, ""), id="cut-off"),
-        pytest.param(_ENTRY + '{"role":"user","content":[{"type":"text","text":"\\ud800"}],"timestamp":1}}',
-                     id="lone-surrogate"),
+        pytest.param(
+            _ENTRY + '{"role":"user","content":[{"type":"text","text":"\\ud800"}],"timestamp":1}}', id="lone-surrogate"
+        ),
         pytest.param(_line({**_USER, "role": "robot"}), id="unknown-role"),
         pytest.param('{"type":"message","id":"e1","parentId":7,"message":' + json.dumps(_USER) + "}", id="bad-parent"),
     ],
@@ -121,8 +149,16 @@ def _stored(store: Store) -> list[tuple[Any, ...]]:
     rows = []
     for session in store.sessions.list():
         for stored in store.messages.records(session.session_id):
-            rows.append((stored.session_id, stored.loop_id, stored.turn_index, stored.seq,
-                         dump_message(stored.message), stored.source))
+            rows.append(
+                (
+                    stored.session_id,
+                    stored.loop_id,
+                    stored.turn_index,
+                    stored.seq,
+                    dump_message(stored.message),
+                    stored.source,
+                )
+            )
         rows.append(tuple(store.usage.session(session.session_id).model_dump().items()))
     return rows
 

@@ -123,8 +123,12 @@ def expected_usage(path: Path) -> tuple[dict[str, int], float]:
             continue
         cache_read = usage.get("cache_read_tokens", 0)
         fresh = usage["input_tokens"] - (cache_read if usage.get("input_tokens_include_cache_read") else 0)
-        parts = {"input": fresh, "output": usage["output_tokens"], "cache_read": cache_read,
-                 "cache_write": usage.get("cache_write_tokens", 0)}
+        parts = {
+            "input": fresh,
+            "output": usage["output_tokens"],
+            "cache_read": cache_read,
+            "cache_write": usage.get("cache_write_tokens", 0),
+        }
         for name, value in parts.items():
             totals[name] += value
         totals["total_tokens"] += sum(parts.values())
@@ -162,25 +166,42 @@ def comparable(store: Store, session_id: str) -> dict[str, Any]:
     return {
         "session": (session.title, session.metadata, session.created_at, session.updated_at),
         "loops": [
-            (loop.loop_id, loop.parent_loop_id, loop.continuation_kind, position.get(loop.fork_after),
-             position.get(loop.keep_from), loop.config, loop.started_at)
+            (
+                loop.loop_id,
+                loop.parent_loop_id,
+                loop.continuation_kind,
+                position.get(loop.fork_after),
+                position.get(loop.keep_from),
+                loop.config,
+                loop.started_at,
+            )
             for loop in store.loops.list(session_id)
         ],
-        "messages": [(row.loop_id, row.turn_index, row.seq, row.message.model_dump(mode="json"), row.source)
-                     for row in records],
+        "messages": [
+            (row.loop_id, row.turn_index, row.seq, row.message.model_dump(mode="json"), row.source) for row in records
+        ],
         "usage": store.usage.session(session_id),
     }
 
 
 def tau_file(tmp_path: Path, *records: dict[str, Any], name: str = "session.jsonl") -> Path:
     """A small Tau session file: a header, then ``records`` chained one after another."""
-    header = {"type": "session", "version": 3, "id": "0198ffff-0000-7000-8000-000000000001",
-              "timestamp": 1767225600.0, "cwd": "/tmp"}
+    header = {
+        "type": "session",
+        "version": 3,
+        "id": "0198ffff-0000-7000-8000-000000000001",
+        "timestamp": 1767225600.0,
+        "cwd": "/tmp",
+    }
     out = [json.dumps(header)]
     parent = None
     for number, record in enumerate(records, start=1):
-        entry = {"id": f"e{number:07d}", "timestamp": 1767225600.0 + number, **({"parent_id": parent} if parent else {}),
-                 **record}
+        entry = {
+            "id": f"e{number:07d}",
+            "timestamp": 1767225600.0 + number,
+            **({"parent_id": parent} if parent else {}),
+            **record,
+        }
         parent = entry["id"]
         out.append(json.dumps(entry, ensure_ascii=False))
     path = tmp_path / name
@@ -189,14 +210,30 @@ def tau_file(tmp_path: Path, *records: dict[str, Any], name: str = "session.json
 
 
 def user_entry(text: str) -> dict[str, Any]:
-    return {"type": "message", "message": {"role": "user", "contents": [{"type": "text", "content": text}],
-                                           "id": "u", "timestamp": 1767225600.5}}
+    return {
+        "type": "message",
+        "message": {
+            "role": "user",
+            "contents": [{"type": "text", "content": text}],
+            "id": "u",
+            "timestamp": 1767225600.5,
+        },
+    }
 
 
 def assistant_entry(text: str, stop: str = "stop", **usage: Any) -> dict[str, Any]:
-    return {"type": "message", "message": {
-        "role": "assistant", "contents": [{"type": "text", "content": text}], "id": "a", "timestamp": 1767225601.0,
-        "usage": {"input_tokens": 10, "output_tokens": 2, **usage}, "stop_reason": stop, "error": ""}}
+    return {
+        "type": "message",
+        "message": {
+            "role": "assistant",
+            "contents": [{"type": "text", "content": text}],
+            "id": "a",
+            "timestamp": 1767225601.0,
+            "usage": {"input_tokens": 10, "output_tokens": 2, **usage},
+            "stop_reason": stop,
+            "error": "",
+        },
+    }
 
 
 @pytest.fixture
@@ -219,8 +256,15 @@ def test_report_counts_what_became_what(store: Store) -> None:
     assert report.loops == 4
     assert dict(report.by_role) == {"user": 4, "assistant": 8, "toolResult": 5, "extension": 10}
     assert dict(report.by_kind) == {
-        "model_change": 2, "thinking_level_change": 1, "label": 1, "compaction_summary": 1, "custom_message": 1,
-        "custom": 1, "branch_summary": 1, "terminal_execution": 1, "leaf": 1,
+        "model_change": 2,
+        "thinking_level_change": 1,
+        "label": 1,
+        "compaction_summary": 1,
+        "custom_message": 1,
+        "custom": 1,
+        "branch_summary": 1,
+        "terminal_execution": 1,
+        "leaf": 1,
     }
     assert report.sessions_written == [TAU]
 
@@ -254,22 +298,42 @@ def test_entry_tree_becomes_a_loop_tree(tau: Store) -> None:
 def test_session_info_is_transparent_in_the_tree(tau: Store) -> None:
     # d5e6f7a8's parent is the session_info entry; it continues the tool call's loop and turn.
     assert shape(tau, L1) == [
-        ("model_change", None), ("thinking_level_change", None),
-        ("user", 0), ("assistant", 0), ("toolResult", 0), ("assistant", 1),
+        ("model_change", None),
+        ("thinking_level_change", None),
+        ("user", 0),
+        ("assistant", 0),
+        ("toolResult", 0),
+        ("assistant", 1),
     ]
 
 
 def test_turn_indexes(tau: Store) -> None:
     assert shape(tau, L2) == [
-        ("user", 0), ("assistant", 0), ("toolResult", 0), ("toolResult", 0),
-        ("assistant", 1), ("toolResult", 1), ("assistant", 2), ("label", None),
+        ("user", 0),
+        ("assistant", 0),
+        ("toolResult", 0),
+        ("toolResult", 0),
+        ("assistant", 1),
+        ("toolResult", 1),
+        ("assistant", 2),
+        ("label", None),
     ]
     assert shape(tau, L3) == [
-        ("compaction_summary", None), ("model_change", None), ("user", 0), ("assistant", 0), ("toolResult", 0),
-        ("assistant", 1), ("custom_message", None), ("custom", None),
+        ("compaction_summary", None),
+        ("model_change", None),
+        ("user", 0),
+        ("assistant", 0),
+        ("toolResult", 0),
+        ("assistant", 1),
+        ("custom_message", None),
+        ("custom", None),
     ]
     assert shape(tau, L4) == [
-        ("branch_summary", None), ("user", 0), ("terminal_execution", 0), ("assistant", 0), ("leaf", None),
+        ("branch_summary", None),
+        ("user", 0),
+        ("terminal_execution", 0),
+        ("assistant", 0),
+        ("leaf", None),
     ]
     assert [message.role for message in tau.messages.turn(L2, 1).messages] == ["assistant", "toolResult"]
 
@@ -284,8 +348,16 @@ def test_context_after_compaction_is_summary_then_kept_then_later(tau: Store) ->
         "Fix the build error.",
     ]
     assert [type(m).__name__ for m in context[1:]] == [
-        "UserMessage", "AssistantMessage", "ToolResultMessage", "ToolResultMessage", "AssistantMessage",
-        "ToolResultMessage", "AssistantMessage", "UserMessage", "AssistantMessage", "ToolResultMessage",
+        "UserMessage",
+        "AssistantMessage",
+        "ToolResultMessage",
+        "ToolResultMessage",
+        "AssistantMessage",
+        "ToolResultMessage",
+        "AssistantMessage",
+        "UserMessage",
+        "AssistantMessage",
+        "ToolResultMessage",
         "AssistantMessage",
     ]
     assert all("List the files in src/" not in text_of(m) for m in context)  # compacted away
@@ -295,7 +367,9 @@ def test_context_of_the_branch_starts_from_the_shared_history(tau: Store) -> Non
     context = tau.messages.context(L4)
 
     assert [text_of(m) for m in context[:4] if not isinstance(m, ToolResultMessage)] == [
-        "List the files in src/", "Let me look.", "src/ contains lib.rs and main.rs.",
+        "List the files in src/",
+        "Let me look.",
+        "src/ contains lib.rs and main.rs.",
     ]
     assert entries(TAU_FILE)["a0b1c2d3"]["summary"] in text_of(context[4])
     assert [text_of(m) for m in context[5:]] == [
@@ -323,7 +397,12 @@ def test_input_that_includes_cache_reads_is_reduced_by_them(tau: Store) -> None:
 def test_one_hour_cache_writes_are_part_of_cache_write(tau: Store) -> None:
     usage = message_of(tau, TAU, "d5e6f7a8").usage  # cache_write_tokens 2600, of which 600 at 1h
 
-    assert (usage.input, usage.cache_read, usage.cache_write, usage.total_tokens) == (310, 2048, 2600, 310 + 22 + 2048 + 2600)
+    assert (usage.input, usage.cache_read, usage.cache_write, usage.total_tokens) == (
+        310,
+        2048,
+        2600,
+        310 + 22 + 2048 + 2600,
+    )
 
 
 def test_summary_usage_counts_in_its_loop_priced_as_the_model_in_force(tau: Store) -> None:
@@ -346,7 +425,11 @@ def test_assistant_model_is_the_last_model_change_on_its_path(tau: Store) -> Non
 
     assert (branch.model, branch.provider) == ("claude-sonnet-4-5", "anthropic")
     assert (after_change.model, after_change.provider) == ("gemini-3-pro-preview", "google")
-    assert tau.loops.get(L2).config == {"model": "claude-sonnet-4-5", "provider": "anthropic", "thinking_level": "medium"}
+    assert tau.loops.get(L2).config == {
+        "model": "claude-sonnet-4-5",
+        "provider": "anthropic",
+        "thinking_level": "medium",
+    }
 
 
 def test_signatures_and_arguments_are_byte_exact(tau: Store) -> None:
@@ -405,8 +488,14 @@ def test_user_images_detect_their_mime_type(tau: Store) -> None:
 def test_other_entries_are_extension_messages_holding_the_entry(tau: Store) -> None:
     raw = entries(TAU_FILE)
 
-    for entry_id, kind in [("e2f3a4b5", "label"), ("9e8d7c6b", "model_change"), ("f9a0b1c2", "custom_message"),
-                           ("0a1b2c3d", "custom"), ("e4f5a6b7", "leaf"), ("8d7c6b5a", "thinking_level_change")]:
+    for entry_id, kind in [
+        ("e2f3a4b5", "label"),
+        ("9e8d7c6b", "model_change"),
+        ("f9a0b1c2", "custom_message"),
+        ("0a1b2c3d", "custom"),
+        ("e4f5a6b7", "leaf"),
+        ("8d7c6b5a", "thinking_level_change"),
+    ]:
         message = message_of(tau, TAU, entry_id)
         assert isinstance(message, ExtensionMessage)
         assert (message.kind, message.data) == (kind, raw[entry_id])
@@ -465,7 +554,8 @@ def test_fork_file_with_explicit_nulls(store: Store) -> None:
     assert session.title is None  # session_info with "name": null
     assert session.metadata is not None and session.metadata["parent_session"].endswith(f"{TAU}.jsonl")
     assert [(loop.parent_loop_id, str(loop.continuation_kind)) for loop in loops] == [
-        (None, "initial"), (f"{FORK}.tau.1", "compaction"),
+        (None, "initial"),
+        (f"{FORK}.tau.1", "compaction"),
     ]
     result = message_of(store, FORK, "44dd55ee")
     assert "terminate_message" not in result.model_dump(mode="json")  # null means unset
@@ -541,7 +631,10 @@ def test_skip_invalid_skips_only_the_bad_records(store: Store) -> None:
     loops = store.loops.list(BROKEN)
     # The children of skipped entries hang from their parents: the conversation stays whole.
     assert [text_of(m) for loop in loops for m in store.messages.loop(loop.loop_id)] == [
-        "Hello", "Hi! How can I help?", "Count to three.", "1, 2, 3.",
+        "Hello",
+        "Hi! How can I help?",
+        "Count to three.",
+        "1, 2, 3.",
     ]
     assert [str(loop.continuation_kind) for loop in loops] == ["initial", "default"]
 
@@ -565,31 +658,48 @@ def test_a_file_without_a_header_is_reported_at_line_one(store: Store, tmp_path:
 
 @pytest.mark.parametrize(
     ("stop", "expected"),
-    [("stop", "stop"), ("length", "length"), ("tool_calls", "toolUse"), ("content_filter", "guardRail"),
-     ("abort", "aborted"), ("error", "error")],
+    [
+        ("stop", "stop"),
+        ("length", "length"),
+        ("tool_calls", "toolUse"),
+        ("content_filter", "guardRail"),
+        ("abort", "aborted"),
+        ("error", "error"),
+    ],
 )
 def test_stop_reasons(store: Store, tmp_path: Path, stop: str, expected: str) -> None:
     path = tau_file(tmp_path, user_entry("hi"), assistant_entry("hello", stop))
 
     store.import_("tau", path)
 
-    (message,) = [row.message for row in store.messages.records("0198ffff-0000-7000-8000-000000000001")
-                  if isinstance(row.message, AssistantMessage)]
+    (message,) = [
+        row.message
+        for row in store.messages.records("0198ffff-0000-7000-8000-000000000001")
+        if isinstance(row.message, AssistantMessage)
+    ]
     assert str(message.stop_reason) == expected
 
 
 @pytest.mark.parametrize(
     ("entry", "reason"),
     [
-        (assistant_entry("hello", "paused"),
-         "unknown stop_reason 'paused'; one of: stop, length, tool_calls, content_filter, abort, error"),
-        (assistant_entry("hello", input_tokens_include_cache_read=True, cache_read_tokens=50),
-         "usage.input_tokens (10) is said to include cache_read_tokens (50) but is smaller"),
+        (
+            assistant_entry("hello", "paused"),
+            "unknown stop_reason 'paused'; one of: stop, length, tool_calls, content_filter, abort, error",
+        ),
+        (
+            assistant_entry("hello", input_tokens_include_cache_read=True, cache_read_tokens=50),
+            "usage.input_tokens (10) is said to include cache_read_tokens (50) but is smaller",
+        ),
         (assistant_entry("hello", output_tokens=-1), "usage.output_tokens is -1, not a token count"),
-        ({"type": "message", "message": {"role": "tool", "contents": [{"type": "text", "content": "x"}]}},
-         "a tool message holds tool_result contents only, and at least one"),
-        ({"type": "message", "message": {"role": "user", "contents": [{"type": "hologram"}]}},
-         "unknown content type 'hologram' in a user message"),
+        (
+            {"type": "message", "message": {"role": "tool", "contents": [{"type": "text", "content": "x"}]}},
+            "a tool message holds tool_result contents only, and at least one",
+        ),
+        (
+            {"type": "message", "message": {"role": "user", "contents": [{"type": "hologram"}]}},
+            "unknown content type 'hologram' in a user message",
+        ),
     ],
 )
 def test_malformed_messages_are_reported(store: Store, tmp_path: Path, entry: dict[str, Any], reason: str) -> None:
@@ -625,7 +735,10 @@ def test_sqlite_sessions_equal_the_jsonl_sessions(tmp_path: Path) -> None:
         assert sqlite_report.ok and sqlite_report.files == 1
         assert sqlite_report.sessions_written == [OPERATOR, TAU, FORK]  # one bundle per session_id
         assert (sqlite_report.records, sqlite_report.messages, sqlite_report.loops) == (
-            jsonl_report.records, jsonl_report.messages, jsonl_report.loops)
+            jsonl_report.records,
+            jsonl_report.messages,
+            jsonl_report.loops,
+        )
         for session_id in (TAU, FORK, OPERATOR):
             assert comparable(from_sqlite, session_id) == comparable(from_jsonl, session_id)
 
@@ -641,7 +754,9 @@ def test_sqlite_after_jsonl_is_the_same_import(tau: Store, tmp_path: Path) -> No
 def test_sqlite_bad_row_is_reported_by_seq(store: Store, tmp_path: Path) -> None:
     database = build_sessions_db(tmp_path / "sessions.db", [TAU_FILE, FORK_FILE])
     with sqlite3.connect(database) as connection:
-        (seq,) = connection.execute("SELECT seq FROM entries WHERE session_id = ? AND id = 'b2c3d4e5'", (TAU,)).fetchone()
+        (seq,) = connection.execute(
+            "SELECT seq FROM entries WHERE session_id = ? AND id = 'b2c3d4e5'", (TAU,)
+        ).fetchone()
         connection.execute("UPDATE entries SET payload = substr(payload, 1, 80) WHERE seq = ?", (seq,))
     connection.close()
 
@@ -656,13 +771,18 @@ def test_sqlite_payload_that_is_not_utf8_is_reported_by_seq(store: Store, tmp_pa
     # A damaged TEXT value (invalid UTF-8) is that row's error, not a crash of the whole import.
     database = build_sessions_db(tmp_path / "sessions.db", [TAU_FILE, FORK_FILE])
     with sqlite3.connect(database) as connection:
-        (seq,) = connection.execute("SELECT seq FROM entries WHERE session_id = ? AND id = 'b2c3d4e5'", (TAU,)).fetchone()
+        (seq,) = connection.execute(
+            "SELECT seq FROM entries WHERE session_id = ? AND id = 'b2c3d4e5'", (TAU,)
+        ).fetchone()
         connection.execute("UPDATE entries SET payload = CAST(x'7b80ff7d' AS TEXT) WHERE seq = ?", (seq,))
     connection.close()
 
     report = store.import_("tau", database)
 
-    assert (report.errors[0].place, report.errors[0].reason) == (f"{database}: entries seq={seq}", "payload is not UTF-8")
+    assert (report.errors[0].place, report.errors[0].reason) == (
+        f"{database}: entries seq={seq}",
+        "payload is not UTF-8",
+    )
     assert report.sessions_failed == [TAU]
     assert report.sessions_written == [FORK]
 
@@ -679,7 +799,11 @@ def test_skip_invalid_keeps_the_children_of_a_broken_line(store: Store, tmp_path
     assert [error.place for error in report.skipped] == [f"{broken}:5"]
     assert report.messages == 26
     assert shape(store, L1) == [
-        ("model_change", None), ("thinking_level_change", None), ("user", 0), ("toolResult", 0), ("assistant", 0),
+        ("model_change", None),
+        ("thinking_level_change", None),
+        ("user", 0),
+        ("toolResult", 0),
+        ("assistant", 0),
     ]
     assert message_of(store, TAU, "d5e6f7a8").model == "claude-sonnet-4-5"  # the model_change path runs through it
 
@@ -695,7 +819,8 @@ def test_sqlite_session_without_its_header_is_reported_at_its_first_row(store: S
     kept = store.import_("tau", database, skip_invalid=True)
 
     assert [(e.place, e.reason) for e in failed.errors] == [
-        (f"{database}: entries seq={first}", "the session does not start with a session header")]
+        (f"{database}: entries seq={first}", "the session does not start with a session header")
+    ]
     assert kept.sessions_written == [FORK] and kept.messages == 9
 
 

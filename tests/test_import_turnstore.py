@@ -32,39 +32,68 @@ def build_rich_session(store: Store, *, prelude: bool = False) -> str:
     sid = store.sessions.create(
         "rich", agent_id="agent-1", title="Rich session", metadata={"project": "dates", "tags": ["a", "b"]}
     ).session_id
-    first = store.loops.start(sid, config={"model": "claude-sonnet-4-5", "provider": "anthropic", "thinking_level": "medium"})
-    store.messages.append_turn(first.loop_id, 0, [
-        user("fix it", 1_000),
-        assistant("looking", calls=("c1",), thinking="run the test", signature="Sig+/==\u00e9xyz", timestamp=2_000),
-        tool_result("c1", "1 failed", error=True, timestamp=3_000),
-    ])
+    first = store.loops.start(
+        sid, config={"model": "claude-sonnet-4-5", "provider": "anthropic", "thinking_level": "medium"}
+    )
+    store.messages.append_turn(
+        first.loop_id,
+        0,
+        [
+            user("fix it", 1_000),
+            assistant("looking", calls=("c1",), thinking="run the test", signature="Sig+/==\u00e9xyz", timestamp=2_000),
+            tool_result("c1", "1 failed", error=True, timestamp=3_000),
+        ],
+    )
     store.messages.append(extension("ui_notice", {"text": "tests ran"}), loop_id=first.loop_id)
-    store.messages.append_turn(first.loop_id, 1, [assistant("fixed", u=usage(300, 40, cache_read=900), timestamp=4_000)])
+    store.messages.append_turn(
+        first.loop_id, 1, [assistant("fixed", u=usage(300, 40, cache_read=900), timestamp=4_000)]
+    )
     store.loops.end(first.loop_id)
 
     second = store.loops.start(sid, config={"model": "claude-sonnet-4-5", "provider": "anthropic"})
-    prompt, _ = store.messages.append_turn(second.loop_id, 0, [
-        user("research it", 5_000),
-        assistant(None, calls=("s1",), timestamp=6_000),
-    ])
-    sub = store.loops.start(sid, config={"model": "gpt-5-mini", "provider": "openai"}, continuation="initial",
-                            spawn_loop_id=second.loop_id, spawn_tool_call_id="s1")
-    store.messages.append_turn(sub.loop_id, 0, [
-        user("sub task", 6_100),
-        assistant("sub answer", model="gpt-5-mini", provider="openai", timestamp=6_200),
-    ])
+    prompt, _ = store.messages.append_turn(
+        second.loop_id,
+        0,
+        [
+            user("research it", 5_000),
+            assistant(None, calls=("s1",), timestamp=6_000),
+        ],
+    )
+    sub = store.loops.start(
+        sid,
+        config={"model": "gpt-5-mini", "provider": "openai"},
+        continuation="initial",
+        spawn_loop_id=second.loop_id,
+        spawn_tool_call_id="s1",
+    )
+    store.messages.append_turn(
+        sub.loop_id,
+        0,
+        [
+            user("sub task", 6_100),
+            assistant("sub answer", model="gpt-5-mini", provider="openai", timestamp=6_200),
+        ],
+    )
     store.loops.end(sub.loop_id)
     store.messages.append(tool_result("s1", "sub answer", timestamp=6_300), loop_id=second.loop_id, turn_index=0)
     final = store.messages.append_turn(second.loop_id, 1, [assistant("final", timestamp=7_000)])[0]
     store.loops.end(second.loop_id)
 
-    branch = store.loops.start(sid, config={"model": "gpt-5", "provider": "openai"}, parent_loop_id=second.loop_id,
-                               continuation="branch", fork_after=prompt)
-    store.messages.append_turn(branch.loop_id, 0, [assistant("alternative", model="gpt-5", provider="openai", timestamp=8_000)])
+    branch = store.loops.start(
+        sid,
+        config={"model": "gpt-5", "provider": "openai"},
+        parent_loop_id=second.loop_id,
+        continuation="branch",
+        fork_after=prompt,
+    )
+    store.messages.append_turn(
+        branch.loop_id, 0, [assistant("alternative", model="gpt-5", provider="openai", timestamp=8_000)]
+    )
     store.loops.end(branch.loop_id, "aborted")
 
-    compacted = store.loops.compact(second.loop_id, "summary of the research", keep_from=final,
-                                    tokens_before=1_234, usage=usage(500, 50))
+    compacted = store.loops.compact(
+        second.loop_id, "summary of the research", keep_from=final, tokens_before=1_234, usage=usage(500, 50)
+    )
     store.messages.append_turn(compacted.loop_id, 0, [user("continue", 9_000), assistant("ok", timestamp=9_100)])
     return sid
 
@@ -201,7 +230,11 @@ def test_handwritten_turnstore_file(store: Store) -> None:
     assert report.ok and report.sessions_written == ["small-session"]
     assert report.records == 6 and report.messages == 4 and report.loops == 2
     session = store.sessions.get("small-session")
-    assert (session.agent_id, session.title, session.metadata) == ("agent-7", "Small handwritten session", {"origin": "hand"})
+    assert (session.agent_id, session.title, session.metadata) == (
+        "agent-7",
+        "Small handwritten session",
+        {"origin": "hand"},
+    )
     branch = store.loops.get("small-session.anthropic.claude-haiku-4-5.2")
     assert branch.continuation_kind.value == "branch" and branch.status.value == "aborted"
     assert position(store, branch.fork_after) == ("small-session.anthropic.claude-haiku-4-5.1", 0)
@@ -256,11 +289,18 @@ def test_turnstore_one_pass_message_lines_equal_the_general_parse(round_trip: An
         pytest.param('{"type":"message","loop_id":"l","message":{"role":"robot"}}', id="invalid-message"),
         pytest.param('{"type":"message","loop_id":"l"}', id="no-message"),
         pytest.param('{"type":"message","loop_id":"l","message":null}', id="null-message"),
-        pytest.param('{"type":"message","loop_id":"l","message":{"role":"user","content":[],"timestamp":1},'
-                     '"type":"loop"}', id="repeated-type-key"),
-        pytest.param('{"type":"message","loop_id":"l","message":{"role":"user","content":[{"type":"text",'
-                     '"text":"\\ud800"}],"timestamp":1}}', id="lone-surrogate"),
-        pytest.param('{"type":"message","loop_id":"l","message":{"role":"user","content":[],"timestamp":1}', id="cut-off"),
+        pytest.param(
+            '{"type":"message","loop_id":"l","message":{"role":"user","content":[],"timestamp":1},"type":"loop"}',
+            id="repeated-type-key",
+        ),
+        pytest.param(
+            '{"type":"message","loop_id":"l","message":{"role":"user","content":[{"type":"text",'
+            '"text":"\\ud800"}],"timestamp":1}}',
+            id="lone-surrogate",
+        ),
+        pytest.param(
+            '{"type":"message","loop_id":"l","message":{"role":"user","content":[],"timestamp":1}', id="cut-off"
+        ),
     ],
 )
 def test_turnstore_lines_the_one_pass_refuses_go_the_general_way(line: str) -> None:

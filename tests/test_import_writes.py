@@ -67,8 +67,14 @@ def write_export(path: Path, messages: int) -> Path:
     ]
     for index in range(messages):
         message = kinds[index % 4](index)
-        lines.append({"type": "message", "loop_id": loop_id, "turn_index": index // 4,
-                      "message": message.model_dump(mode="json")})
+        lines.append(
+            {
+                "type": "message",
+                "loop_id": loop_id,
+                "turn_index": index // 4,
+                "message": message.model_dump(mode="json"),
+            }
+        )
     path.write_text("".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines), encoding="utf-8")
     return path
 
@@ -253,13 +259,20 @@ def test_rows_of_every_kind_are_stored_as_given_in_order(store: Any, tmp_path: P
     sources = [json.loads(line)["message"] for line in path.read_text().splitlines()[2:]]
     assert [record.message.model_dump(mode="json") for record in stored] == sources
     with store.engine.connect() as connection:
-        columns = connection.execute(sa.text(
-            "SELECT role, kind, model, stop_reason, input_tokens FROM messages WHERE session_id = 'big' ORDER BY id"
-        )).all()
+        columns = connection.execute(
+            sa.text(
+                "SELECT role, kind, model, stop_reason, input_tokens FROM messages WHERE session_id = 'big' ORDER BY id"
+            )
+        ).all()
     assert [tuple(row) for row in columns[:4]] == [
         ("user", None, None, None, None),
-        ("assistant", None, stored[1].message.model, stored[1].message.stop_reason.value,
-         stored[1].message.usage.input),
+        (
+            "assistant",
+            None,
+            stored[1].message.model,
+            stored[1].message.stop_reason.value,
+            stored[1].message.usage.input,
+        ),
         ("toolResult", None, None, None, None),
         ("extension", "note", None, None, None),
     ]
@@ -271,8 +284,9 @@ def test_writing_lets_the_bundles_messages_go(tmp_path: Path) -> None:
         bundle = SessionBundle(session_id="s", origin="here")
         bundle.loops.append(LoopRow(loop_id="s.1"))
         bundle.messages.extend(MessageRow(user(str(i)), "s.1", 0) for i in range(50))
-        status = imports.write_bundle(store._db, bundle, "turnstore", replace=False, limits=store.settings.limits,
-                                      report={})
+        status = imports.write_bundle(
+            store._db, bundle, "turnstore", replace=False, limits=store.settings.limits, report={}
+        )
         assert status == imports.WRITTEN
         assert bundle.messages == []
         assert len(list(store.messages.records("s"))) == 50
@@ -289,11 +303,19 @@ def _import_and_wait(path: str, source: str, fd: int) -> None:
 
 def big_export(path: Path, messages: int) -> Path:
     """A turnstore export of one session of ``messages`` messages of ≈20 KB (a checkpoint of ≈20 MB)."""
-    lines: list[dict[str, Any]] = [{"type": "session", "session_id": "big", "version": 1},
-                                   {"type": "loop", "loop_id": "big.1"}]
-    lines += [{"type": "message", "loop_id": "big.1", "turn_index": index,
-               "message": user(f"{index} " + "y" * 20_000, timestamp=index).model_dump(mode="json")}
-              for index in range(messages)]
+    lines: list[dict[str, Any]] = [
+        {"type": "session", "session_id": "big", "version": 1},
+        {"type": "loop", "loop_id": "big.1"},
+    ]
+    lines += [
+        {
+            "type": "message",
+            "loop_id": "big.1",
+            "turn_index": index,
+            "message": user(f"{index} " + "y" * 20_000, timestamp=index).model_dump(mode="json"),
+        }
+        for index in range(messages)
+    ]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
     return path
 
@@ -304,7 +326,9 @@ def test_a_writer_killed_after_its_import_keeps_the_import_whole(tmp_path: Path,
     source = big_export(tmp_path / "big.jsonl", messages)
     path = tmp_path / "a.db"
     read_fd, write_fd = os.pipe()
-    child = multiprocessing.get_context("fork").Process(target=_import_and_wait, args=(str(path), str(source), write_fd))
+    child = multiprocessing.get_context("fork").Process(
+        target=_import_and_wait, args=(str(path), str(source), write_fd)
+    )
     child.start()
     os.close(write_fd)
     try:

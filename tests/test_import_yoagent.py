@@ -222,7 +222,8 @@ def test_array_report_and_derived_loops(store: Store) -> None:
     assert dict(report.by_role) == {"user": 3, "assistant": 4, "toolResult": 1, "extension": 1}
     assert report.sessions_written == [ARRAY_SID]
     shape = [
-        (loop.loop_id, loop.parent_loop_id, loop.continuation_kind.value, loop.model) for loop in store.loops.list(ARRAY_SID)
+        (loop.loop_id, loop.parent_loop_id, loop.continuation_kind.value, loop.model)
+        for loop in store.loops.list(ARRAY_SID)
     ]
     assert shape == [
         (A1, None, "initial", "gpt-4.1"),
@@ -283,7 +284,9 @@ def test_camel_case_usage_without_total_gets_the_sum(store: Store, tmp_path: Pat
     store.import_("yoagent", write_lines(tmp_path / "s.jsonl", lines))
 
     usage = entry["message"]["usage"]
-    assert store.usage.session("s").total_tokens == sum(usage[key] for key in ("input", "output", "cacheRead", "cacheWrite"))
+    assert store.usage.session("s").total_tokens == sum(
+        usage[key] for key in ("input", "output", "cacheRead", "cacheWrite")
+    )
 
 
 def test_json_file_that_is_not_an_array(store: Store, tmp_path: Path) -> None:

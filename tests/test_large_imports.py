@@ -64,7 +64,11 @@ def report_of(report: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize(("fmt", "path"), SOURCES, ids=[f"{fmt}-{path.name}" for fmt, path in SOURCES])
 def test_a_spilled_session_is_stored_as_a_held_one(
-    fmt: str, path: Path, store: Any, tmp_path: Path, spill_everything: list[spill_module.Spill],
+    fmt: str,
+    path: Path,
+    store: Any,
+    tmp_path: Path,
+    spill_everything: list[spill_module.Spill],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     spilled_report = store.import_(fmt, path, skip_invalid=True)
@@ -98,8 +102,15 @@ def _pi_file(path: Path, texts: list[str]) -> Path:
             if role == "assistant":
                 message.update(provider="p", model="m", stopReason="stop", usage={"input": 1, "output": 2})
             entry_id = f"{role[0]}{index}"
-            lines.append({"type": "message", "id": entry_id, "parentId": parent,
-                          "timestamp": "2026-03-02T09:15:01.000Z", "message": message})
+            lines.append(
+                {
+                    "type": "message",
+                    "id": entry_id,
+                    "parentId": parent,
+                    "timestamp": "2026-03-02T09:15:01.000Z",
+                    "message": message,
+                }
+            )
             parent = entry_id
     path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
     return path
@@ -165,7 +176,9 @@ def test_lines_are_read_from_the_file_split_on_newline_only(tmp_path: Path) -> N
     path.write_bytes(b'\xef\xbb\xbf{"a":"x\xe2\x80\xa8y"}\r\n\n{"b":"\xc2\x85"}\n{"c":1}')
     assert list(read_lines(path)) == [(1, '{"a":"x\u2028y"}'), (2, ""), (3, '{"b":"\x85"}'), (4, '{"c":1}')]
     assert [(number, value) for number, _, value in read_jsonl(path)] == [
-        (1, {"a": "x\u2028y"}), (3, {"b": "\x85"}), (4, {"c": 1})
+        (1, {"a": "x\u2028y"}),
+        (3, {"b": "\x85"}),
+        (4, {"c": 1}),
     ]
 
 

@@ -49,8 +49,9 @@ def test_a_large_session_is_written_with_a_page_cache_that_holds_it(
     assert len(list(store.messages.records("big"))) == messages
 
 
-def test_the_page_cache_is_capped(sqlite_store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                  cache_seen: list[Any]) -> None:
+def test_the_page_cache_is_capped(
+    sqlite_store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache_seen: list[Any]
+) -> None:
     monkeypatch.setattr(writer, "LARGE_WRITE_CACHE_KIB", 3_000)  # as if the session were over 64 MiB's worth
 
     assert sqlite_store.import_("turnstore", write_export(tmp_path / "big.jsonl", 1_500)).ok

@@ -96,7 +96,9 @@ def test_continuation_accepts_the_enum(store: Store, loop_id: str, session_id: s
     assert (child.parent_loop_id, child.continuation_kind) == (loop_id, ContinuationKind.RERUN)
 
 
-def test_initial_continuation_with_a_parent_raises_invalid_argument(store: Store, loop_id: str, session_id: str) -> None:
+def test_initial_continuation_with_a_parent_raises_invalid_argument(
+    store: Store, loop_id: str, session_id: str
+) -> None:
     with pytest.raises(InvalidArgument):
         store.loops.start(session_id, config=SONNET, parent_loop_id=loop_id, continuation="initial")
     assert len(store.loops.list(session_id)) == 1
@@ -418,7 +420,9 @@ def test_compact_with_another_config_is_priced_at_that_model(store: Store, loop_
     assert store.usage.loop(compaction.loop_id).cost == pytest.approx(1.25)
 
 
-def test_compact_with_keep_from_outside_the_session_creates_nothing(store: Store, session_id: str, loop_id: str) -> None:
+def test_compact_with_keep_from_outside_the_session_creates_nothing(
+    store: Store, session_id: str, loop_id: str
+) -> None:
     store.sessions.create("other")
     other_loop = store.loops.start("other", config=SONNET).loop_id
     foreign = store.messages.append(user(), loop_id=other_loop, turn_index=0)

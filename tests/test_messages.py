@@ -98,9 +98,7 @@ def test_append_dict_is_validated_and_stored(store: Store, loop_id: str) -> None
         {"role": "user", "content": [], "timestamp": -5},
     ],
 )
-def test_append_invalid_dict_raises_invalid_message_and_writes_nothing(
-    store: Store, loop_id: str, raw: dict
-) -> None:
+def test_append_invalid_dict_raises_invalid_message_and_writes_nothing(store: Store, loop_id: str, raw: dict) -> None:
     with pytest.raises(InvalidMessage) as caught:
         store.messages.append(raw, loop_id=loop_id, turn_index=0)
     assert caught.value.errors, "the error names the failing fields"
@@ -454,7 +452,9 @@ def test_last_answers_a_call_without_results(store: Store, session_id: str, loop
 
 def test_last_drops_the_other_results_of_a_split_parallel_call(store: Store, session_id: str, loop_id: str) -> None:
     store.messages.append_turn(
-        loop_id, 0, [user("q"), assistant("call", calls=("c1", "c2")), tool_result("c1", "one"), tool_result("c2", "two")]
+        loop_id,
+        0,
+        [user("q"), assistant("call", calls=("c1", "c2")), tool_result("c1", "one"), tool_result("c2", "two")],
     )
     store.messages.append_turn(loop_id, 1, [assistant("final")])
     window = store.messages.last(session_id, 2)
@@ -498,7 +498,7 @@ def test_last_is_the_tail_of_the_context(store: Store, session_id: str, loop_id:
     store.messages.append_turn(loop_id, 2, [user("once more"), assistant("done")])
     context = store.messages.context(loop_id)
     window = store.messages.last(session_id, n)
-    assert window == context[len(context) - len(window):]
+    assert window == context[len(context) - len(window) :]
     assert not window or window[0].role != "toolResult"
     assert len(window) == min(n, len(context)) or context[len(context) - n].role == "toolResult"
 
@@ -594,13 +594,19 @@ def test_context_for_another_model(store: Store, loop_id: str) -> None:
     same = store.messages.context(loop_id, model="claude-sonnet-4-5", provider="anthropic")
     assert [m.model_dump_json() for m in same] == [m.model_dump_json() for m in store.messages.context(loop_id)]
     moved = store.messages.context(loop_id, model="gpt-5", provider="openai")
-    assert moved[1].model_dump(mode="json")["content"] == [{"type": "text", "text": "hmm"}, {"type": "text", "text": "a"}]
+    assert moved[1].model_dump(mode="json")["content"] == [
+        {"type": "text", "text": "hmm"},
+        {"type": "text", "text": "a"},
+    ]
 
 
 @pytest.mark.parametrize(
     ("model", "provider", "message"),
-    [(None, "openai", "provider is given without model"), (5, None, "model must be a string"),
-     ("gpt-5", b"openai", "provider must be a string")],
+    [
+        (None, "openai", "provider is given without model"),
+        (5, None, "model must be a string"),
+        ("gpt-5", b"openai", "provider must be a string"),
+    ],
 )
 def test_context_and_last_refuse_a_bad_model(
     store: Store, session_id: str, loop_id: str, model: Any, provider: Any, message: str
@@ -863,7 +869,7 @@ def test_records_unknown_scope_raises_not_found(store: Store) -> None:
 
 # --- round trip ----------------------------------------------------------------------
 
-SIGNATURE = "EqQBCkYIBxgCKkDk+/9Zx==\u2028\\n\"quoted\" ünï"
+SIGNATURE = 'EqQBCkYIBxgCKkDk+/9Zx==\u2028\\n"quoted" ünï'
 ARGUMENTS = {
     "path": "/tmp/日本語/😀.txt",
     "nested": {"list": [1, 2.5, -3, None, True, {"deep": {"deeper": ["x", {}]}}], "empty": []},
@@ -872,7 +878,7 @@ ARGUMENTS = {
     "int64_edge": 2**63,
     "float": 0.30000000000000004,
     "tiny": 1e-7,
-    "escapes": "tab\tnewline\nquote\"backslash\\ nul\u0000",
+    "escapes": 'tab\tnewline\nquote"backslash\\ nul\u0000',
 }
 
 
@@ -882,7 +888,11 @@ def _round_trip_messages() -> list[dict[str, Any]]:
             "role": "user",
             "content": [
                 {"type": "text", "text": "what is in this picture? ✨"},
-                {"type": "image", "data": "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk", "mimeType": "image/png"},
+                {
+                    "type": "image",
+                    "data": "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk",
+                    "mimeType": "image/png",
+                },
             ],
             "timestamp": 1_700_000_000_000,
             "nodeId": "n-1",
@@ -914,7 +924,10 @@ def _round_trip_messages() -> list[dict[str, Any]]:
             "role": "toolResult",
             "toolCallId": "toolu_01",
             "toolName": "read",
-            "content": [{"type": "text", "text": "contents"}, {"type": "image", "data": "AAAA", "mimeType": "image/jpeg"}],
+            "content": [
+                {"type": "text", "text": "contents"},
+                {"type": "image", "data": "AAAA", "mimeType": "image/jpeg"},
+            ],
             "isError": False,
             "timestamp": 1_700_000_001_000,
             "details": {"bytes": 8, "elapsed_ms": 3.25},
@@ -1039,8 +1052,13 @@ def test_append_dict_with_python_names_and_string_content_is_stored_in_wire_form
     (record,) = store.messages.records(loop_id=loop_id)
     assert record.id == message_id
     assert record.message.model_dump(mode="json") == {
-        "role": "assistant", "content": [{"type": "text", "text": "hi"}], "stopReason": "stop", "model": "m",
-        "provider": "p", "timestamp": 1, "turnId": {"loopId": loop_id, "turnIndex": 0},
+        "role": "assistant",
+        "content": [{"type": "text", "text": "hi"}],
+        "stopReason": "stop",
+        "model": "m",
+        "provider": "p",
+        "timestamp": 1,
+        "turnId": {"loopId": loop_id, "turnIndex": 0},
     }
 
 
@@ -1065,7 +1083,10 @@ def test_rewind_starts_a_branch_whose_context_ends_at_the_message(store: Store, 
     assert branch.session_id == session_id and branch.config == store.loops.get(loop_id).config
     store.messages.append_turn(branch.loop_id, 1, [user("better prompt"), assistant("better answer")])
     assert texts(store.messages.context(branch.loop_id)) == [
-        ("user", "q0"), ("assistant", "a0"), ("user", "better prompt"), ("assistant", "better answer")
+        ("user", "q0"),
+        ("assistant", "a0"),
+        ("user", "better prompt"),
+        ("assistant", "better answer"),
     ]
     assert len(store.messages.loop(loop_id)) == 4  # nothing deleted
 
@@ -1174,7 +1195,9 @@ def test_last_in_one_loop_reads_one_statement_when_its_window_starts_at_a_tool_r
     loop_id = store.loops.start(session_id).loop_id
     for k in range(40):
         store.messages.append_turn(
-            loop_id, k, [user(f"u{k}"), assistant(f"a{k}", calls=(f"c{k}",)), tool_result(f"c{k}", "r"), assistant(f"b{k}")]
+            loop_id,
+            k,
+            [user(f"u{k}"), assistant(f"a{k}", calls=(f"c{k}",)), tool_result(f"c{k}", "r"), assistant(f"b{k}")],
         )
     expected = store.messages.context(loop_id)
     monkeypatch.setattr(messages_module, "path_tail", lambda *args: pytest.fail("walked the path"))

@@ -63,7 +63,9 @@ def stamp_unknown_revision(path: Path, revision: str = "9999") -> None:
     connection = sqlite3.connect(path)
     try:
         with connection:
-            connection.execute("CREATE TABLE IF NOT EXISTS alembic_version (version_num VARCHAR(32) NOT NULL PRIMARY KEY)")
+            connection.execute(
+                "CREATE TABLE IF NOT EXISTS alembic_version (version_num VARCHAR(32) NOT NULL PRIMARY KEY)"
+            )
             connection.execute("DELETE FROM alembic_version")
             connection.execute("INSERT INTO alembic_version (version_num) VALUES (?)", (revision,))
     finally:

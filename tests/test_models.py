@@ -191,7 +191,7 @@ def test_unknown_key_named_turn_survives(value: Any) -> None:
         '{"text":"\\u00e9t\\u00e9 \\ud83d\\ude00 \\u4e2d\\u6587","raw":"é😀"}',
         '{"big":9007199254740993,"huge":18446744073709551617,"neg":-9223372036854775809}',
         '{"floats":[0.1,1e308,1.5e-07,-0.0,1.0,3.141592653589793]}',
-        "[1,\"two\",{\"three\":3}]",
+        '[1,"two",{"three":3}]',
         '"just a string"',
         "{}",
     ],
@@ -712,18 +712,35 @@ ALL_BLOCKS = [
     FileContent(url="http://x", name="f"),
     TextContent.model_validate({"type": "text", "text": "with extras", "cache_control": {"type": "ephemeral"}}),
 ]
-DUMP_OPTIONS = [{}, {"by_alias": False}, {"mode": "json"}, {"mode": "json", "by_alias": False},
-                {"exclude_none": True}, {"exclude_defaults": True}, {"round_trip": True}]
+DUMP_OPTIONS = [
+    {},
+    {"by_alias": False},
+    {"mode": "json"},
+    {"mode": "json", "by_alias": False},
+    {"exclude_none": True},
+    {"exclude_defaults": True},
+    {"round_trip": True},
+]
 
 
 @pytest.mark.parametrize("options", DUMP_OPTIONS, ids=str)
-@pytest.mark.parametrize("make", [
-    lambda blocks: UserMessage(content=blocks, timestamp=1),
-    lambda blocks: AssistantMessage(content=blocks, stop_reason=StopReason.STOP, model="m", provider="p",
-                                    usage=Usage(input=1, output=2), timestamp=1),
-    lambda blocks: ToolResultMessage(tool_call_id="c", tool_name="n", content=blocks, is_error=False, timestamp=1),
-    lambda blocks: SystemMessage(content=blocks),
-], ids=["user", "assistant", "toolResult", "system"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda blocks: UserMessage(content=blocks, timestamp=1),
+        lambda blocks: AssistantMessage(
+            content=blocks,
+            stop_reason=StopReason.STOP,
+            model="m",
+            provider="p",
+            usage=Usage(input=1, output=2),
+            timestamp=1,
+        ),
+        lambda blocks: ToolResultMessage(tool_call_id="c", tool_name="n", content=blocks, is_error=False, timestamp=1),
+        lambda blocks: SystemMessage(content=blocks),
+    ],
+    ids=["user", "assistant", "toolResult", "system"],
+)
 def test_content_dumps_as_the_content_union_does(make: Any, options: dict[str, Any]) -> None:
     message = make(ALL_BLOCKS)
     union = TypeAdapter(list[Content])
@@ -742,7 +759,11 @@ def test_json_schemas_of_the_messages_are_made_without_warnings() -> None:
         warnings.simplefilter("error")
         schema = TypeAdapter(list[AgentMessage]).json_schema()
 
-    roles = {name: spec["properties"]["role"] for name, spec in schema["$defs"].items() if "role" in spec.get("properties", {})}
+    roles = {
+        name: spec["properties"]["role"]
+        for name, spec in schema["$defs"].items()
+        if "role" in spec.get("properties", {})
+    }
     assert roles["UserMessage"] == {"const": "user", "default": "user", "title": "Role", "type": "string"}
     assert {role["const"] for role in roles.values()} == {"user", "assistant", "toolResult", "system", "extension"}
     assert UserMessage.model_validate_json('{"role":"user","content":[],"timestamp":1}').role() == "user"
@@ -772,7 +793,9 @@ def test_message_user_and_system_take_a_string_or_blocks() -> None:
     system = Message.system("be brief", timestamp=7)
     assert isinstance(system, SystemMessage)
     assert json.loads(system.model_dump_json()) == {
-        "role": "system", "content": [{"type": "text", "text": "be brief"}], "timestamp": 7
+        "role": "system",
+        "content": [{"type": "text", "text": "be brief"}],
+        "timestamp": 7,
     }
 
 
@@ -811,8 +834,11 @@ def test_message_tool_result_answers_a_call_block_or_an_id() -> None:
     [
         pytest.param(lambda: Message.tool_result("c1", "out"), "tool_name", id="tool-result-without-name"),
         pytest.param(lambda: Message.assistant("x", model="m", stop_reason="nope"), "stop_reason", id="stop-reason"),
-        pytest.param(lambda: Message.assistant("x", model="m", usage={"input": -1, "output": 0}), "usage.input",
-                     id="negative-usage"),
+        pytest.param(
+            lambda: Message.assistant("x", model="m", usage={"input": -1, "output": 0}),
+            "usage.input",
+            id="negative-usage",
+        ),
         pytest.param(lambda: Message.user(5), "content", id="content-not-blocks"),  # type: ignore[arg-type]
         pytest.param(lambda: Message.user("x", timestamp=-1), "timestamp", id="negative-timestamp"),
     ],
@@ -827,13 +853,22 @@ def test_message_helpers_raise_invalid_message_naming_the_field(build: Any, fiel
 
 def test_parse_message_takes_python_field_names_and_string_content() -> None:
     wire = {
-        "role": "toolResult", "toolCallId": "c1", "toolName": "bash",
-        "content": [{"type": "text", "text": "out"}], "isError": False, "timestamp": 1,
+        "role": "toolResult",
+        "toolCallId": "c1",
+        "toolName": "bash",
+        "content": [{"type": "text", "text": "out"}],
+        "isError": False,
+        "timestamp": 1,
         "turnId": {"loopId": "L", "turnIndex": 0},
     }
     by_name = {
-        "role": "toolResult", "tool_call_id": "c1", "tool_name": "bash", "content": "out", "is_error": False,
-        "timestamp": 1, "turnId": {"loop_id": "L", "turn_index": 0},
+        "role": "toolResult",
+        "tool_call_id": "c1",
+        "tool_name": "bash",
+        "content": "out",
+        "is_error": False,
+        "timestamp": 1,
+        "turnId": {"loop_id": "L", "turn_index": 0},
     }
     assert parse_message(by_name) == parse_message(wire)
     assert parse_message(by_name).model_dump_json() == json.dumps(wire, separators=(",", ":"))

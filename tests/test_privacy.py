@@ -120,7 +120,9 @@ def test_existing_empty_file_keeps_its_mode(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("umask", [pytest.param(0o000, id="umask000")], indirect=True)
-def test_async_store_and_cli_create_private_files(tmp_path: Path, umask: int, capsys: pytest.CaptureFixture[str]) -> None:
+def test_async_store_and_cli_create_private_files(
+    tmp_path: Path, umask: int, capsys: pytest.CaptureFixture[str]
+) -> None:
     import asyncio
 
     async def use_async() -> None:
@@ -158,4 +160,3 @@ def test_uri_url_creates_a_private_file(tmp_path: Path, umask: int) -> None:
         side = {name: mode(path) for name, path in side_files(db_path).items()}
     assert mode(db_path) == 0o600
     assert side == {"-wal": 0o600, "-shm": 0o600}
-

@@ -22,15 +22,27 @@ SESSION = {"session_id": "s"}
 LOOP = {"loop_id": "s.loop.1"}
 
 HOT = [
-    ("append: insert with seq and session subqueries", q.insert_message(False), {**dict.fromkeys(q.MESSAGE_VALUES), **LOOP}),
+    (
+        "append: insert with seq and session subqueries",
+        q.insert_message(False),
+        {**dict.fromkeys(q.MESSAGE_VALUES), **LOOP},
+    ),
     ("append: lock the loop (PostgreSQL)", q.lock_loop(), LOOP),
     ("turn(loop, k)", q.turn_messages(), {**LOOP, "turn_index": 3}),
     ("turns(loop, a, b)", q.turn_range_messages(True), {**LOOP, "start": 1, "stop": 4}),
     ("loop(loop)", q.loop_messages(), LOOP),
     ("last: the newest loop of a session", q.newest_loop(), SESSION),
     ("last: a session's newest rows", q.session_tail(), {**SESSION, "limit": 50}),
-    ("last: a loop's rows backwards", q.loop_messages_backwards(False), {**SESSION, **LOOP, "upper": 10**9, "lower": 0, "limit": 54}),
-    ("last: a compaction loop's rows backwards", q.loop_messages_backwards(True), {**SESSION, **LOOP, "upper": 10**9, "lower": 0, "limit": 54}),
+    (
+        "last: a loop's rows backwards",
+        q.loop_messages_backwards(False),
+        {**SESSION, **LOOP, "upper": 10**9, "lower": 0, "limit": 54},
+    ),
+    (
+        "last: a compaction loop's rows backwards",
+        q.loop_messages_backwards(True),
+        {**SESSION, **LOOP, "upper": 10**9, "lower": 0, "limit": 54},
+    ),
     ("last: a compaction loop's summaries", q.compaction_summaries(), LOOP),
     ("context: loop tree", q.loop_tree(), SESSION),
     ("context: messages from an id", q.context_messages(), {**SESSION, "min_id": 10}),
@@ -109,7 +121,11 @@ def test_hot_query_uses_indexes(sync_store: Store, name: str, statement: Any, pa
         assert any("INDEX" in line or "PRIMARY KEY" in line for line in lines) or not lines, f"{name}: {lines}"
     else:
         nodes = _postgres_plan(sync_store, statement, params)
-        scans = [node for node in nodes if node.get("Node Type") == "Seq Scan" and node.get("Relation Name") in ("messages", "loops")]
+        scans = [
+            node
+            for node in nodes
+            if node.get("Node Type") == "Seq Scan" and node.get("Relation Name") in ("messages", "loops")
+        ]
         assert scans == [], f"{name}: sequential scan in {[node.get('Relation Name') for node in scans]}"
 
 

@@ -206,7 +206,13 @@ def test_list_counts_every_stored_row_of_branches_compactions_and_imports(store:
     store.messages.append_turn(branch, 0, [user("other"), assistant("b")])
     store.loops.compact(main, "a summary")
     store.loops.start("tree")  # no messages yet
-    store.import_("pi", Path(__file__).parent / "fixtures" / "pi" / "2026-03-02T09-15-00-000Z_0b8f5c1e-6a2d-4e9b-9f3a-2c7d1e5b8a40.jsonl")
+    store.import_(
+        "pi",
+        Path(__file__).parent
+        / "fixtures"
+        / "pi"
+        / "2026-03-02T09-15-00-000Z_0b8f5c1e-6a2d-4e9b-9f3a-2c7d1e5b8a40.jsonl",
+    )
 
     for summary in store.sessions.list():
         rows = sum(1 for _ in store.messages.records(summary.session_id))
@@ -362,8 +368,13 @@ EARLY = "0005-01-02T03:04:05.000006Z"
 def test_times_with_an_early_year_are_stored_read_and_exported(store: Any, tmp_path: Path) -> None:
     source = tmp_path / "early.jsonl"
     header = {"type": "session", "version": 3, "id": "early", "timestamp": EARLY, "cwd": "/x"}
-    entry = {"type": "message", "id": "a", "parentId": None, "timestamp": EARLY,
-             "message": {"role": "user", "content": [{"type": "text", "text": "hi"}], "timestamp": 1}}
+    entry = {
+        "type": "message",
+        "id": "a",
+        "parentId": None,
+        "timestamp": EARLY,
+        "message": {"role": "user", "content": [{"type": "text", "text": "hi"}], "timestamp": 1},
+    }
     source.write_text(json.dumps(header) + "\n" + json.dumps(entry) + "\n", encoding="utf-8")
     store.sessions.create("late", title="2026")
     assert store.import_("pi", source).ok

@@ -86,6 +86,7 @@ def test_writers_take_turns_between_batches_and_reads_do_not_see_the_staged_sess
                     assert app.usage.total().requests == 0
                     assert [found.model for found in app.usage.by_model()] == []
                     yield [row]
+
         return rows()
 
     monkeypatch.setattr(writer, "_message_batches", interleaved)
@@ -117,6 +118,7 @@ def test_one_transaction_keeps_other_writers_out(tmp_path: Path, monkeypatch: py
                 except StoreBusy as error:
                     refused.append(error)
                 yield batch
+
         return rows()
 
     monkeypatch.setattr(writer, "_message_batches", interleaved)
@@ -139,6 +141,7 @@ def test_an_import_that_fails_mid_way_leaves_nothing(
                 yield batch
                 if n == 0:
                     raise KeyboardInterrupt
+
         return rows()
 
     monkeypatch.setattr(writer, "_message_batches", failing)
@@ -156,10 +159,18 @@ def test_a_live_staging_is_not_taken_over(tmp_path: Path, stage_everything: None
         store.sessions.delete("big")
         db = store._db
         with db.write():
-            db.execute(writer.q.insert_session(), {
-                "session_id": "big", "agent_id": None, "title": None, "metadata": None,
-                "created_at": db.bind_time(staging._now()), "updated_at": db.bind_time(staging._now()), "source": None,
-            })
+            db.execute(
+                writer.q.insert_session(),
+                {
+                    "session_id": "big",
+                    "agent_id": None,
+                    "title": None,
+                    "metadata": None,
+                    "created_at": db.bind_time(staging._now()),
+                    "updated_at": db.bind_time(staging._now()),
+                    "source": None,
+                },
+            )
             staging.begin(db, "big", staging.new_owner())  # this process: live
         report = store.import_("pi", source)
         assert report.sessions_failed == ["big"] and "being imported" in str(report.errors[0])
@@ -273,6 +284,7 @@ def test_appends_of_other_sessions_go_through_while_a_session_is_imported(
                     appended.append(app.messages.append(user("during"), loop_id=loop_id))
                     assert not app.sessions.exists("big") and app.sessions.count() == 1
                     yield [row]
+
         return rows()
 
     monkeypatch.setattr(writer, "_message_batches", interleaved)
@@ -298,8 +310,14 @@ def test_message_reads_of_a_staged_session_find_nothing(tmp_path: Path, stage_ev
             store.messages.last("big", 5)
         with pytest.raises(SessionNotFound):
             list(store.messages.records("big"))
-        for read in (store.messages.loop, store.messages.turns, store.messages.context, store.loops.get,
-                     store.usage.loop, lambda loop: store.messages.turn(loop, 0)):
+        for read in (
+            store.messages.loop,
+            store.messages.turns,
+            store.messages.context,
+            store.loops.get,
+            store.usage.loop,
+            lambda loop: store.messages.turn(loop, 0),
+        ):
             with pytest.raises(LookupError):
                 read(loop_id)
         with pytest.raises(LookupError):

@@ -63,7 +63,9 @@ def capped(path: Path, extra_pages: int = 2) -> dict[str, Any]:
 def test_append_to_a_full_database_is_storage_full_and_writes_nothing(nearly_full: Path) -> None:
     with Store(nearly_full, pragmas=capped(nearly_full)) as store:
         with pytest.raises(StorageFull, match="full") as raised:
-            store.messages.append_turn("l1", 0, [UserMessage(content=[TextContent(text=BIG)], timestamp=1), assistant("ok")])
+            store.messages.append_turn(
+                "l1", 0, [UserMessage(content=[TextContent(text=BIG)], timestamp=1), assistant("ok")]
+            )
         assert "\n" not in str(raised.value) and str(nearly_full) in str(raised.value)
         with pytest.raises(StorageFull):
             store.messages.append(UserMessage(content=[TextContent(text=BIG)], timestamp=1), loop_id="l1", turn_index=0)
@@ -82,12 +84,16 @@ def test_import_into_a_full_database_is_storage_full_and_writes_nothing(nearly_f
         assert not store.sessions.exists("imported")
 
 
-def test_cli_import_into_a_full_database_is_one_line(nearly_full: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_import_into_a_full_database_is_one_line(
+    nearly_full: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     source = tmp_path / "big.json"
     source.write_text(json.dumps([{"role": "user", "content": [{"type": "text", "text": BIG}], "timestamp": 1}]))
     monkeypatch.setitem(engine.SQLITE_PRAGMAS, "max_page_count", capped(nearly_full)["max_page_count"])
 
-    line = assert_one_error_line(run_cli("--db", nearly_full, "import", "phi-core", source, "--session-id", "x"), "full")
+    line = assert_one_error_line(
+        run_cli("--db", nearly_full, "import", "phi-core", source, "--session-id", "x"), "full"
+    )
 
     assert "unexpected" not in line and str(nearly_full) in line
 
@@ -136,8 +142,12 @@ class _PostgresError(Exception):
 @pytest.mark.parametrize(
     ("error", "expected"),
     [
-        pytest.param(_PostgresError("53100", "could not extend file: No space left on device"), StorageFull, id="pg disk full"),
-        pytest.param(_PostgresError("25006", "cannot execute INSERT in read-only mode"), ReadOnlyStore, id="pg read-only"),
+        pytest.param(
+            _PostgresError("53100", "could not extend file: No space left on device"), StorageFull, id="pg disk full"
+        ),
+        pytest.param(
+            _PostgresError("25006", "cannot execute INSERT in read-only mode"), ReadOnlyStore, id="pg read-only"
+        ),
         pytest.param(_PostgresError("58030", "could not read block"), StorageError, id="pg io"),
         pytest.param(sqlite3.OperationalError("disk I/O error"), StorageError, id="sqlite io (by text)"),
         pytest.param(sqlite3.DatabaseError("file is not a database"), NotAStore, id="sqlite notadb (by text)"),
@@ -152,7 +162,11 @@ def test_storage_errors_are_typed_and_one_line(error: Exception, expected: type[
 
 @pytest.mark.parametrize(
     "error",
-    [sqlite3.IntegrityError("UNIQUE constraint failed: sessions.session_id"), _PostgresError("23505", "duplicate key"), ValueError("x")],
+    [
+        sqlite3.IntegrityError("UNIQUE constraint failed: sessions.session_id"),
+        _PostgresError("23505", "duplicate key"),
+        ValueError("x"),
+    ],
 )
 def test_other_errors_are_not_storage_errors(error: Exception) -> None:
     assert storage_error(error) is None
@@ -188,7 +202,9 @@ MALFORMED_PRICES = {
 
 
 @pytest.mark.parametrize("content,needle", list(MALFORMED_PRICES.values()), ids=list(MALFORMED_PRICES))
-def test_malformed_price_files_are_one_line_naming_the_file(store_db: Path, tmp_path: Path, content: str, needle: str) -> None:
+def test_malformed_price_files_are_one_line_naming_the_file(
+    store_db: Path, tmp_path: Path, content: str, needle: str
+) -> None:
     prices = tmp_path / "prices.json"
     prices.write_text(content)
 
@@ -216,7 +232,12 @@ def test_price_file_over_the_size_limit_is_refused_unread(store_db: Path, tmp_pa
 
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory", "missing"])
 def test_price_file_must_be_a_regular_file(store_db: Path, tmp_path: Path, kind: str) -> None:
-    places = {"fifo": tmp_path / "p.fifo", "dev-zero": Path("/dev/zero"), "directory": tmp_path, "missing": tmp_path / "no.json"}
+    places = {
+        "fifo": tmp_path / "p.fifo",
+        "dev-zero": Path("/dev/zero"),
+        "directory": tmp_path,
+        "missing": tmp_path / "no.json",
+    }
     prices = places[kind]
     if kind == "fifo":
         os.mkfifo(prices)  # no writer: opening it for reading would wait forever

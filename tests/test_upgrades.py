@@ -211,7 +211,9 @@ def test_upgrade_keeps_every_row_and_total(db_copy: Path, fixture_db: Path, caps
     code, out = run_cli(capsys, "--db", str(db_copy), "usage", "--json")
     assert code == 0, out
     total = json.loads(out)
-    assert {field: total[field] for field in USAGE_FIELDS} == {field: expected["usage"]["total"][field] for field in USAGE_FIELDS}
+    assert {field: total[field] for field in USAGE_FIELDS} == {
+        field: expected["usage"]["total"][field] for field in USAGE_FIELDS
+    }
 
 
 def test_upgrade_through_the_cli(db_copy: Path, fixture_db: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -229,7 +231,9 @@ def test_upgraded_store_takes_new_writes(db_copy: Path, fixture_db: Path) -> Non
     with Store(db_copy) as store:
         chat_loops = store.loops.list("chat")
         loop = store.loops.start("chat", parent_loop_id=chat_loops[0].loop_id)
-        ids = store.messages.append_turn(loop.loop_id, 0, [user("after the upgrade"), assistant("still here", u=usage(10, 1))])
+        ids = store.messages.append_turn(
+            loop.loop_id, 0, [user("after the upgrade"), assistant("still here", u=usage(10, 1))]
+        )
         assert ids == [last_id + 1, last_id + 2]
         assert store.messages.get(ids[1]).seq == 1
         with pytest.raises(InvalidArgument):  # the fixture's loops have ended: they take no more messages
@@ -301,7 +305,9 @@ def test_first_revision_downgrade_drops_every_table(tmp_path: Path, capsys: pyte
     finally:
         engine.dispose()
     with Store(copy, auto_upgrade=False) as store:
-        assert {table: int(store._db.scalar(sa.text(f"SELECT count(*) FROM {table}"))) for table in TABLES} == dict.fromkeys(TABLES, 0)
+        assert {
+            table: int(store._db.scalar(sa.text(f"SELECT count(*) FROM {table}"))) for table in TABLES
+        } == dict.fromkeys(TABLES, 0)
         store.sessions.create("fresh")
         loop = store.loops.start("fresh")
         store.messages.append_turn(loop.loop_id, 0, [user("hi"), assistant("hello")])
@@ -327,10 +333,13 @@ def load_into_postgres(sqlite_file: Path, url: str) -> dict[str, int]:
         with engine.begin() as connection:
             for table in TABLES:
                 columns = [row[1] for row in source.execute(f"PRAGMA table_info({table})")]
-                types = dict(connection.exec_driver_sql(
-                    "SELECT column_name, data_type FROM information_schema.columns "
-                    "WHERE table_schema = current_schema() AND table_name = %s", (table,)
-                ).fetchall())
+                types = dict(
+                    connection.exec_driver_sql(
+                        "SELECT column_name, data_type FROM information_schema.columns "
+                        "WHERE table_schema = current_schema() AND table_name = %s",
+                        (table,),
+                    ).fetchall()
+                )
                 assert set(columns) == set(types), table
                 marks, timestamp_columns = [], set()
                 for index, column in enumerate(columns):
@@ -343,8 +352,10 @@ def load_into_postgres(sqlite_file: Path, url: str) -> dict[str, int]:
                     else:
                         marks.append("%s")
                 rows = [
-                    tuple(value + "+00:00" if index in timestamp_columns and value is not None else value
-                          for index, value in enumerate(row))
+                    tuple(
+                        value + "+00:00" if index in timestamp_columns and value is not None else value
+                        for index, value in enumerate(row)
+                    )
                     for row in source.execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY rowid")
                 ]
                 if rows:

@@ -69,7 +69,9 @@ def as_tuple(u: Usage) -> tuple[int, int, int, int, int, int]:
 def test_turn_usage_sums_the_turns_assistant_messages(store: Store, loop_id: str) -> None:
     first = usage(input=1000, output=200, cache_read=3000, cache_write=400, reasoning=50)
     second = usage(input=500, output=100)
-    store.messages.append_turn(loop_id, 0, [user(), assistant(calls=("c",), u=first), tool_result("c"), assistant(u=second)])
+    store.messages.append_turn(
+        loop_id, 0, [user(), assistant(calls=("c",), u=first), tool_result("c"), assistant(u=second)]
+    )
     store.messages.append_turn(loop_id, 1, [user(), assistant(u=usage(input=7, output=7))])
 
     totals = store.usage.turn(loop_id, 0)
@@ -818,6 +820,8 @@ def test_requests_are_the_openai_agents_turn_usage_requests(store: Store) -> Non
     store.import_("openai-agents", Path(__file__).parent / "fixtures" / "openai_agents" / "advanced_session.db")
     # turn_usage rows: main turn 1 made 2 requests, main turn 2 made 1, the "shorter" branch's turn 2 made 2
     assert [(row.loop_id, row.requests) for row in store.usage.by_loop("trip")] == [
-        ("trip.openai-agents.1", 2), ("trip.openai-agents.2", 1), ("trip.openai-agents.3", 2)
+        ("trip.openai-agents.1", 2),
+        ("trip.openai-agents.2", 1),
+        ("trip.openai-agents.3", 2),
     ]
     assert store.usage.session("trip").requests == 5

@@ -97,9 +97,7 @@ def upgrade() -> None:
         sa.Column("stop_reason", sa.String(), nullable=True),
         sa.Column("timestamp", sa.BigInteger(), nullable=True),
         sa.Column("source", sa.Text(), nullable=True),
-        sa.ForeignKeyConstraint(
-            ["loop_id"], ["loops.loop_id"], name="fk_messages_loop_id_loops", ondelete="CASCADE"
-        ),
+        sa.ForeignKeyConstraint(["loop_id"], ["loops.loop_id"], name="fk_messages_loop_id_loops", ondelete="CASCADE"),
         sa.ForeignKeyConstraint(
             ["session_id"], ["sessions.session_id"], name="fk_messages_session_id_sessions", ondelete="CASCADE"
         ),
@@ -135,7 +133,6 @@ def upgrade() -> None:
         sqlite_where=USAGE_ROWS,
         postgresql_where=USAGE_ROWS,
     )
-
 
     # One row per imported session: where it came from and a digest of its source records.
     op.create_table(

@@ -160,7 +160,9 @@ def pieces(segments: Sequence[Segment]) -> list[Piece]:
         kept = (
             []
             if keep is None
-            else [Piece(p.loop_id, keep if p.lower is None else max(p.lower, keep), p.upper, p.summaries) for p in result]
+            else [
+                Piece(p.loop_id, keep if p.lower is None else max(p.lower, keep), p.upper, p.summaries) for p in result
+            ]
         )
         result = [
             Piece(segment.loop_id, None, None, summaries=True),

@@ -70,9 +70,7 @@ class _Compiled:
         self.sql: str = compiled.string
         self.order: tuple[str, ...] | None = tuple(compiled.positiontup or ()) if compiled.positional else None
         # Values of literals in the statement (e.g. the 1 in max(seq) + 1) that SQLAlchemy bound.
-        self.constants = {
-            name: bind.effective_value for bind, name in compiled.bind_names.items() if not bind.required
-        }
+        self.constants = {name: bind.effective_value for bind, name in compiled.bind_names.items() if not bind.required}
         self._pick = _picker(self.order) if self.order is not None else None
 
     def params(self, params: Mapping[str, Any] | None) -> Any:

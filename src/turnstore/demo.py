@@ -140,60 +140,150 @@ def _coding(store: Store) -> None:
     store.sessions.create(sid, agent_id="demo-coder", title="Fix the failing date parser test", created_at=clock.now)
     loop = store.loops.start(sid, config=CLAUDE, started_at=clock.now)
     lid = loop.loop_id
-    store.messages.append_turn(lid, 0, [
-        _user(clock, "The CI run fails in tests/test_dates.py. Can you fix it?"),
-        _assistant(clock, CLAUDE, _usage(2_310, 164, cache_write=4_096, reasoning=58),
-                   thinking="Run the failing test first to see the assertion.",
-                   calls=[("toolu_01", "bash", {"command": "pytest -x tests/test_dates.py"})]),
-        _result(clock, "toolu_01", "bash",
+    store.messages.append_turn(
+        lid,
+        0,
+        [
+            _user(clock, "The CI run fails in tests/test_dates.py. Can you fix it?"),
+            _assistant(
+                clock,
+                CLAUDE,
+                _usage(2_310, 164, cache_write=4_096, reasoning=58),
+                thinking="Run the failing test first to see the assertion.",
+                calls=[("toolu_01", "bash", {"command": "pytest -x tests/test_dates.py"})],
+            ),
+            _result(
+                clock,
+                "toolu_01",
+                "bash",
                 "FAILED tests/test_dates.py::test_parse_rfc3339 - AssertionError: 2026-01-01 00:00:00 != "
-                "2026-01-01 00:00:00+00:00", error=True),
-    ])
-    store.messages.append_turn(lid, 1, [
-        _assistant(clock, CLAUDE, _usage(412, 96, cache_read=6_406, reasoning=40),
-                   thinking="The parser drops the timezone. Read the parser.",
-                   calls=[("toolu_02", "read_file", {"path": "src/dates.py"})]),
-        _result(clock, "toolu_02", "read_file", "def parse(text):\n    return datetime.fromisoformat(text.rstrip('Z'))\n"),
-    ])
-    store.messages.append_turn(lid, 2, [
-        _assistant(clock, CLAUDE, _usage(380, 210, cache_read=6_818, reasoning=72),
-                   thinking="Replace the trailing Z with +00:00 instead of stripping it.",
-                   calls=[("toolu_03", "edit_file", {"path": "src/dates.py", "old": "text.rstrip('Z')",
-                                                     "new": "text.replace('Z', '+00:00')"}),
-                          ("toolu_04", "bash", {"command": "pytest -x tests/test_dates.py"})]),
-        _result(clock, "toolu_03", "edit_file", "edited src/dates.py (1 line)"),
-        _result(clock, "toolu_04", "bash", "1 passed in 0.04s"),
-    ])
-    store.messages.append_turn(lid, 3, [
-        _assistant(clock, CLAUDE, _usage(296, 118, cache_read=7_190),
-                   text="Fixed: `parse` now keeps the UTC offset instead of dropping the trailing Z. The test passes."),
-    ])
+                "2026-01-01 00:00:00+00:00",
+                error=True,
+            ),
+        ],
+    )
+    store.messages.append_turn(
+        lid,
+        1,
+        [
+            _assistant(
+                clock,
+                CLAUDE,
+                _usage(412, 96, cache_read=6_406, reasoning=40),
+                thinking="The parser drops the timezone. Read the parser.",
+                calls=[("toolu_02", "read_file", {"path": "src/dates.py"})],
+            ),
+            _result(
+                clock,
+                "toolu_02",
+                "read_file",
+                "def parse(text):\n    return datetime.fromisoformat(text.rstrip('Z'))\n",
+            ),
+        ],
+    )
+    store.messages.append_turn(
+        lid,
+        2,
+        [
+            _assistant(
+                clock,
+                CLAUDE,
+                _usage(380, 210, cache_read=6_818, reasoning=72),
+                thinking="Replace the trailing Z with +00:00 instead of stripping it.",
+                calls=[
+                    (
+                        "toolu_03",
+                        "edit_file",
+                        {"path": "src/dates.py", "old": "text.rstrip('Z')", "new": "text.replace('Z', '+00:00')"},
+                    ),
+                    ("toolu_04", "bash", {"command": "pytest -x tests/test_dates.py"}),
+                ],
+            ),
+            _result(clock, "toolu_03", "edit_file", "edited src/dates.py (1 line)"),
+            _result(clock, "toolu_04", "bash", "1 passed in 0.04s"),
+        ],
+    )
+    store.messages.append_turn(
+        lid,
+        3,
+        [
+            _assistant(
+                clock,
+                CLAUDE,
+                _usage(296, 118, cache_read=7_190),
+                text="Fixed: `parse` now keeps the UTC offset instead of dropping the trailing Z. The test passes.",
+            ),
+        ],
+    )
     store.loops.end(lid, ended_at=clock.now)
 
     follow = store.loops.start(sid, config=CLAUDE, started_at=clock.now)
-    follow_ids = store.messages.append_turn(follow.loop_id, 0, [
-        _user(clock, "Add a regression test for offsets other than UTC."),
-        _assistant(clock, CLAUDE, _usage(188, 240, cache_read=7_604, reasoning=64),
-                   thinking="Add a parametrized case with +02:00.",
-                   calls=[("toolu_05", "edit_file", {"path": "tests/test_dates.py", "append": "@pytest.mark.parametrize(...)"})]),
-        _result(clock, "toolu_05", "edit_file", "edited tests/test_dates.py (+9 lines)"),
-    ])
-    store.messages.append_turn(follow.loop_id, 1, [
-        _assistant(clock, CLAUDE, _usage(240, 60, cache_read=8_012), text="Added `test_parse_offsets` covering +02:00 and -05:30."),
-    ])
+    follow_ids = store.messages.append_turn(
+        follow.loop_id,
+        0,
+        [
+            _user(clock, "Add a regression test for offsets other than UTC."),
+            _assistant(
+                clock,
+                CLAUDE,
+                _usage(188, 240, cache_read=7_604, reasoning=64),
+                thinking="Add a parametrized case with +02:00.",
+                calls=[
+                    (
+                        "toolu_05",
+                        "edit_file",
+                        {"path": "tests/test_dates.py", "append": "@pytest.mark.parametrize(...)"},
+                    )
+                ],
+            ),
+            _result(clock, "toolu_05", "edit_file", "edited tests/test_dates.py (+9 lines)"),
+        ],
+    )
+    store.messages.append_turn(
+        follow.loop_id,
+        1,
+        [
+            _assistant(
+                clock,
+                CLAUDE,
+                _usage(240, 60, cache_read=8_012),
+                text="Added `test_parse_offsets` covering +02:00 and -05:30.",
+            ),
+        ],
+    )
     store.loops.end(follow.loop_id, ended_at=clock.now)
 
     # The same follow-up, retried on another model from the user's prompt.
-    branch = store.loops.start(sid, config=GPT, parent_loop_id=follow.loop_id, continuation="branch",
-                               fork_after=follow_ids[0], started_at=clock.now)
-    store.messages.append_turn(branch.loop_id, 0, [
-        _assistant(clock, GPT, _usage(8_120, 388, cache_read=6_144, reasoning=256),
-                   calls=[("call_a1", "edit_file", {"path": "tests/test_dates.py", "append": "def test_offsets(): ..."})]),
-        _result(clock, "call_a1", "edit_file", "edited tests/test_dates.py (+12 lines)"),
-    ])
-    store.messages.append_turn(branch.loop_id, 1, [
-        _assistant(clock, GPT, _usage(8_610, 95, cache_read=8_064), text="Added offset tests (+02:00, -05:30, +05:45)."),
-    ])
+    branch = store.loops.start(
+        sid,
+        config=GPT,
+        parent_loop_id=follow.loop_id,
+        continuation="branch",
+        fork_after=follow_ids[0],
+        started_at=clock.now,
+    )
+    store.messages.append_turn(
+        branch.loop_id,
+        0,
+        [
+            _assistant(
+                clock,
+                GPT,
+                _usage(8_120, 388, cache_read=6_144, reasoning=256),
+                calls=[("call_a1", "edit_file", {"path": "tests/test_dates.py", "append": "def test_offsets(): ..."})],
+            ),
+            _result(clock, "call_a1", "edit_file", "edited tests/test_dates.py (+12 lines)"),
+        ],
+    )
+    store.messages.append_turn(
+        branch.loop_id,
+        1,
+        [
+            _assistant(
+                clock, GPT, _usage(8_610, 95, cache_read=8_064), text="Added offset tests (+02:00, -05:30, +05:45)."
+            ),
+        ],
+    )
     store.loops.end(branch.loop_id, ended_at=clock.now)
 
 
@@ -203,32 +293,81 @@ def _research(store: Store) -> None:
     store.sessions.create(sid, agent_id="demo-researcher", title="Compare two chart libraries", created_at=clock.now)
     loop = store.loops.start(sid, config=GPT, started_at=clock.now)
     lid = loop.loop_id
-    store.messages.append_turn(lid, 0, [
-        _user(clock, "Which of these two chart libraries fits a dashboard better? Screenshot attached.", image=True),
-        _assistant(clock, GPT, _usage(0, 0), stop=StopReason.ERROR,
-                   error="503 upstream overloaded: the server had an error while processing your request"),
-    ])
-    store.messages.append_turn(lid, 1, [
-        _assistant(clock, GPT, _usage(3_904, 412, reasoning=320),
-                   calls=[("call_r1", "web_search", {"query": "chart library dashboard comparison 2026"}),
-                          ("call_r2", "research_agent", {"task": "summarize bundle sizes"})]),
-        _result(clock, "call_r1", "web_search", json.dumps([{"title": "Benchmarks", "url": "https://example.org/charts"}])),
-    ])
+    store.messages.append_turn(
+        lid,
+        0,
+        [
+            _user(
+                clock, "Which of these two chart libraries fits a dashboard better? Screenshot attached.", image=True
+            ),
+            _assistant(
+                clock,
+                GPT,
+                _usage(0, 0),
+                stop=StopReason.ERROR,
+                error="503 upstream overloaded: the server had an error while processing your request",
+            ),
+        ],
+    )
+    store.messages.append_turn(
+        lid,
+        1,
+        [
+            _assistant(
+                clock,
+                GPT,
+                _usage(3_904, 412, reasoning=320),
+                calls=[
+                    ("call_r1", "web_search", {"query": "chart library dashboard comparison 2026"}),
+                    ("call_r2", "research_agent", {"task": "summarize bundle sizes"}),
+                ],
+            ),
+            _result(
+                clock,
+                "call_r1",
+                "web_search",
+                json.dumps([{"title": "Benchmarks", "url": "https://example.org/charts"}]),
+            ),
+        ],
+    )
     # The research_agent tool ran a sub-agent loop of its own.
-    sub = store.loops.start(sid, config={"model": "gpt-5-mini", "provider": "openai"}, continuation="initial",
-                            spawn_loop_id=lid, spawn_tool_call_id="call_r2", started_at=clock.now)
-    store.messages.append_turn(sub.loop_id, 0, [
-        _user(clock, "Summarize the bundle sizes of both libraries."),
-        _assistant(clock, {"model": "gpt-5-mini", "provider": "openai"}, _usage(2_048, 180, reasoning=96),
-                   text="Library A: 48 kB gzipped; library B: 112 kB gzipped."),
-    ])
+    sub = store.loops.start(
+        sid,
+        config={"model": "gpt-5-mini", "provider": "openai"},
+        continuation="initial",
+        spawn_loop_id=lid,
+        spawn_tool_call_id="call_r2",
+        started_at=clock.now,
+    )
+    store.messages.append_turn(
+        sub.loop_id,
+        0,
+        [
+            _user(clock, "Summarize the bundle sizes of both libraries."),
+            _assistant(
+                clock,
+                {"model": "gpt-5-mini", "provider": "openai"},
+                _usage(2_048, 180, reasoning=96),
+                text="Library A: 48 kB gzipped; library B: 112 kB gzipped.",
+            ),
+        ],
+    )
     store.loops.end(sub.loop_id, ended_at=clock.now)
-    store.messages.append(_result(clock, "call_r2", "research_agent", "A: 48 kB, B: 112 kB (gzipped)"),
-                          loop_id=lid, turn_index=1)
-    store.messages.append_turn(lid, 2, [
-        _assistant(clock, GPT, _usage(4_630, 520, cache_read=3_840, reasoning=210),
-                   text="Library A: smaller (48 kB) and renders the screenshot's sparkline natively. Pick A."),
-    ])
+    store.messages.append(
+        _result(clock, "call_r2", "research_agent", "A: 48 kB, B: 112 kB (gzipped)"), loop_id=lid, turn_index=1
+    )
+    store.messages.append_turn(
+        lid,
+        2,
+        [
+            _assistant(
+                clock,
+                GPT,
+                _usage(4_630, 520, cache_read=3_840, reasoning=210),
+                text="Library A: smaller (48 kB) and renders the screenshot's sparkline natively. Pick A.",
+            ),
+        ],
+    )
     store.loops.end(lid, ended_at=clock.now)
 
 
@@ -243,8 +382,13 @@ def _compacted(store: Store) -> None:
         messages: list[Any] = [_user(clock, "Start migrating settings.py to pydantic-settings.")] if turn == 0 else []
         call = (f"toolu_m{turn}", "edit_file", {"path": f"src/settings/part{turn}.py", "rewrite": True})
         messages += [
-            _assistant(clock, CLAUDE, _usage(900 + 150 * turn, 300, cache_read=9_000 + 2_500 * turn, reasoning=90),
-                       thinking=f"Port part {turn} of the settings.", calls=[call]),
+            _assistant(
+                clock,
+                CLAUDE,
+                _usage(900 + 150 * turn, 300, cache_read=9_000 + 2_500 * turn, reasoning=90),
+                thinking=f"Port part {turn} of the settings.",
+                calls=[call],
+            ),
             _result(clock, call[0], "edit_file", f"rewrote src/settings/part{turn}.py"),
         ]
         ids = store.messages.append_turn(lid, turn, messages)
@@ -260,13 +404,27 @@ def _compacted(store: Store) -> None:
         config=CLAUDE,
         started_at=clock.now,
     )
-    store.messages.append_turn(compacted.loop_id, 0, [
-        _user(clock, "Continue, then run the tests."),
-        _assistant(clock, CLAUDE, _usage(1_400, 150, cache_read=2_200),
-                   calls=[("toolu_t1", "bash", {"command": "pytest -q"})]),
-        _result(clock, "toolu_t1", "bash", "42 passed in 1.9s"),
-    ])
-    store.messages.append_turn(compacted.loop_id, 1, [
-        _assistant(clock, CLAUDE, _usage(1_650, 90, cache_read=2_400), text="All six parts are migrated; 42 tests pass."),
-    ])
+    store.messages.append_turn(
+        compacted.loop_id,
+        0,
+        [
+            _user(clock, "Continue, then run the tests."),
+            _assistant(
+                clock,
+                CLAUDE,
+                _usage(1_400, 150, cache_read=2_200),
+                calls=[("toolu_t1", "bash", {"command": "pytest -q"})],
+            ),
+            _result(clock, "toolu_t1", "bash", "42 passed in 1.9s"),
+        ],
+    )
+    store.messages.append_turn(
+        compacted.loop_id,
+        1,
+        [
+            _assistant(
+                clock, CLAUDE, _usage(1_650, 90, cache_read=2_400), text="All six parts are migrated; 42 tests pass."
+            ),
+        ],
+    )
     store.loops.end(compacted.loop_id, ended_at=clock.now)

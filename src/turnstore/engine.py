@@ -226,7 +226,11 @@ def open_engine(
         return create_engine(resolved, pragmas=pragmas, echo=echo)
     contents = sqlite_contents(path)
     # SQLite could not make the -wal and -shm files a connection to a WAL file needs.
-    stuck = contents is Contents.STORE and not Path(f"{path}-wal").exists() and not os.access(path.absolute().parent, os.W_OK)
+    stuck = (
+        contents is Contents.STORE
+        and not Path(f"{path}-wal").exists()
+        and not os.access(path.absolute().parent, os.W_OK)
+    )
     if not read_only and not stuck:
         return create_engine(resolved, pragmas=pragmas, echo=echo)
     if contents is Contents.MISSING:
@@ -260,9 +264,16 @@ def _refuse_undecodable(url: str) -> None:
     except sa.exc.ArgumentError:  # not a URL SQLAlchemy parses: the URL as a whole is to blame
         parsed = None
     if parsed is not None:
-        query = " ".join(f"{key} {' '.join(value) if isinstance(value, tuple) else value}" for key, value in parsed.query.items())
-        parts = {"user name": parsed.username, "password": parsed.password, "host": parsed.host,
-                 "database name": parsed.database, "query": query}
+        query = " ".join(
+            f"{key} {' '.join(value) if isinstance(value, tuple) else value}" for key, value in parsed.query.items()
+        )
+        parts = {
+            "user name": parsed.username,
+            "password": parsed.password,
+            "host": parsed.host,
+            "database name": parsed.database,
+            "query": query,
+        }
         where = next((f"'s {name}" for name, value in parts.items() if value and not _is_utf8(value)), "")
     raise InvalidArgument("url", f"the database URL{where} holds bytes that are not UTF-8")
 

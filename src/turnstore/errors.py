@@ -163,6 +163,8 @@ class TransactionOpen(TurnstoreError, RuntimeError):
 
 class ExportFailed(TurnstoreError):
     """An export file could not be written (a full disk, a missing folder); the target is left as it was."""
+
+
 class StorageError(TurnstoreError):
     """The database could not be opened, read or written: an I/O error, a damaged file, a missing folder."""
 

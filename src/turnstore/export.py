@@ -48,7 +48,13 @@ takes the session id from it and removes the key (nothing else is stored).
 An empty session's array has no message to carry it.
 """
 
-_STATUS = {"pending": "Pending", "running": "Running", "completed": "Completed", "rejected": "Rejected", "aborted": "Aborted"}
+_STATUS = {
+    "pending": "Pending",
+    "running": "Running",
+    "completed": "Completed",
+    "rejected": "Rejected",
+    "aborted": "Aborted",
+}
 
 
 def to_phi_core(message: dict[str, Any]) -> dict[str, Any]:

@@ -135,8 +135,12 @@ class _Run:
                 if options.dry_run:
                     status = imports.check(bundle, fmt, replace=options.replace)
                 else:
-                    summary = {"records": bundle.records, "messages": counts.messages, "loops": counts.loops,
-                               "skipped": [str(error) for error in bundle.errors]}
+                    summary = {
+                        "records": bundle.records,
+                        "messages": counts.messages,
+                        "loops": counts.loops,
+                        "skipped": [str(error) for error in bundle.errors],
+                    }
                     status = imports.write(bundle, fmt, replace=options.replace, report=summary, writes=self.writes)
             except AlreadyExists:
                 if not self._is_own_export(bundle, fmt):

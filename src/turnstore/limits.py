@@ -112,9 +112,7 @@ class Limits:
             return
         size = len(text.encode("utf-8", "surrogatepass"))
         if size > limit:
-            raise LimitExceeded(
-                f"message is {size} bytes, over the limit of {limit} bytes", [("message", "too large")]
-            )
+            raise LimitExceeded(f"message is {size} bytes, over the limit of {limit} bytes", [("message", "too large")])
 
     def check_row(self, params: dict[str, object]) -> None:
         """Check the kind, model and provider of a message row (see ``row_params``)."""

@@ -89,8 +89,6 @@ def _omit_none(value: object) -> bool:
     return value is None
 
 
-
-
 class RoleName(str):
     """A role string that can also be called, so ``msg.role`` and ``msg.role()`` agree.
 
@@ -121,6 +119,7 @@ _Role = TypeVar("_Role", bound=str)
 def _role(name: _Role) -> _Role:
     """The shared :class:`RoleName` for ``name``, typed as the literal it equals (a role field's default)."""
     return cast(_Role, _ROLE_NAMES[name])
+
 
 UserRole = Annotated[Literal["user"], AfterValidator(_shared_role)]
 AssistantRole = Annotated[Literal["assistant"], AfterValidator(_shared_role)]
@@ -557,6 +556,7 @@ AgentMessage = Annotated[
     Field(discriminator="role"),
 ]
 """Any message an agent loop produces: the LLM lane or the extension lane."""
+
 
 def _blocks(content: str | Sequence[Any]) -> list[Any]:
     """A helper's ``content``: a string as one text block, else the blocks as given (models or dicts)."""

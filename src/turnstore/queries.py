@@ -114,9 +114,7 @@ def session_exists() -> sa.Select[Any]:
 
 @cache
 def list_sessions(by_agent: bool) -> sa.Select[Any]:
-    loop_count = (
-        sa.select(sa.func.count()).where(loops.c.session_id == sessions.c.session_id).scalar_subquery()
-    )
+    loop_count = sa.select(sa.func.count()).where(loops.c.session_id == sessions.c.session_id).scalar_subquery()
     # seq runs 0..n-1 without a gap in every loop, so a session's message count is the sum
     # over its loops of max(seq) + 1: one index probe per loop, not a count of every message
     # (measured: 50 sessions of 10,000 messages listed in 23 ms by count(*)).
@@ -130,9 +128,7 @@ def list_sessions(by_agent: bool) -> sa.Select[Any]:
     if by_agent:
         statement = statement.where(sessions.c.agent_id == bp("agent_id"))
     return (
-        statement.order_by(sessions.c.updated_at.desc(), sessions.c.session_id)
-        .limit(bp("limit"))
-        .offset(bp("offset"))
+        statement.order_by(sessions.c.updated_at.desc(), sessions.c.session_id).limit(bp("limit")).offset(bp("offset"))
     )
 
 
@@ -150,8 +146,7 @@ def delete_session() -> tuple[sa.Delete, ...]:
     The session row goes last: its rowcount says whether the session existed.
     """
     return tuple(
-        sa.delete(table).where(table.c.session_id == bp("session_id"))
-        for table in (messages, loops, imports, sessions)
+        sa.delete(table).where(table.c.session_id == bp("session_id")) for table in (messages, loops, imports, sessions)
     )
 
 
@@ -180,11 +175,7 @@ def touch_session_of_loop() -> sa.Update:
 
 @cache
 def touch_session() -> sa.Update:
-    return (
-        sa.update(sessions)
-        .where(sessions.c.session_id == bp("session_id"))
-        .values(updated_at=bp("updated_at"))
-    )
+    return sa.update(sessions).where(sessions.c.session_id == bp("session_id")).values(updated_at=bp("updated_at"))
 
 
 # --- loops --------------------------------------------------------------------
@@ -259,11 +250,7 @@ def loop_tree() -> sa.Select[Any]:
 
 @cache
 def end_loop() -> sa.Update:
-    return (
-        sa.update(loops)
-        .where(loops.c.loop_id == bp("loop_id"))
-        .values(status=bp("status"), ended_at=bp("ended_at"))
-    )
+    return sa.update(loops).where(loops.c.loop_id == bp("loop_id")).values(status=bp("status"), ended_at=bp("ended_at"))
 
 
 @cache
@@ -308,9 +295,7 @@ def insert_message(returning: bool) -> sa.Insert:
     """
     m = messages.alias("m")
     next_seq = (
-        sa.select(sa.func.coalesce(sa.func.max(m.c.seq), -1) + 1)
-        .where(m.c.loop_id == bp("loop_id"))
-        .scalar_subquery()
+        sa.select(sa.func.coalesce(sa.func.max(m.c.seq), -1) + 1).where(m.c.loop_id == bp("loop_id")).scalar_subquery()
     )
     later_turn = sa.select(sa.literal(1)).where(m.c.loop_id == bp("loop_id"), m.c.turn_index > bp("turn_index"))
     loop_session = (
@@ -348,7 +333,9 @@ MESSAGE_NULL_COLUMNS = frozenset((*USAGE_COLUMNS, "cost", "model", "provider", "
 @cache
 def append_state() -> sa.Select[Any]:
     """What decides whether a loop takes a message: its session, ``ended_at`` and the highest turn index it holds."""
-    last_turn = sa.select(sa.func.max(messages.c.turn_index)).where(messages.c.loop_id == bp("loop_id")).scalar_subquery()
+    last_turn = (
+        sa.select(sa.func.max(messages.c.turn_index)).where(messages.c.loop_id == bp("loop_id")).scalar_subquery()
+    )
     return sa.select(loops.c.session_id, loops.c.ended_at, last_turn).where(loops.c.loop_id == bp("loop_id"))
 
 
@@ -409,7 +396,11 @@ def turn_messages() -> sa.Select[Any]:
 
 @cache
 def turn_range_messages(bounded: bool) -> sa.Select[Any]:
-    condition = [messages.c.loop_id == bp("loop_id"), messages.c.turn_index >= bp("start"), visible(messages.c.session_id)]
+    condition = [
+        messages.c.loop_id == bp("loop_id"),
+        messages.c.turn_index >= bp("start"),
+        visible(messages.c.session_id),
+    ]
     if bounded:
         condition.append(messages.c.turn_index < bp("stop"))
     return (
@@ -496,7 +487,12 @@ def loop_messages_backwards(without_summaries: bool) -> sa.Select[Any]:
     ]
     if without_summaries:
         conditions.append(sa.or_(messages.c.kind.is_(None), messages.c.kind != "compaction_summary"))
-    return sa.select(messages.c.id, messages.c.message).where(*conditions).order_by(messages.c.id.desc()).limit(bp("limit"))
+    return (
+        sa.select(messages.c.id, messages.c.message)
+        .where(*conditions)
+        .order_by(messages.c.id.desc())
+        .limit(bp("limit"))
+    )
 
 
 @cache
@@ -523,7 +519,9 @@ def stored_messages(by_loop: bool) -> sa.Select[Any]:
 
 @cache
 def get_message() -> sa.Select[Any]:
-    return sa.select(*STORED_COLUMNS, messages.c.source).where(messages.c.id == bp("id"), visible(messages.c.session_id))
+    return sa.select(*STORED_COLUMNS, messages.c.source).where(
+        messages.c.id == bp("id"), visible(messages.c.session_id)
+    )
 
 
 @cache

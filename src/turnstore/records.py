@@ -140,7 +140,6 @@ class Loop(Record):
 class StoredMessage(Record):
     """A message with where it is stored: its id, loop, turn and place in the loop."""
 
-
     id: int
     session_id: str
     loop_id: str

@@ -147,9 +147,13 @@ class Store:
         from .repositories.imports import ImportRepository  # loaded with the importers, on first use
 
         options = ImportOptions(dry_run=dry_run, skip_invalid=skip_invalid, replace=replace, session_id=session_id)
-        return import_paths(self, ImportRepository(self._db, self.settings), format, [os.fspath(p) for p in paths], options, progress)
+        return import_paths(
+            self, ImportRepository(self._db, self.settings), format, [os.fspath(p) for p in paths], options, progress
+        )
 
-    def export(self, session_id: str, format: str = "turnstore", file: str | os.PathLike[str] | IO[str] | None = None) -> str | None:
+    def export(
+        self, session_id: str, format: str = "turnstore", file: str | os.PathLike[str] | IO[str] | None = None
+    ) -> str | None:
         """Export one session as ``phi-core``, ``phi-core-session`` or ``turnstore`` (lossless JSONL).
 
         Writes to ``file`` (a path or a text file object) when given, streaming;

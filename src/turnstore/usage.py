@@ -125,7 +125,9 @@ def _read_price_file(name: str) -> Any:
         if not stat.S_ISREG(info.st_mode):
             raise InvalidPrices(f"{name}: a price file must be a regular file, not a {_file_kind(info.st_mode)}")
         if info.st_size > MAX_PRICE_FILE_BYTES:
-            raise InvalidPrices(f"{name}: the price file is {info.st_size} bytes, over the limit of {MAX_PRICE_FILE_BYTES}")
+            raise InvalidPrices(
+                f"{name}: the price file is {info.st_size} bytes, over the limit of {MAX_PRICE_FILE_BYTES}"
+            )
         with os.fdopen(os.dup(fd), "rb") as handle:
             raw = handle.read(MAX_PRICE_FILE_BYTES + 1)
     except OSError as error:
@@ -192,8 +194,13 @@ def _json_kind(value: Any) -> str:
 
 
 def _file_kind(mode: int) -> str:
-    for test, kind in ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"),
-                       (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket")):
+    for test, kind in (
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISSOCK, "socket"),
+    ):
         if test(mode):
             return kind
     return "special file"

@@ -223,7 +223,9 @@ def message_reported_cost(level: str, group: str, split: bool = False) -> sa.Sel
     """
     keys = _group_key(messages, group)
     statement: sa.Select[Any] = sa.select(
-        *keys, messages.c.model, messages.c.provider,
+        *keys,
+        messages.c.model,
+        messages.c.provider,
         *_sums(messages, _cost(messages, split), USAGE_PART_REPORTED, split),
     ).where(messages.c.cost.is_not(None))  # cost is only ever written with usage (input_tokens)
     if level in ("loop", "turn"):

@@ -14,7 +14,12 @@ from typing import Any
 
 __all__ = ["from_input"]
 
-_WIRE_NAMES = {"stop_reason": "stopReason", "tool_call_id": "toolCallId", "tool_name": "toolName", "is_error": "isError"}
+_WIRE_NAMES = {
+    "stop_reason": "stopReason",
+    "tool_call_id": "toolCallId",
+    "tool_name": "toolName",
+    "is_error": "isError",
+}
 """Python field names a hand-written message dict may use, and the wire name each stands for."""
 
 _TURN_WIRE_NAMES = {"loop_id": "loopId", "turn_index": "turnIndex"}
@@ -38,7 +43,10 @@ def from_input(data: Mapping[str, Any]) -> Mapping[str, Any]:
         or (isinstance(turn, dict) and any(key in _TURN_WIRE_NAMES for key in turn))
     ):
         return data
-    fixed = {_WIRE_NAMES[key] if key in _WIRE_NAMES and _WIRE_NAMES[key] not in data else key: value for key, value in data.items()}
+    fixed = {
+        _WIRE_NAMES[key] if key in _WIRE_NAMES and _WIRE_NAMES[key] not in data else key: value
+        for key, value in data.items()
+    }
     if isinstance(content, str):
         fixed["content"] = [{"type": "text", "text": content}]
     elif isinstance(content, list):

@@ -53,11 +53,21 @@ def sessions(settings: Settings, limit: int, offset: int, agent_id: str | None) 
         click.echo("no sessions")
         return
     table = Table(title_justify="left")
-    for name, justify in (("session", "left"), ("title", "left"), ("loops", "right"), ("messages", "right"), ("updated (UTC)", "left")):
+    for name, justify in (
+        ("session", "left"),
+        ("title", "left"),
+        ("loops", "right"),
+        ("messages", "right"),
+        ("updated (UTC)", "left"),
+    ):
         table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for row in rows:
         table.add_row(
-            text(row.session_id), text(row.title or ""), str(row.loops), str(row.messages), row.updated_at.strftime("%Y-%m-%d %H:%M:%S")
+            text(row.session_id),
+            text(row.title or ""),
+            str(row.loops),
+            str(row.messages),
+            row.updated_at.strftime("%Y-%m-%d %H:%M:%S"),
         )
     console().print(table)
 
@@ -113,7 +123,9 @@ def _loop_json(loop: Loop, stored: list[StoredMessage]) -> dict[str, Any]:
     }
 
 
-def _print_tree(session_id: str, title: str | None, loops: list[Loop], messages: dict[str, list[StoredMessage]]) -> None:
+def _print_tree(
+    session_id: str, title: str | None, loops: list[Loop], messages: dict[str, list[StoredMessage]]
+) -> None:
     label = Text.assemble(("session ", "bold"), text(session_id, "bold"), "  " if title else "", text(title or ""))
     root = Tree(label)
     for loop in loops:
@@ -123,14 +135,22 @@ def _print_tree(session_id: str, title: str | None, loops: list[Loop], messages:
         model = f"  {loop.model}" if loop.model else ""
         branch = root.add(
             Text.assemble(
-                ("loop ", "bold"), text(loop.loop_id, "bold"), "  (", text(relation), f", {loop.status.value})", text(model)
+                ("loop ", "bold"),
+                text(loop.loop_id, "bold"),
+                "  (",
+                text(relation),
+                f", {loop.status.value})",
+                text(model),
             )
         )
         for stored in messages[loop.loop_id]:
             turn = "-" if stored.turn_index is None else str(stored.turn_index)
             branch.add(
                 Text.assemble(
-                    f"#{stored.id} turn {turn} seq {stored.seq}  ", (stored.message.role, "cyan"), "  ", _describe(stored)
+                    f"#{stored.id} turn {turn} seq {stored.seq}  ",
+                    (stored.message.role, "cyan"),
+                    "  ",
+                    _describe(stored),
                 )
             )
     console().print(root)

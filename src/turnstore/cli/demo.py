@@ -34,7 +34,10 @@ def demo(settings: Settings) -> None:
         print_json(
             {
                 "db": store.url,
-                "sessions": [{"session_id": sid, "title": sessions[sid].title, **u.model_dump(mode="json")} for sid, u in by_session],
+                "sessions": [
+                    {"session_id": sid, "title": sessions[sid].title, **u.model_dump(mode="json")}
+                    for sid, u in by_session
+                ],
                 "loops": [{"session_id": sid, "loop_id": lid, **u.model_dump(mode="json")} for sid, lid, u in by_loop],
                 "models": [row.model_dump(mode="json") for row in by_model],
             }
@@ -47,9 +50,7 @@ def demo(settings: Settings) -> None:
     out.print(usage_table("Usage by loop", "loop", [(lid, u) for _, lid, u in by_loop]))
     out.print()
     out.print(usage_table("Usage by model", "model", [(_model_label(r.model, r.provider), r) for r in by_model]))
-    click.echo(
-        f"\nExplore it: turnstore --db {visible(store.url)} sessions | show {session_ids[0]} | usage --by day"
-    )
+    click.echo(f"\nExplore it: turnstore --db {visible(store.url)} sessions | show {session_ids[0]} | usage --by day")
 
 
 def _model_label(model: str | None, provider: str | None) -> str:

@@ -38,9 +38,7 @@ line/paragraph separators, lone surrogates."""
 
 _NAMED = {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}
 
-_VISIBLE = {
-    point: _NAMED.get(point) or (f"\\x{point:02x}" if point < 0x100 else f"\\u{point:04x}") for point in UNSAFE
-}
+_VISIBLE = {point: _NAMED.get(point) or (f"\\x{point:02x}" if point < 0x100 else f"\\u{point:04x}") for point in UNSAFE}
 _JSON = {point: f"\\u{point:04x}" for point in UNSAFE if point >= 0x20}
 
 

@@ -110,7 +110,10 @@ def usage_table(title: str, key_label: str, rows: Iterable[tuple[str, UsageTotal
 
 
 def _cells(totals: UsageTotals) -> list[str]:
-    return [number(getattr(totals, field)) for field, _ in TOKEN_COLUMNS] + [money(totals.cost), number(totals.requests)]
+    return [number(getattr(totals, field)) for field, _ in TOKEN_COLUMNS] + [
+        money(totals.cost),
+        number(totals.requests),
+    ]
 
 
 def _sum(items: Iterable[UsageTotals]) -> UsageTotals:

@@ -47,7 +47,13 @@ class ImportFormat(click.Choice):  # type: ignore[type-arg]
 @shared_options
 @pass_settings
 def import_(
-    settings: Settings, fmt: str, paths: tuple[Path, ...], dry_run: bool, skip_invalid: bool, replace: bool, session_id: str | None
+    settings: Settings,
+    fmt: str,
+    paths: tuple[Path, ...],
+    dry_run: bool,
+    skip_invalid: bool,
+    replace: bool,
+    session_id: str | None,
 ) -> None:
     """Import histories of FORMAT from files or directories (walked).
 
@@ -78,13 +84,23 @@ def import_(
             task = progress.add_task(f"importing {fmt}", total=None)
 
             def advance(path: str, done: int, total: int) -> None:
-                progress.update(task, completed=done, total=total, description=f"importing {escape(visible(Path(path).name))}")
+                progress.update(
+                    task, completed=done, total=total, description=f"importing {escape(visible(Path(path).name))}"
+                )
 
-            report = store.import_(fmt, *paths, dry_run=dry_run, skip_invalid=skip_invalid, replace=replace,
-                                   session_id=session_id, progress=advance)
+            report = store.import_(
+                fmt,
+                *paths,
+                dry_run=dry_run,
+                skip_invalid=skip_invalid,
+                replace=replace,
+                session_id=session_id,
+                progress=advance,
+            )
     else:
-        report = store.import_(fmt, *paths, dry_run=dry_run, skip_invalid=skip_invalid, replace=replace,
-                               session_id=session_id)
+        report = store.import_(
+            fmt, *paths, dry_run=dry_run, skip_invalid=skip_invalid, replace=replace, session_id=session_id
+        )
     if settings.json:
         print_json(report.as_dict())
     else:
@@ -101,7 +117,9 @@ def _print_report(report: ImportReport) -> None:
         f"{len(report.sessions_unchanged)} unchanged; {len(report.sessions_failed)} failed"
     )
     if report.by_role:
-        click.echo("  by role: " + ", ".join(f"{visible(role)} {count}" for role, count in sorted(report.by_role.items())))
+        click.echo(
+            "  by role: " + ", ".join(f"{visible(role)} {count}" for role, count in sorted(report.by_role.items()))
+        )
     if report.by_kind:
         kinds = sorted(report.by_kind.items())
         click.echo("  extension kinds: " + ", ".join(f"{visible(kind)} {count}" for kind, count in kinds))
@@ -113,9 +131,21 @@ def _print_report(report: ImportReport) -> None:
 
 @cli.command()
 @click.argument("session_id")
-@click.option("--format", "fmt", type=click.Choice(EXPORT_FORMATS), default="phi-core", show_default=True,
-              help="phi-core: JSON array of AgentMessage; phi-core-session: phi-core Session file; turnstore: lossless JSONL.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write here instead of stdout: a new file, mode 0600, in place only when complete.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(EXPORT_FORMATS),
+    default="phi-core",
+    show_default=True,
+    help="phi-core: JSON array of AgentMessage; phi-core-session: phi-core Session file; turnstore: lossless JSONL.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write here instead of stdout: a new file, mode 0600, in place only when complete.",
+)
 @shared_options
 @pass_settings
 def export(settings: Settings, session_id: str, fmt: str, output: Path | None) -> None:

@@ -25,7 +25,9 @@ _GROUP_KEY = {"model": "model", "loop": "loop_id", "session": "session_id", "day
 )
 @shared_options
 @pass_settings
-def usage(settings: Settings, session_id: str | None, loop_id: str | None, group: str | None, prices: Path | None) -> None:
+def usage(
+    settings: Settings, session_id: str | None, loop_id: str | None, group: str | None, prices: Path | None
+) -> None:
     """Token usage and cost: of the whole store, a session or a loop; optionally --by model, loop, session or day."""
     if session_id and loop_id:
         raise click.UsageError("give --session or --loop, not both")

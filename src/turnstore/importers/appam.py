@@ -235,7 +235,9 @@ def _add_usage(bundle: SessionBundle, loop: LoopRow, text: str | None, place: st
     counts = {key: data.get(key, 0) for key in _USAGE_COUNTS}
     bad = [key for key, value in counts.items() if isinstance(value, bool) or not isinstance(value, int) or value < 0]
     cost = data.get("total_cost_usd")
-    if cost is not None and (isinstance(cost, bool) or not isinstance(cost, (int, float)) or not 0 <= cost < float("inf")):
+    if cost is not None and (
+        isinstance(cost, bool) or not isinstance(cost, (int, float)) or not 0 <= cost < float("inf")
+    ):
         bad.append("total_cost_usd")
     if bad:
         bundle.errors.append(RecordError(place, f"usage has invalid {', '.join(bad)}"))

@@ -35,9 +35,7 @@ _EXTRAS = ("id", "status", "provider_response_id")
 except on tool messages, where it is the tool's name)."""
 
 
-def wire_message(
-    element: Any, model: str, provider: str, tool_names: dict[str, str], place: str
-) -> dict[str, Any]:
+def wire_message(element: Any, model: str, provider: str, tool_names: dict[str, str], place: str) -> dict[str, Any]:
     """A ChatMessage as a canonical wire record (validated by the caller).
 
     Raises:
@@ -149,7 +147,11 @@ def _tool_calls(calls: Any, place: str) -> list[dict[str, Any]]:
     blocks = []
     for number, call in enumerate(calls, start=1):
         function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict) or not isinstance(call.get("id"), str) or not isinstance(function.get("name"), str):
+        if (
+            not isinstance(function, dict)
+            or not isinstance(call.get("id"), str)
+            or not isinstance(function.get("name"), str)
+        ):
             raise InvalidRecord(place, f"tool call {number} needs an id and a function name")
         arguments = function.get("arguments")
         if isinstance(arguments, str):

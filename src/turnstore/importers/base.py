@@ -200,7 +200,6 @@ class SessionBundle:
             cached = self._digests[fmt] = (count, digest_of(fmt, self.digest_parts))
         return cached[1]
 
-
     def release(self) -> list[Any]:
         """Take the messages and the source records out of a written bundle, for the writer to free.
 
@@ -213,6 +212,7 @@ class SessionBundle:
 
 
 _MESSAGE_OF = attrgetter("message")
+
 
 def digest_of(fmt: str, parts: list[str]) -> str:
     """sha256 of a format and its source records: what :meth:`SessionBundle.digest` answers for them."""
@@ -452,7 +452,9 @@ def read_lines(path: Path) -> Iterator[tuple[int, str]]:
                 try:
                     raw = data[start:].decode("utf-8") if start else data.decode("utf-8")
                 except UnicodeDecodeError as error:
-                    raise InvalidRecord(f"{path}:{number}", f"invalid UTF-8 at byte {offset + start + error.start}") from None
+                    raise InvalidRecord(
+                        f"{path}:{number}", f"invalid UTF-8 at byte {offset + start + error.start}"
+                    ) from None
                 offset += len(data)
                 yield number, raw.removesuffix("\n").removesuffix("\r")
         except OSError as error:
@@ -536,7 +538,7 @@ def parse_time(value: Any) -> datetime | None:
         if "." in text:  # Python keeps microseconds; trim nanoseconds
             head, _, tail = text.partition(".")
             digits = "".join(ch for ch in tail if ch.isdigit())
-            zone = tail[len(digits):]
+            zone = tail[len(digits) :]
             text = f"{head}.{digits[:6]}{zone}"
         try:
             parsed = datetime.fromisoformat(text)
@@ -641,9 +643,7 @@ def sqlite_accepts(path: Path, test: Callable[[sqlite3.Connection], bool]) -> bo
 
 
 @contextmanager
-def open_sqlite(
-    path: Path, schema: Callable[[sqlite3.Connection], _T]
-) -> Iterator[tuple[sqlite3.Connection, _T]]:
+def open_sqlite(path: Path, schema: Callable[[sqlite3.Connection], _T]) -> Iterator[tuple[sqlite3.Connection, _T]]:
     """The database at ``path`` opened read-only (rows as :class:`sqlite3.Row`), and ``schema(connection)``
     (what the importer needs to know of its tables); closed on leaving the block.
 

@@ -120,12 +120,20 @@ class ClarkImporter:
                 stubs.add(spill.keep(message, source=source, usage_known=usage_known, timestamp=stamp))
                 places.add(place)
                 continue
-            rows.append(MessageRow(message, "", None, source=source, usage_known=usage_known, timestamp=stamp, place=place))
+            rows.append(
+                MessageRow(message, "", None, source=source, usage_known=usage_known, timestamp=stamp, place=place)
+            )
             if len(rows) > SPILL_AFTER_MESSAGES and options.limits is not None and options.row_values is not None:
                 spill = bundle.spill = Spill(options.limits, options.row_values)
                 for row in rows:
-                    stubs.add(spill.keep(row.message, source=row.source, usage_known=row.usage_known,  # type: ignore[arg-type]
-                                         timestamp=row.timestamp))
+                    stubs.add(
+                        spill.keep(
+                            row.message,  # type: ignore[arg-type]  # rows read here hold parsed messages
+                            source=row.source,
+                            usage_known=row.usage_known,
+                            timestamp=row.timestamp,
+                        )
+                    )
                     places.add(row.place)  # type: ignore[arg-type]
                 rows = []
         if spill is not None:
@@ -296,7 +304,9 @@ def _assistant_block(block: _Fields) -> dict[str, Any]:
             "name": block.string("name"),
             "arguments": block.record["arguments"],
         }
-    raise block.error(f"unknown block type {kind!r}; expected text, thinking, reasoning, reasoning_details or tool_call")
+    raise block.error(
+        f"unknown block type {kind!r}; expected text, thinking, reasoning, reasoning_details or tool_call"
+    )
 
 
 def _usage(fields: _Fields) -> tuple[dict[str, int], bool]:

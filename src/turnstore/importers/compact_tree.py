@@ -99,7 +99,7 @@ class CompactTree:
             self.parent.append(PENDING)
             self.pending[index] = parent_id
         place = node.place
-        number = place[len(self._prefix):] if place.startswith(self._prefix) else ""
+        number = place[len(self._prefix) :] if place.startswith(self._prefix) else ""
         if number.isdigit() and number[0] != "0" and len(number) < 10:
             self.number.append(int(number))
         else:
@@ -188,7 +188,9 @@ class CompactTree:
                 parent[index] = DUPLICATE
         for index in sorted(self.pending):
             if parent[index] == MISSING:
-                errors.append(RecordError(self.place(index), f"parent entry {self.pending[index]!r} is not in the file"))
+                errors.append(
+                    RecordError(self.place(index), f"parent entry {self.pending[index]!r} is not in the file")
+                )
         return first_of
 
     def release(self) -> None:
@@ -351,7 +353,10 @@ class _Walk:
 
 
 def _cut_cycles(
-    unplaced: list[int], tree: CompactTree, first_child: array[int], next_sibling: array[int],
+    unplaced: list[int],
+    tree: CompactTree,
+    first_child: array[int],
+    next_sibling: array[int],
     errors: list[RecordError],
 ) -> list[int]:
     """:func:`~turnstore.importers.tree._cut_cycles` over positions (``unplaced`` in file order)."""
@@ -367,7 +372,7 @@ def _cut_cycles(
             node = parent[node]
         if walked[node] != walk:
             continue
-        cycle = path[path.index(node):]
+        cycle = path[path.index(node) :]
         first = min(cycle)  # positions are file order
         _unlink(parent[first], first, first_child, next_sibling)
         errors.append(RecordError(tree.place(first), _cycle_reason(tree, first, len(cycle))))
@@ -416,4 +421,3 @@ def _fill_configs(bundle: SessionBundle, rows: SpilledRows) -> None:
             if config is None:
                 config = made[key] = {"model": stub.model, "provider": stub.provider}
             loop.config = config
-

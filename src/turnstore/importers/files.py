@@ -132,6 +132,10 @@ def _stat_failure(path: Path, error: OSError) -> str:
 
 def _kind(mode: int) -> str:
     """What a file that is not a regular file or a directory is, from its ``st_mode``."""
-    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-             (stat.S_ISSOCK, "a socket"))
+    kinds = (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
     return next((kind for test, kind in kinds if test(mode)), "a special file")

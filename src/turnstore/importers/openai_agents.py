@@ -122,8 +122,10 @@ class _Source:
 
     def session_ids(self) -> list[str]:
         """Sessions in ``agent_sessions`` order, then any that only the other tables name."""
-        queries = [f'SELECT session_id FROM "{SESSIONS}" ORDER BY rowid',
-                   f'SELECT session_id FROM "{MESSAGES}" GROUP BY session_id ORDER BY MIN(id)']
+        queries = [
+            f'SELECT session_id FROM "{SESSIONS}" ORDER BY rowid',
+            f'SELECT session_id FROM "{MESSAGES}" GROUP BY session_id ORDER BY MIN(id)',
+        ]
         if self.usage:
             queries.append(f'SELECT session_id FROM "{TURN_USAGE}" GROUP BY session_id ORDER BY MIN(id)')
         seen: dict[str, None] = {}

@@ -42,7 +42,13 @@ from .files import EMPTY_ARRAY
 
 __all__ = ["PhiCoreImporter"]
 
-_STATUS = {"Pending": "pending", "Running": "running", "Completed": "completed", "Rejected": "rejected", "Aborted": "aborted"}
+_STATUS = {
+    "Pending": "pending",
+    "Running": "running",
+    "Completed": "completed",
+    "Rejected": "rejected",
+    "Aborted": "aborted",
+}
 _KINDS = {"Initial": "initial", "Default": "default", "Rerun": "rerun", "Branch": "branch", "Compaction": "compaction"}
 
 

@@ -481,8 +481,9 @@ def _message_node(message: dict[str, Any], place: str, entry: dict[str, Any], be
         raise InvalidRecord(place, str(InvalidMessage.from_pydantic(error))) from None
     if usage is None:
         return Node(id="", parent_id=None, message=model, source="", place=place)
-    return Node(id="", parent_id=None, message=model, source="", place=place, usage=usage,
-                priced_as=_priced(before, usage))
+    return Node(
+        id="", parent_id=None, message=model, source="", place=place, usage=usage, priced_as=_priced(before, usage)
+    )
 
 
 def _node(message: Any, place: str, **fields: Any) -> Node:

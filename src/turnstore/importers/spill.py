@@ -45,6 +45,7 @@ def spill_from_start(path: Path) -> bool:
     except OSError:
         return False
 
+
 SPILL_FILE_BYTES = 32 * 1024 * 1024
 """A session file larger than this is spilled from its first message: holding its first
 :data:`SPILL_AFTER_MESSAGES` messages as models would raise the process's peak for good."""
@@ -187,7 +188,14 @@ class StubTable:
         """The stand-in kept at ``index`` (a new object, equal to the one added)."""
         role, kind, model, provider, asks = self.shapes[self._shape[index]]
         return SpilledMessage(
-            role, kind, model, provider, self._timestamp[index], asks, self._at[index], self._size[index],
+            role,
+            kind,
+            model,
+            provider,
+            self._timestamp[index],
+            asks,
+            self._at[index],
+            self._size[index],
             self._reasons.get(index),
         )
 
@@ -327,7 +335,7 @@ class Places:
 
     def add(self, place: str) -> None:
         prefix = self._prefix
-        number = place[len(prefix):] if place.startswith(prefix) else ""
+        number = place[len(prefix) :] if place.startswith(prefix) else ""
         if number.isdigit() and number[0] != "0" and len(number) < 18:
             self._number.append(int(number))
         else:

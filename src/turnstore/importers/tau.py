@@ -159,7 +159,8 @@ def _database_bundles(path: Path) -> Iterator[SessionBundle]:
             for (session_id,) in connection.execute(query).fetchall():
                 rows = connection.execute(
                     # As bytes, so a payload that is not UTF-8 is reported for its own row.
-                    "SELECT seq, CAST(payload AS BLOB) FROM entries WHERE session_id = ? ORDER BY seq", (session_id,)
+                    "SELECT seq, CAST(payload AS BLOB) FROM entries WHERE session_id = ? ORDER BY seq",
+                    (session_id,),
                 ).fetchall()
                 records = [_row_record(f"{path}: entries seq={seq}", payload) for seq, payload in rows]
                 yield _database_bundle(str(session_id), f"{path}#{session_id}", records)
@@ -364,8 +365,16 @@ def _convert(session: _Session, entry: _Entry, setting: dict[str, str]) -> None:
     priced_as = (setting.get("model"), setting.get("provider"))
 
     def node(message: Any, **extra: Any) -> Node:
-        return Node(id=entry.id, parent_id=None, message=message, source=entry.record.text,
-                    place=entry.record.place, timestamp=timestamp, config=config, **extra)
+        return Node(
+            id=entry.id,
+            parent_id=None,
+            message=message,
+            source=entry.record.text,
+            place=entry.record.place,
+            timestamp=timestamp,
+            config=config,
+            **extra,
+        )
 
     if kind == "message":
         messages = convert_message(
@@ -383,12 +392,16 @@ def _convert(session: _Session, entry: _Entry, setting: dict[str, str]) -> None:
         if first_kept is not None and not isinstance(first_kept, str):
             raise BadRecord("compaction first_kept_entry_id is not an entry id")
         message = ExtensionMessage(kind="compaction_summary", data=data)
-        _add_chain(session, entry, [node(message, opens=COMPACTION, keep_from_id=first_kept,
-                                         usage=_summary_usage(data), priced_as=priced_as)])
+        _add_chain(
+            session,
+            entry,
+            [node(message, opens=COMPACTION, keep_from_id=first_kept, usage=_summary_usage(data), priced_as=priced_as)],
+        )
     elif kind == BRANCH_SUMMARY:
         message = ExtensionMessage(kind="branch_summary", data=data)
-        _add_chain(session, entry, [node(message, opens=BRANCH_SUMMARY, usage=_summary_usage(data),
-                                         priced_as=priced_as)])
+        _add_chain(
+            session, entry, [node(message, opens=BRANCH_SUMMARY, usage=_summary_usage(data), priced_as=priced_as)]
+        )
     elif isinstance(kind, str) and kind in EXTENSION_ENTRIES:
         _add_chain(session, entry, [node(ExtensionMessage(kind=kind, data=data))])
     elif kind == "session_info":

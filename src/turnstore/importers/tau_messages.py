@@ -203,8 +203,9 @@ def convert_message(
             raise BadRecord("a tool message holds tool_result contents only, and at least one")
         return [_tool_result(block, timestamp, tool_names) for block in contents]
     if role == "user":
-        results = [_tool_result(block, timestamp, tool_names)
-                   for block in contents if block.get("type") == "tool_result"]
+        results = [
+            _tool_result(block, timestamp, tool_names) for block in contents if block.get("type") == "tool_result"
+        ]
         rest = [block for block in contents if block.get("type") != "tool_result"]
         if results and not rest:
             return list(results)
@@ -365,7 +366,7 @@ def _file(item: str, sniff: Callable[[str], str | None]) -> FileContent:
 
 def _data_url(item: str) -> tuple[str | None, str]:
     head, _, data = item.partition(",")
-    mime = head[len("data:"):].split(";")[0]
+    mime = head[len("data:") :].split(";")[0]
     return (mime or None), data
 
 

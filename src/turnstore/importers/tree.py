@@ -137,7 +137,7 @@ def _cut_cycles(unplaced: list[Node], by_id: dict[str, Node], errors: list[Recor
             node = by_id[node.parent_id]  # type: ignore[index]  # unplaced: not a root
         if walked[node.id] != walk:
             continue  # leads into a cycle found on an earlier walk
-        cycle = path[path.index(node):]
+        cycle = path[path.index(node) :]
         first = min(cycle, key=lambda member: position[member.id])
         by_id[first.parent_id].children.remove(first)  # type: ignore[index]
         errors.append(RecordError(first.place, _cycle_reason(first, by_id, len(cycle))))

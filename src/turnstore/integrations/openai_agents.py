@@ -52,9 +52,6 @@ REQUEST_USAGE = "openai_agents.request_usage"
 """Kind of the extension message holding one model request's usage."""
 
 
-
-
-
 class TurnstoreSession(SessionABC):
     """An OpenAI Agents SDK session kept in a turnstore store.
 
@@ -109,7 +106,9 @@ class TurnstoreSession(SessionABC):
         )
 
     def _get(self, store: Store, limit: int | None) -> list[Any]:
-        last = None if limit is None or limit < 0 else limit  # a negative limit: everything, as SQLiteSession's LIMIT -1
+        last = (
+            None if limit is None or limit < 0 else limit
+        )  # a negative limit: everything, as SQLiteSession's LIMIT -1
         try:
             rows = store.messages.sources(self.loop_id, last=last)
         except LoopNotFound:  # nothing added yet, or cleared

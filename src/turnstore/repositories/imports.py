@@ -60,7 +60,13 @@ class ImportRepository:
         return check_bundle(self._db, bundle, fmt, replace=replace)
 
     def write(
-        self, bundle: SessionBundle, fmt: str, *, replace: bool, report: dict[str, Any], writes: ImportWrites | None = None
+        self,
+        bundle: SessionBundle,
+        fmt: str,
+        *,
+        replace: bool,
+        report: dict[str, Any],
+        writes: ImportWrites | None = None,
     ) -> str:
         """Write the bundle in one transaction; see :func:`write_bundle`.
 
@@ -70,7 +76,9 @@ class ImportRepository:
             InvalidMessage, InvalidRecord: as :func:`write_bundle`.
         """
         try:
-            return write_bundle(self._db, bundle, fmt, replace=replace, limits=self.limits, report=report, writes=writes)
+            return write_bundle(
+                self._db, bundle, fmt, replace=replace, limits=self.limits, report=report, writes=writes
+            )
         except self._db.IntegrityError as error:
             raise AlreadyExists(f"conflicts with stored data: {error}") from None
 
@@ -172,8 +180,10 @@ def _write(
     # Worked out before the write lock is taken: Python work that keeps no other writer waiting.
     first_times, created, updated = _times(bundle)
     # A session that may be staged is written in short transactions with SQLite's own cache and checkpoints.
-    large = nullcontext() if writes is None or staging.may_stage(db, len(bundle.messages)) else (
-        writes.session(len(bundle.messages), spilled=bundle.spill is not None)
+    large = (
+        nullcontext()
+        if writes is None or staging.may_stage(db, len(bundle.messages))
+        else (writes.session(len(bundle.messages), spilled=bundle.spill is not None))
     )
     with large, db.write():
         if check_bundle(db, bundle, fmt, replace=replace) == UNCHANGED:
@@ -209,7 +219,10 @@ def _write(
             del rows  # let go before the commit
     if owner is not None:
         steps = chain(  # made one at a time, as they run: a large session's rows are never all in memory
-            (partial(db.executemany, q.insert_loop(), batch) for batch in _loop_batches(db, bundle, first_times, created)),
+            (
+                partial(db.executemany, q.insert_loop(), batch)
+                for batch in _loop_batches(db, bundle, first_times, created)
+            ),
             (partial(_insert_messages, db, part) for batch in rows for part in staging.parts(batch)),
         )
         staging.write_staged(db, bundle.session_id, owner, steps, partial(_finish, db, bundle, fmt, report))
@@ -556,4 +569,3 @@ def _from_ms(stamp: int) -> datetime:
 def _text(config: dict[str, Any] | None, key: str) -> str | None:
     value = (config or {}).get(key)
     return value if isinstance(value, str) else None
-

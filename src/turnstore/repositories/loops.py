@@ -296,7 +296,8 @@ class LoopRepository:
             if latest is None:
                 if kind not in (None, ContinuationKind.INITIAL):
                     raise InvalidArgument(
-                        "parent_loop_id", f"a {kind.value} loop needs a parent, and session {session_id!r} has no loop yet"
+                        "parent_loop_id",
+                        f"a {kind.value} loop needs a parent, and session {session_id!r} has no loop yet",
                     )
                 return None, ContinuationKind.INITIAL
             return latest, kind or ContinuationKind.DEFAULT
@@ -311,7 +312,8 @@ class LoopRepository:
             raise LoopNotFound(f"parent loop {parent_loop_id!r} not found")
         if parent_session != session_id:
             raise InvalidArgument(
-                "parent_loop_id", f"parent loop {parent_loop_id!r} belongs to session {parent_session!r}, not {session_id!r}"
+                "parent_loop_id",
+                f"parent loop {parent_loop_id!r} belongs to session {parent_session!r}, not {session_id!r}",
             )
         return parent_loop_id, kind or ContinuationKind.DEFAULT
 

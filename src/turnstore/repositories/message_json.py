@@ -107,7 +107,8 @@ def _unserializable(model: Message | ExtensionMessage, error: Exception) -> Inva
         path = find(data, lambda value, _: isinstance(value, str) and _has_surrogate(value))
         where = shorten(path)
         return InvalidMessage(
-            f"{where}: holds a lone surrogate, which UTF-8 (and so the database) cannot store", [(where, "lone surrogate")]
+            f"{where}: holds a lone surrogate, which UTF-8 (and so the database) cannot store",
+            [(where, "lone surrogate")],
         )
     return InvalidMessage(f"message cannot be stored as JSON: {error}", [("message", str(error))])
 

@@ -48,6 +48,7 @@ from .rows import (
 
 __all__ = ["READ_DEPTH", "MessageInput", "MessageRepository", "dump_message", "parse_message"]
 
+
 class MessageRepository:
     """Messages of one store."""
 
@@ -269,9 +270,13 @@ class MessageRepository:
     ) -> dict[str, Any]:
         if source is not None:
             if not isinstance(source, str):
-                raise InvalidArgument("source", f"must be a string (the verbatim record) or None, got {type(source).__name__}")
+                raise InvalidArgument(
+                    "source", f"must be a string (the verbatim record) or None, got {type(source).__name__}"
+                )
             if "\x00" in source:
-                raise InvalidArgument("source", "holds a NUL character (U+0000), which a database text column cannot store")
+                raise InvalidArgument(
+                    "source", "holds a NUL character (U+0000), which a database text column cannot store"
+                )
             limit = self._settings.limits.max_message_bytes
             if len(source) * 4 > limit and len(source.encode("utf-8", "surrogatepass")) > limit:
                 raise LimitExceeded(f"source is over the limit of {limit} bytes", [("source", "too large")])

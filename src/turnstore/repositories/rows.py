@@ -196,7 +196,9 @@ def row_params(
     kind = model.kind if isinstance(model, ExtensionMessage) else None
     stamp = getattr(model, "timestamp", timestamp)
     if turn_index is not None and not 0 <= turn_index <= MAX_TURN_INDEX:
-        raise InvalidMessage(f"turn index {turn_index} is over the largest, {MAX_TURN_INDEX}", [("turn_index", "too large")])
+        raise InvalidMessage(
+            f"turn index {turn_index} is over the largest, {MAX_TURN_INDEX}", [("turn_index", "too large")]
+        )
     if stamp is not None and not -MAX_INT - 1 <= stamp <= MAX_INT:
         raise InvalidMessage(f"timestamp {stamp} does not fit 64 bits", [("timestamp", "too large")])
     if (

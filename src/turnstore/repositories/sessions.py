@@ -27,7 +27,6 @@ UNSET: Any = _Unset()
 """Default of :meth:`SessionRepository.update`'s fields: leave the field as it is."""
 
 
-
 class SessionRepository:
     """Sessions of one store. Every method is one transaction."""
 

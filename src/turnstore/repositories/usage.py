@@ -95,7 +95,9 @@ class UsageRepository:
         """Usage per session, across the store."""
         return self._grouped("all", "session", {}, "session_id", prices)
 
-    def by_day(self, session_id: str | None = None, *, loop_id: str | None = None, prices: Prices = None) -> list[UsageRow]:
+    def by_day(
+        self, session_id: str | None = None, *, loop_id: str | None = None, prices: Prices = None
+    ) -> list[UsageRow]:
         """Usage per UTC day (of the message timestamps), across the store or within a session or loop."""
         level, params = self._scope(session_id, loop_id)
         return self._grouped(level, "day", params, "day", prices)
@@ -148,7 +150,9 @@ class UsageRepository:
         tallies: dict[Any, Tally] = {}
         for group_key, model, provider, *sums in self._rows(level, group, params):
             tallies.setdefault(group_key, Tally()).add(model, provider, sums)
-        return [UsageRow(**{key: name}, **tally.fields(table)) for name, tally in sorted(tallies.items(), key=_sort_key)]
+        return [
+            UsageRow(**{key: name}, **tally.fields(table)) for name, tally in sorted(tallies.items(), key=_sort_key)
+        ]
 
     def _scope(self, session_id: str | None, loop_id: str | None) -> tuple[str, dict[str, Any]]:
         if loop_id is not None:
