@@ -326,3 +326,68 @@ def test_message_reads_of_a_staged_session_find_nothing(tmp_path: Path, stage_ev
             with pytest.raises(SessionNotFound):
                 session_read("big")
         assert store.usage.by_session() == [] and store.usage.by_day() == []
+
+
+def test_a_large_replace_is_staged_too_and_the_old_session_goes_while_hidden(
+    tmp_path: Path, stage_everything: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--replace`` of a stored session: the old rows are removed in batches and the new ones written in
+    batches, all under the marker; an app that never waits writes between them and never sees the session
+    half replaced; afterwards only the new content is there."""
+    path = tmp_path / "store.db"
+    source = _pi_file(tmp_path / "big.jsonl", [f"text {n}" for n in range(3)])
+    monkeypatch.setattr(staging, "DELETE_BATCH_ROWS", 2)
+    app = Store(path, busy_budget=0, pragmas={"busy_timeout": 0})
+    old_loop = app.loops.start(app.sessions.create(session_id="big").session_id).loop_id
+    for n in range(5):
+        app.messages.append(user(f"old {n}"), loop_id=old_loop)
+    loop_id = app.loops.start(app.sessions.create(session_id="app").session_id).loop_id
+    seen: list[tuple[int, ...]] = []
+    original = writer._message_batches
+
+    def interleaved(bundle: Any, limits: Any) -> Iterable[list[dict[str, Any]]]:
+        def rows() -> Iterator[list[dict[str, Any]]]:
+            for batch in original(bundle, limits):
+                for row in batch:
+                    app.messages.append(user("between"), loop_id=loop_id)
+                    seen.append(raw_counts(path))
+                    assert not app.sessions.exists("big") and app.sessions.count() == 1
+                    yield [row]
+
+        return rows()
+
+    monkeypatch.setattr(writer, "_message_batches", interleaved)
+    with Store(path) as importer:
+        report = importer.import_("pi", source, replace=True)
+    assert report.sessions_written == ["big"]
+    assert [counts[0] for counts in seen] == [1] * 6  # staged all along, the old rows already gone
+    texts = [m.message.text() or "" for m in app.messages.records("big")]
+    assert texts[0] == "text 0" and len(texts) == 6
+    assert not any(text.startswith("old") for text in texts)
+    assert app.loops.list("big")[0].loop_id != old_loop and raw_counts(path)[0] == 0
+    app.close()
+
+
+def test_a_large_replace_that_fails_midway_leaves_nothing_visible(
+    tmp_path: Path, stage_everything: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a failed (or killed) staged replace leaves: neither the old session nor a part of the new one."""
+    path = tmp_path / "store.db"
+    source = _pi_file(tmp_path / "big.jsonl", ["one", "two"])
+    with Store(path) as store:
+        old_loop = store.loops.start(store.sessions.create(session_id="big").session_id).loop_id
+        store.messages.append(user("old"), loop_id=old_loop)
+    original = writer._message_batches
+
+    def failing(bundle: Any, limits: Any) -> Iterable[list[dict[str, Any]]]:
+        def rows() -> Iterator[list[dict[str, Any]]]:
+            batches = iter(original(bundle, limits))
+            yield next(batches)
+            raise KeyboardInterrupt
+
+        return rows()
+
+    monkeypatch.setattr(writer, "_message_batches", failing)
+    with Store(path) as store, pytest.raises(KeyboardInterrupt):
+        store.import_("pi", source, replace=True)
+    assert raw_counts(path) == (0, 0, 0, 0)

@@ -12,7 +12,7 @@ rewrites it whole.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import nullcontext
 from datetime import datetime, timezone
 from functools import partial
@@ -189,25 +189,16 @@ def _write(
         if check_bundle(db, bundle, fmt, replace=replace) == UNCHANGED:
             return UNCHANGED
         staging.refuse_live(db, bundle.session_id)
-        owner = staging.staged_write(db, bundle.session_id, len(bundle.messages), replace=replace)
+        owner = staging.staged_write(db, len(bundle.messages))
         # Without replace the check found no session here, so a delete could only take the rows of
         # an import of it that committed since (PostgreSQL reads each statement afresh): let the
         # insert meet them instead (see _after_conflict).
-        if replace and owner is None:
+        replacing = replace and db.fetchone(q.session_exists(), {"session_id": bundle.session_id}) is not None
+        if replacing and owner is None:
             for statement in q.delete_session():
                 db.execute(statement, {"session_id": bundle.session_id})
-        db.execute(
-            q.insert_session(),
-            {
-                "session_id": bundle.session_id,
-                "agent_id": bundle.agent_id,
-                "title": bundle.title,
-                "metadata": dumps(bundle.metadata),
-                "created_at": db.bind_time(created),
-                "updated_at": db.bind_time(updated),
-                "source": bundle.source,
-            },
-        )
+        if not (replacing and owner is not None):  # a staged replace inserts it once the old rows are gone
+            _insert_session(db, bundle, created, updated)
         if owner is not None:  # the rest in short transactions of their own, the session hidden meanwhile
             staging.begin(db, bundle.session_id, owner)
         else:
@@ -218,7 +209,10 @@ def _write(
             _finish(db, bundle, fmt, report)
             del rows  # let go before the commit
     if owner is not None:
-        steps = chain(  # made one at a time, as they run: a large session's rows are never all in memory
+        steps: Iterator[Callable[[], None]] = chain(  # made one at a time, as they run: a large session's rows are never all in memory
+            # A replace: the old session's rows go first, a batch at a time, hidden from every read as they go.
+            staging.removal_steps(db, bundle.session_id) if replacing else (),
+            (partial(_insert_session, db, bundle, created, updated),) if replacing else (),
             (
                 partial(db.executemany, q.insert_loop(), batch)
                 for batch in _loop_batches(db, bundle, first_times, created)
@@ -228,6 +222,21 @@ def _write(
         staging.write_staged(db, bundle.session_id, owner, steps, partial(_finish, db, bundle, fmt, report))
     bundle.release()  # the messages and source records go now; the bundle keeps its loops and digest
     return WRITTEN
+
+
+def _insert_session(db: Database, bundle: SessionBundle, created: datetime, updated: datetime) -> None:
+    db.execute(
+        q.insert_session(),
+        {
+            "session_id": bundle.session_id,
+            "agent_id": bundle.agent_id,
+            "title": bundle.title,
+            "metadata": dumps(bundle.metadata),
+            "created_at": db.bind_time(created),
+            "updated_at": db.bind_time(updated),
+            "source": bundle.source,
+        },
+    )
 
 
 def _loop_batches(

@@ -36,7 +36,6 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from .. import queries as q
 from ..database import Database
 from ..errors import AlreadyExists, TurnstoreError
 from ..schema import imports, loops, messages, sessions, staging
@@ -54,6 +53,7 @@ __all__ = [
     "parts",
     "publish",
     "refuse_live",
+    "removal_steps",
     "renew",
     "staged_owner",
     "staged_write",
@@ -233,20 +233,37 @@ def may_stage(db: Database, messages: int) -> bool:
     return db.is_sqlite and messages >= STAGED_SESSION_MESSAGES
 
 
-def staged_write(db: Database, session_id: str, messages: int, *, replace: bool) -> str | None:
+def staged_write(db: Database, messages: int) -> str | None:
     """The owner name to stage a session under, or None to write it in one transaction.
 
     Staged: a session of at least :data:`STAGED_SESSION_MESSAGES` messages on
-    SQLite, unless it replaces a stored session (a replace stays one
-    transaction, so a crash leaves the old session whole). PostgreSQL locks
-    rows, not the store: a long import transaction keeps no other session's
-    writer waiting, so it keeps the one transaction.
+    SQLite. PostgreSQL locks rows, not the store: a long import transaction
+    keeps no other session's writer waiting, so it keeps the one transaction.
     """
-    if not may_stage(db, messages):
-        return None
-    if replace and db.fetchone(q.session_exists(), {"session_id": session_id}) is not None:
-        return None
-    return new_owner()
+    return new_owner() if may_stage(db, messages) else None
+
+
+def removal_steps(db: Database, session_id: str) -> Iterator[Callable[[], None]]:
+    """Steps that remove a stored session's rows, a batch each, the session row last (a staged replace).
+
+    Run by :func:`write_staged` while the session is staged, so no read sees
+    it half removed. Lazy: each step is made after the one before it has run
+    and tells whether rows are left.
+    """
+    for table in (messages, loops):
+        removed = [DELETE_BATCH_ROWS]
+        while removed[0] >= DELETE_BATCH_ROWS:
+
+            def step(table: sa.Table = table, removed: list[int] = removed) -> None:
+                removed[0] = db.execute(_delete_some(table), {"session_id": session_id}).rowcount
+
+            yield step
+
+    def rest() -> None:
+        for statement in _delete_rest():
+            db.execute(statement, {"session_id": session_id})
+
+    yield rest
 
 
 def parts(batch: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
