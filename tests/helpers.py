@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -83,3 +86,24 @@ def tokens(totals: Any, fields: tuple[str, ...] = TOKEN_FIELDS) -> tuple[int, ..
 def token_counts(totals: Any) -> dict[str, int]:
     """A usage total's token counts by name."""
     return {name: getattr(totals, name) for name in TOKEN_FIELDS}
+
+
+ROOT = Path(__file__).resolve().parent.parent
+"""The repository (examples/ and docs/ live there)."""
+
+
+def run_python(args: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` in a fresh interpreter (this one's), its output captured as text."""
+    return subprocess.run([sys.executable, *args], cwd=cwd, check=False, capture_output=True, text=True, timeout=120)
+
+
+def run_example(name: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``examples/NAME`` with ARGS."""
+    return run_python([str(ROOT / "examples" / name), *args])
+
+
+def run_doc_example(doc: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run the first Python block of ``docs/DOC`` in ``cwd``."""
+    text = (ROOT / "docs" / doc).read_text(encoding="utf-8")
+    code = re.findall(r"```python\n(.*?)```", text, re.DOTALL)[0]
+    return run_python(["-c", code], cwd=cwd)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from backends import selected_backends
+from helpers import run_doc_example, run_example
 
 pytest.importorskip("langchain_core")
 
@@ -175,30 +176,12 @@ def test_runnable_with_message_history(store: Store) -> None:
 
 
 def test_example_app_runs_offline_and_prints_usage(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    example = Path(__file__).resolve().parent.parent / "examples" / "langchain_app.py"
-    done = subprocess.run(
-        [sys.executable, str(example), f"sqlite:///{tmp_path / 'ex.db'}"],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_example("langchain_app.py", f"sqlite:///{tmp_path / 'ex.db'}")
     assert done.returncode == 0, done.stderr
     assert "usage from turnstore: 2 requests, 33 input, 7 output tokens" in done.stdout
 
 
 def test_the_docs_example_runs(tmp_path: Path) -> None:
-    import re
-    import subprocess
-    import sys
-
-    doc = Path(__file__).resolve().parent.parent / "docs" / "integrations" / "langchain.md"
-    code = re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), re.DOTALL)[0]
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, check=False, capture_output=True, text=True, timeout=120
-    )
+    done = run_doc_example("integrations/langchain.md", tmp_path)
     assert done.returncode == 0, done.stderr
     assert "requests=" in done.stdout
