@@ -209,15 +209,17 @@ def _write(
             _finish(db, bundle, fmt, report)
             del rows  # let go before the commit
     if owner is not None:
-        steps: Iterator[Callable[[], None]] = chain(  # made one at a time, as they run: a large session's rows are never all in memory
-            # A replace: the old session's rows go first, a batch at a time, hidden from every read as they go.
-            staging.removal_steps(db, bundle.session_id) if replacing else (),
-            (partial(_insert_session, db, bundle, created, updated),) if replacing else (),
-            (
-                partial(db.executemany, q.insert_loop(), batch)
-                for batch in _loop_batches(db, bundle, first_times, created)
-            ),
-            (partial(_insert_messages, db, part) for batch in rows for part in staging.parts(batch)),
+        steps: Iterator[Callable[[], None]] = (
+            chain(  # made one at a time, as they run: a large session's rows are never all in memory
+                # A replace: the old session's rows go first, a batch at a time, hidden from every read as they go.
+                staging.removal_steps(db, bundle.session_id) if replacing else (),
+                (partial(_insert_session, db, bundle, created, updated),) if replacing else (),
+                (
+                    partial(db.executemany, q.insert_loop(), batch)
+                    for batch in _loop_batches(db, bundle, first_times, created)
+                ),
+                (partial(_insert_messages, db, part) for batch in rows for part in staging.parts(batch)),
+            )
         )
         staging.write_staged(db, bundle.session_id, owner, steps, partial(_finish, db, bundle, fmt, report))
     bundle.release()  # the messages and source records go now; the bundle keeps its loops and digest
