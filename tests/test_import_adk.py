@@ -19,7 +19,12 @@ import pytest
 
 from turnstore import Store
 from turnstore.cli import main
-from turnstore.models import AssistantMessage, ExtensionMessage, ToolResultMessage, UserMessage
+from turnstore.models import (
+    AssistantMessage,
+    ExtensionMessage,
+    ToolResultMessage,
+    UserMessage,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "adk"
 DATABASE = FIXTURES / "database.db"

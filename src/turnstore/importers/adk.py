@@ -51,6 +51,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -144,8 +145,10 @@ class AdkImporter:
 
 def _session_keys(connection: sqlite3.Connection) -> list[tuple[str, str, str]]:
     seen: dict[tuple[str, str, str], None] = {}
-    queries = ("SELECT app_name, user_id, session_id FROM events GROUP BY app_name, user_id, session_id "
-               "ORDER BY MIN(rowid)", "SELECT app_name, user_id, id FROM sessions ORDER BY rowid")
+    queries = (
+        "SELECT app_name, user_id, session_id FROM events GROUP BY app_name, user_id, session_id ORDER BY MIN(rowid)",
+        "SELECT app_name, user_id, id FROM sessions ORDER BY rowid",
+    )
     for query in queries:
         for app, user, session in connection.execute(query):
             seen.setdefault((str(app), str(user), str(session)), None)
@@ -163,7 +166,7 @@ class _Session:
 
     def bundle(self) -> SessionBundle:
         bundle = self.bundle_
-        app, user, session_id = self.key
+        app, user, _ = self.key
         header = self.connection.execute(
             "SELECT * FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?", self.key).fetchone()
         metadata: dict[str, Any] = {"app_name": app, "user_id": user}
@@ -443,7 +446,7 @@ def _standard_base64(value: Any, place: str, field: str) -> str:
 def _ms(value: Any) -> int:
     """An ADK timestamp (epoch seconds as float, or a datetime column's text) as unix milliseconds; 0 if unknown."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return max(0, int(round(value * 1000)))
+        return max(0, round(value * 1000)) if math.isfinite(value) and abs(value) < 2**53 else 0
     parsed = parse_time(value)
     return max(0, int(parsed.timestamp() * 1000)) if parsed is not None else 0
 
