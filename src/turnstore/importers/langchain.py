@@ -133,7 +133,8 @@ def _row(text: Any, place: str, call_names: dict[str, str]) -> MessageRow:
         record.get("data"), dict
     ):
         raise InvalidRecord(place, 'message must be a JSON object {"type": str, "data": object}')
-    kind: str = _CHUNKS.get(record["type"], record["type"])
+    name: str = record["type"]
+    kind = _CHUNKS.get(name, name)
     data: dict[str, Any] = record["data"]
     role = _KIND_OF.get(kind)
     if role is None:
