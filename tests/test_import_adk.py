@@ -289,3 +289,20 @@ def test_cli_import(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     report = json.loads(capsys.readouterr().out)
     assert report["sessions"]["written"] == [WEATHER, HELLO]
     assert report["messages"] == 10
+
+
+def test_event_without_content_becomes_one_adk_event_message(store: Store, tmp_path: Path) -> None:
+    source = copy_db(tmp_path, SQLITE)
+    rowid, text = query(source, "SELECT rowid, event_data FROM events WHERE session_id = ? ORDER BY rowid", HELLO)[1]
+    event = json.loads(text)
+    del event["content"], event["usage_metadata"], event["model_version"]
+    event["actions"]["state_delta"] = {"greeted": True}
+    execute(source, "UPDATE events SET event_data = ? WHERE rowid = ?", json.dumps(event), rowid)
+
+    report = store.import_("adk", source)
+
+    assert report.ok
+    last = records(store, HELLO)[-1]
+    assert isinstance(last.message, ExtensionMessage)
+    assert (last.message.kind, last.message.data) == ("adk.event", event)
+    assert [str(r.message.role) for r in records(store, HELLO)] == ["user", "extension"]

@@ -35,8 +35,9 @@ the order ADK appended them (``rowid``), become:
 * a ``user`` content -> a tool result per ``function_response`` part (same
   id and name; ``response`` -> text and ``details``), and a user message for
   the other parts;
-* an event without content -> an extension message ``adk.event``;
-* non-empty ``actions`` (``state_delta``, ``artifact_delta``,
+* an event without content (a state change, a transfer...) -> one extension
+  message ``adk.event`` holding the whole event;
+* non-empty ``actions`` of an event with content (``state_delta``, ``artifact_delta``,
   ``transfer_to_agent``, ``escalate``...) -> an extension message
   ``adk.actions`` after the event's messages.
 
@@ -315,7 +316,9 @@ def _messages(event: dict[str, Any], source: str, place: str) -> list[MessageRow
             if event.get("usage_metadata") is not None:  # usage on a non-model event: kept, not counted
                 adk["usage_metadata"] = event["usage_metadata"]
     actions = event.get("actions")
-    if isinstance(actions, dict) and any(value not in (None, {}, [], False) for value in actions.values()):
+    if content is None:
+        pass  # the adk.event message holds the whole event, its actions included
+    elif isinstance(actions, dict) and any(value not in (None, {}, [], False) for value in actions.values()):
         wires.append({"role": "extension", "kind": "adk.actions",
                       "data": {"event_id": event.get("id"), "author": event.get("author"), "actions": actions}})
     elif actions is not None:
