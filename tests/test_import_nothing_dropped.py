@@ -308,7 +308,7 @@ def test_cli_reports_an_unreadable_file_and_goes_on(
 # --- 3. empty files --------------------------------------------------------------------------------
 
 
-SUFFIXES = {"appam": ".db", "clark": ".jsonl", "openai-agents": ".db", "phi-core": ".json", "pi": ".jsonl",
+SUFFIXES = {"adk": ".db", "appam": ".db", "clark": ".jsonl", "langchain": ".db", "openai-agents": ".db", "phi-core": ".json", "pi": ".jsonl",
             "tau": ".jsonl", "turnstore": ".jsonl", "yoagent": ".jsonl"}
 """A file name ending each format reads."""
 
