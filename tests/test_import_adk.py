@@ -306,3 +306,28 @@ def test_event_without_content_becomes_one_adk_event_message(store: Store, tmp_p
     assert isinstance(last.message, ExtensionMessage)
     assert (last.message.kind, last.message.data) == ("adk.event", event)
     assert [str(r.message.role) for r in records(store, HELLO)] == ["user", "extension"]
+
+
+def test_a_session_without_events_is_written_empty(store: Store, tmp_path: Path) -> None:
+    source = copy_db(tmp_path, SQLITE)
+    execute(source, "INSERT INTO sessions VALUES ('weather_app', 'u3', 's-empty', '{\"k\": 1}', 1764000000.0, 1764000000.0)")
+
+    report = store.import_("adk", source)
+
+    assert report.sessions_written == [WEATHER, HELLO, "s-empty"]
+    assert store.sessions.get("s-empty").metadata == {"app_name": "weather_app", "user_id": "u3", "state": {"k": 1}}
+    assert records(store, "s-empty") == []
+
+
+def test_an_error_event_stops_with_error(store: Store, tmp_path: Path) -> None:
+    source = copy_db(tmp_path, SQLITE)
+    rowid, text = query(source, "SELECT rowid, event_data FROM events WHERE session_id = ? ORDER BY rowid", HELLO)[1]
+    event = json.loads(text)
+    event.update(error_code="SAFETY", error_message="blocked")
+    execute(source, "UPDATE events SET event_data = ? WHERE rowid = ?", json.dumps(event), rowid)
+
+    store.import_("adk", source)
+
+    message = records(store, HELLO)[1].message
+    assert (message.stop_reason.value, message.error_message) == ("error", "blocked")
+    assert message.model_dump(mode="json")["adk"]["error_code"] == "SAFETY"
