@@ -70,6 +70,7 @@ from .base import (
     SessionBundle,
     compact,
     guess_mime_type,
+    loads_json,
     open_sqlite,
     parse_agent_message,
     parse_time,
@@ -215,7 +216,7 @@ class _Session:
             if not isinstance(text, str):
                 raise InvalidRecord(place, "event_data must be JSON text")
             try:
-                event = json.loads(text)
+                event = loads_json(text)
             except (ValueError, RecursionError):
                 raise InvalidRecord(place, "event_data is not valid JSON") from None
             if not isinstance(event, dict):

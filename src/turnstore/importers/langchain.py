@@ -29,7 +29,6 @@ times and no loops: timestamps are 0 and loops and turns are derived
 
 from __future__ import annotations
 
-import json
 import re
 import sqlite3
 from collections.abc import Iterator
@@ -45,6 +44,7 @@ from .base import (
     RecordError,
     SessionBundle,
     compact,
+    loads_json,
     open_sqlite,
     parse_agent_message,
     sqlite_accepts,
@@ -111,7 +111,7 @@ def _bundle(connection: sqlite3.Connection, path: Path, session_id: Any) -> Sess
         bundle.records += 1
         if isinstance(text, bytes):
             text = text.decode("utf-8", "replace")
-        bundle.add_source(compact([row_id, text]))
+        bundle.add_source(f"{row_id}:{text}")  # the id, then the row's text as written (no re-encoding)
         try:
             rows.append(_row(text, place, call_names))
         except InvalidRecord as error:
@@ -126,7 +126,7 @@ def _row(text: Any, place: str, call_names: dict[str, str]) -> MessageRow:
     if not isinstance(text, str):
         raise InvalidRecord(place, f"message must be text, got {type(text).__name__}")
     try:
-        record = json.loads(text)
+        record = loads_json(text)
     except (ValueError, RecursionError):
         raise InvalidRecord(place, "message is not valid JSON") from None
     if not isinstance(record, dict) or not isinstance(record.get("type"), str) or not isinstance(
