@@ -331,3 +331,14 @@ def test_an_error_event_stops_with_error(store: Store, tmp_path: Path) -> None:
     message = records(store, HELLO)[1].message
     assert (message.stop_reason.value, message.error_message) == ("error", "blocked")
     assert message.model_dump(mode="json")["adk"]["error_code"] == "SAFETY"
+
+
+def test_malformed_column_of_the_pickled_schema_is_reported_with_its_row(store: Store, tmp_path: Path) -> None:
+    source = copy_db(tmp_path, PICKLED)
+    rowid = query(source, "SELECT rowid FROM events ORDER BY rowid")[3][0]
+    execute(source, "UPDATE events SET content = '{broken' WHERE rowid = ?", rowid)
+
+    report = store.import_("adk", source, skip_invalid=True)
+
+    assert [(e.place, e.reason) for e in report.skipped] == [(f"{source}: events rowid={rowid}", "content is not valid JSON")]
+    assert len(records(store, WEATHER)) == 5
