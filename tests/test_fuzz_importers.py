@@ -74,7 +74,9 @@ TEXT_SOURCES: dict[str, list[Path]] = {
     "turnstore": [FIXTURES / "turnstore" / "small.jsonl"],
 }
 OPENAI_SOURCES = sorted((FIXTURES / "openai_agents").glob("*.db"))
-FORMATS = ["phi-core", "yoagent", "clark", "tau", "pi", "turnstore", "appam", "openai-agents"]
+ADK_SOURCES = [FIXTURES / "adk" / name for name in ("database.db", "sqlite.db", "pickled.db")]
+LANGCHAIN_SOURCES = [FIXTURES / "langchain" / "history.db"]
+FORMATS = ["phi-core", "yoagent", "clark", "tau", "pi", "turnstore", "appam", "openai-agents", "adk", "langchain"]
 
 EXAMPLES = {"sqlite": 40, "sqlite-async": 6, "postgresql": 10, "postgresql-async": 5}
 """Examples per format and backend (×10 under TURNSTORE_STRESS=1)."""
@@ -113,6 +115,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
         "tau": [*TEXT_SOURCES["tau"], tau_db],
         "appam": [appam.build(folder / "sessions.db")],
         "openai-agents": OPENAI_SOURCES,
+        "adk": ADK_SOURCES,
+        "langchain": LANGCHAIN_SOURCES,
     }
 
 
@@ -291,7 +295,13 @@ def heavy_copy(source: Path, folder: Path, value: Any, spot: str) -> Path:
 
 def _json_cell(connection: sqlite3.Connection) -> tuple[str, str]:
     tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    for table, column in (("session_history", "messages"), ("agent_messages", "message_data"), ("entries", "payload")):
+    for table, column in (
+        ("session_history", "messages"),
+        ("agent_messages", "message_data"),
+        ("entries", "payload"),
+        ("events", "event_data"),
+        ("message_store", "message"),
+    ):
         if table in tables:
             return table, column
     raise AssertionError(tables)

@@ -357,8 +357,10 @@ def test_cli_reports_an_unreadable_file_and_goes_on(
 
 
 SUFFIXES = {
+    "adk": ".db",
     "appam": ".db",
     "clark": ".jsonl",
+    "langchain": ".db",
     "openai-agents": ".db",
     "phi-core": ".json",
     "pi": ".jsonl",

@@ -18,8 +18,10 @@ from .base import Importer, ImportOptions, ImportReport, RecordError
 __all__ = ["FORMATS", "ImportOptions", "ImportReport", "RecordError", "get_importer"]
 
 FORMATS: dict[str, str] = {
+    "adk": "adk:AdkImporter",
     "appam": "appam:AppamImporter",
     "clark": "clark:ClarkImporter",
+    "langchain": "langchain:LangChainImporter",
     "openai-agents": "openai_agents:OpenAIAgentsImporter",
     "phi-core": "phi_core:PhiCoreImporter",
     "pi": "pi:PiImporter",
