@@ -77,6 +77,12 @@ def visible(session_id: Any) -> Any:
     return ~sa.exists().where(staging.c.session_id == session_id)
 
 
+def loop_visible() -> Any:
+    """:func:`visible` for the session of the loop ``:loop_id``: uncorrelated, so probed once per statement,
+    not once per message row."""
+    return visible(sa.select(loops.c.session_id).where(loops.c.loop_id == bp("loop_id")).scalar_subquery())
+
+
 # --- sessions -----------------------------------------------------------------
 
 
@@ -388,7 +394,7 @@ def turn_messages() -> sa.Select[Any]:
         .where(
             messages.c.loop_id == bp("loop_id"),
             messages.c.turn_index == bp("turn_index"),
-            visible(messages.c.session_id),
+            loop_visible(),
         )
         .order_by(messages.c.seq)
     )
@@ -399,7 +405,7 @@ def turn_range_messages(bounded: bool) -> sa.Select[Any]:
     condition = [
         messages.c.loop_id == bp("loop_id"),
         messages.c.turn_index >= bp("start"),
-        visible(messages.c.session_id),
+        loop_visible(),
     ]
     if bounded:
         condition.append(messages.c.turn_index < bp("stop"))
@@ -414,7 +420,7 @@ def turn_range_messages(bounded: bool) -> sa.Select[Any]:
 def loop_messages() -> sa.Select[Any]:
     return (
         sa.select(messages.c.message)
-        .where(messages.c.loop_id == bp("loop_id"), visible(messages.c.session_id))
+        .where(messages.c.loop_id == bp("loop_id"), loop_visible())
         .order_by(messages.c.seq)
     )
 
@@ -542,7 +548,7 @@ def set_loop_fork() -> sa.Update:
 def loop_message_sources(latest: bool) -> sa.Select[Any]:
     """A loop's message ids, turn indexes and verbatim sources in order; ``latest``: the last ``:limit``, newest first."""
     statement = sa.select(messages.c.id, messages.c.turn_index, messages.c.source).where(
-        messages.c.loop_id == bp("loop_id"), visible(messages.c.session_id)
+        messages.c.loop_id == bp("loop_id"), loop_visible()
     )
     if latest:
         return statement.order_by(messages.c.seq.desc()).limit(bp("limit"))

@@ -17,7 +17,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.functions import FunctionElement
 
-from .queries import visible
+from .queries import loop_visible, visible
 from .schema import USAGE_COLUMNS, loops, messages
 
 bp = sa.bindparam
@@ -185,8 +185,7 @@ def _by_level(statement: sa.Select[Any], level: str) -> sa.Select[Any]:
     if level == "session":
         statement = statement.where(messages.c.session_id == bp("session_id"), visible(bp("session_id")))
     if level in ("loop", "turn"):
-        loop_session = sa.select(loops.c.session_id).where(loops.c.loop_id == bp("loop_id")).scalar_subquery()
-        statement = statement.where(messages.c.loop_id == bp("loop_id"), visible(loop_session))
+        statement = statement.where(messages.c.loop_id == bp("loop_id"), loop_visible())
     if level == "turn":
         statement = statement.where(messages.c.turn_index == bp("turn_index"))
     return statement
