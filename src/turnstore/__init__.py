@@ -128,7 +128,7 @@ _LAZY: dict[str, str] = {
 
 
 __all__ = [
-    "DEFAULT_PRICES",
+    "__version__",
     "AgentMessage",
     "AlreadyExists",
     "AssistantMessage",
@@ -137,6 +137,7 @@ __all__ = [
     "Content",
     "ContinuationKind",
     "CostConfig",
+    "DEFAULT_PRICES",
     "ExportFailed",
     "ExtensionMessage",
     "FileContent",
@@ -157,6 +158,7 @@ __all__ = [
     "MessageNotFound",
     "NotAStore",
     "NotFound",
+    "parse_message",
     "PriceTable",
     "ReadOnlyStore",
     "SchemaError",
@@ -187,8 +189,6 @@ __all__ = [
     "UsageRow",
     "UsageTotals",
     "UserMessage",
-    "__version__",
-    "parse_message",
 ]
 
 
