@@ -60,9 +60,10 @@ __all__ = [
     "write_staged",
 ]
 
-STAGED_SESSION_MESSAGES = 10_000
+STAGED_SESSION_MESSAGES = 20_000
 """Imported sessions of at least this many messages are staged on SQLite (smaller ones take one transaction,
-which holds the write lock for well under a second)."""
+which holds the write lock for about a second at most; the same bound as the spill's, so a session read in
+bounded memory is also written in short transactions)."""
 
 BATCH_MESSAGES = 2_000
 """Messages per transaction of a staged session: the longest the write lock is held by it between turns."""
