@@ -51,6 +51,7 @@ from .base import (
     table_names,
 )
 from .derive import add_derived, fill_configs
+from .token_usage import usage_from_inclusive_input
 
 __all__ = ["LangChainImporter", "langchain_usage"]
 
@@ -261,19 +262,15 @@ def langchain_usage(raw: Any, place: str) -> Usage:
     cached = _tokens(input_details, "cache_read", place)
     written = _tokens(input_details, "cache_creation", place)
     reasoning = _tokens(output_details, "reasoning", place)
-    if cached + written > input_tokens:
-        raise InvalidRecord(
-            place, f"cache_read ({cached}) and cache_creation ({written}) exceed input_tokens ({input_tokens})"
-        )
-    if not total and input_tokens + output_tokens > MAX_INT:
-        raise InvalidRecord(place, "input_tokens + output_tokens do not fit a 64-bit integer")
-    return Usage(
-        input=input_tokens - cached - written,
-        output=output_tokens,
+    return usage_from_inclusive_input(
+        place,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        total=total,
+        cached=cached,
+        written=written,
         reasoning=reasoning,
-        cache_read=cached,
-        cache_write=written,
-        total_tokens=total or input_tokens + output_tokens,
+        names=("cache_read", "cache_creation"),
     )
 
 

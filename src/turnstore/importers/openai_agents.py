@@ -61,6 +61,7 @@ from .base import (
 )
 from .derive import TurnDeriver
 from .openai_agents_items import MODEL, PROVIDER, ItemConverter, Piece, Row, guard, parse_item
+from .token_usage import usage_from_inclusive_input
 
 __all__ = ["OpenAIAgentsImporter"]
 
@@ -420,20 +421,14 @@ def _turn_usage(record: dict[str, Any], place: str) -> Usage:
     cached = _tokens(input_details, "cached_tokens", place)
     written = _tokens(input_details, "cache_write_tokens", place)
     reasoning = _tokens(output_details, "reasoning_tokens", place)
-    if cached + written > input_tokens:
-        raise InvalidRecord(
-            place, f"cached ({cached}) and cache-write ({written}) tokens exceed input_tokens ({input_tokens})"
-        )
-    if not total and input_tokens + output_tokens > MAX_INT:
-        raise InvalidRecord(place, "input_tokens + output_tokens do not fit a 64-bit integer")
-    return Usage(
-        input=input_tokens - cached - written,
-        output=output_tokens,
+    return usage_from_inclusive_input(
+        place,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        total=total,
+        cached=cached,
+        written=written,
         reasoning=reasoning,
-        cache_read=cached,
-        cache_write=written,
-        total_tokens=total or input_tokens + output_tokens,
-        cost=None,
     )
 
 
