@@ -1,18 +1,68 @@
 """TurnstoreSession: the OpenAI Agents SDK session protocol kept in turnstore.
 
-The protocol tests run against ``TurnstoreSession`` and the SDK's own
-``SQLiteSession`` side by side and expect the same results (the behaviours of
-the SDK's ``tests/memory/test_session.py``).
+The tests taking ``make`` run against ``TurnstoreSession`` (on SQLite and on
+PostgreSQL) and the SDK's own ``SQLiteSession`` side by side and expect the
+same results. They port the behaviours of the SDK's session tests
+(``tests/memory/test_session.py`` in openai/openai-agents-python), test by test:
+
+* ``test_session_memory_basic_functionality_parametrized`` and
+  ``..._with_explicit_instance_parametrized`` (``run``, ``run_sync``,
+  ``run_streamed``): ``test_a_runner_gets_the_history_of_earlier_runs``.
+* ``test_session_memory_disabled_parametrized``: not ported; it runs without
+  a session, so there is nothing of a session to compare.
+* ``test_session_memory_different_sessions_parametrized``:
+  ``test_a_runner_keeps_sessions_apart``.
+* ``test_sqlite_session_memory_direct``: ``test_items_come_back_in_order``,
+  ``test_clear_empties_the_session_which_takes_items_again``.
+* ``test_sqlite_session_close_closes_worker_thread_connections``: about
+  ``SQLiteSession``'s per-thread sqlite3 connections; turnstore's counterpart
+  is the store a session opened itself, closed by ``close()``:
+  ``test_a_session_opens_and_closes_its_own_store_from_a_url``.
+* ``test_sqlite_session_memory_pop_item``: ``test_pop_removes_and_returns_the_latest``.
+* ``test_session_memory_pop_different_sessions``: ``test_pop_takes_from_its_own_session_only``.
+* ``test_sqlite_session_get_items_with_limit``: ``test_limit_returns_the_latest_in_order``.
+* ``test_session_memory_appends_list_input_by_default``:
+  ``test_a_runner_appends_list_input_to_the_history``.
+* ``test_session_callback_prepared_input``:
+  ``test_a_session_input_callback_prepares_the_model_input``.
+* ``test_sqlite_session_unicode_content``: ``test_unicode_and_special_characters_survive``.
+* ``test_sqlite_session_special_characters_and_sql_injection``:
+  ``test_special_characters_and_sql_are_stored_as_text``.
+* ``test_sqlite_session_concurrent_access`` (threads, each with its own event
+  loop): ``test_adds_from_threads_with_their_own_event_loops_keep_every_item``;
+  concurrent tasks on one loop: ``test_concurrent_adds_keep_every_item``.
+* ``test_sqlite_session_file_lock_is_shared_across_instances``: the lock is
+  ``SQLiteSession``'s own; its behaviour (two sessions on one database
+  writing at once, each keeping its own items) is
+  ``test_two_sessions_on_one_database_write_at_once_each_to_its_own``.
+* ``test_session_add_items_exception_propagates_in_streamed``: the SDK
+  replaces ``add_items`` by a failing function; here the session fails for a
+  real reason (what it writes to is closed):
+  ``test_a_failing_session_ends_a_streamed_run_with_its_error``.
+* ``test_session_settings_default``: ``test_settings_default_to_no_limit``.
+* ``test_session_settings_constructor``:
+  ``test_settings_are_taken_from_the_constructor_as_object_or_dict``.
+* ``test_get_items_uses_session_settings_limit`` and
+  ``test_get_items_explicit_limit_overrides_session_settings``:
+  ``test_settings_limit_is_the_default_and_an_explicit_limit_wins``.
+* ``test_session_settings_resolve``: not ported; it tests ``SessionSettings``
+  itself, not a session.
+* ``test_runner_with_session_settings_override``:
+  ``test_run_config_session_settings_override_the_sessions``.
+
+Large items (``test_large_items_survive``) and an empty add are tested here
+beyond the SDK's file.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import runpy
 import sqlite3
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +70,14 @@ import pytest
 
 pytest.importorskip("agents")
 
-from agents import Agent, RunConfig, Runner, SQLiteSession
+from agents import Agent, ModelResponse, RunConfig, Runner, SQLiteSession, Usage
 from agents.memory import SessionABC, SessionSettings
+from agents.models.interface import Model
+from openai.types.responses import Response, ResponseCompletedEvent, ResponseOutputMessage, ResponseOutputText
 
 from turnstore import Store
 from turnstore.aio import AsyncStore
-from turnstore.errors import InvalidArgument
+from turnstore.errors import InvalidArgument, StoreClosed
 from turnstore.integrations.openai_agents import REQUEST_USAGE, TurnstoreSession
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,7 +117,7 @@ def make(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
         url = database.url
 
     class Opened:
-        def __init__(self, session_id: str, settings: SessionSettings | None = None) -> None:
+        def __init__(self, session_id: str, settings: Any = None) -> None:
             self.session_id, self.settings = session_id, settings
 
         async def __aenter__(self) -> Any:
@@ -223,6 +275,252 @@ def test_empty_add_changes_nothing(make: Factory) -> None:
             assert await session.get_items() == []
 
     run(scenario())
+
+
+def test_pop_takes_from_its_own_session_only(make: Factory) -> None:
+    async def scenario() -> None:
+        async with make("session_1") as first, make("session_2") as second:
+            await first.add_items([user("Session 1 message")])
+            await second.add_items([user("Session 2 message 1"), user("Session 2 message 2")])
+            assert await second.pop_item() == user("Session 2 message 2")
+            assert await first.get_items() == [user("Session 1 message")]
+            assert await second.get_items() == [user("Session 2 message 1")]
+
+    run(scenario())
+
+
+def test_special_characters_and_sql_are_stored_as_text(make: Factory) -> None:
+    texts = [
+        "O'Reilly",
+        "DROP TABLE sessions;",
+        '"SELECT * FROM users WHERE name = "admin";"',
+        "Robert'); DROP TABLE students;--",
+        "Normal message",
+    ]
+
+    async def scenario() -> None:
+        async with make("special") as session:
+            items = [
+                user(text) if n % 2 == 0 else {"role": "assistant", "content": text} for n, text in enumerate(texts)
+            ]
+            await session.add_items(items)
+            assert await session.get_items() == items
+
+    run(scenario())
+
+
+def test_adds_from_threads_with_their_own_event_loops_keep_every_item(make: Factory) -> None:
+    items = [user(f"Message {n}") for n in range(10)]
+
+    async def scenario() -> None:
+        async with make("threads") as session:
+            with concurrent.futures.ThreadPoolExecutor(max_workers=5) as executor:
+                list(executor.map(lambda item: asyncio.run(session.add_items([item])), items))
+            got = await session.get_items()
+            assert sorted(item["content"] for item in got) == sorted(item["content"] for item in items)
+
+    run(scenario())
+
+
+def test_two_sessions_on_one_database_write_at_once_each_to_its_own(make: Factory) -> None:
+    async def scenario() -> None:
+        async with make("session_1") as first, make("session_2") as second:
+            await asyncio.gather(first.add_items([user("session_1")]), second.add_items([user("session_2")]))
+            assert await first.get_items() == [user("session_1")]
+            assert await second.get_items() == [user("session_2")]
+
+    run(scenario())
+
+
+def test_settings_default_to_no_limit(make: Factory) -> None:
+    async def scenario() -> None:
+        async with make("default-settings") as session:
+            assert isinstance(session.session_settings, SessionSettings)
+            assert session.session_settings.limit is None
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("settings", [SessionSettings(limit=5), {"limit": 5}])
+def test_settings_are_taken_from_the_constructor_as_object_or_dict(make: Factory, settings: Any) -> None:
+    async def scenario() -> None:
+        async with make("constructor-settings", settings) as session:
+            assert session.session_settings == SessionSettings(limit=5)
+            await session.add_items([user(f"Message {n}") for n in range(7)])
+            assert [item["content"] for item in await session.get_items()] == [f"Message {n}" for n in range(2, 7)]
+
+    run(scenario())
+
+
+# --- under the Runner, side by side (the SDK test file's runner tests) -------------------------
+
+
+class RecordingModel(Model):
+    """A model that answers with queued texts and records the input of its latest call; streams too."""
+
+    def __init__(self) -> None:
+        self.replies: list[str] = []
+        self.last_input: list[Any] = []
+
+    def reply(self, text: str) -> None:
+        self.replies.append(text)
+
+    def _answer(self, input: str | list[Any]) -> list[Any]:
+        self.last_input = [{"role": "user", "content": input}] if isinstance(input, str) else list(input)
+        text = ResponseOutputText(type="output_text", text=self.replies.pop(0), annotations=[])
+        return [ResponseOutputMessage(type="message", id="msg", role="assistant", status="completed", content=[text])]
+
+    async def get_response(self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any) -> ModelResponse:
+        return ModelResponse(output=self._answer(input), usage=Usage(), response_id=None)
+
+    async def stream_response(  # type: ignore[override]
+        self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any
+    ) -> AsyncIterator[Any]:
+        response = Response(
+            id="resp",
+            created_at=0,
+            model="recording",
+            object="response",
+            output=self._answer(input),
+            tool_choice="auto",
+            tools=[],
+            parallel_tool_calls=False,
+        )
+        yield ResponseCompletedEvent(type="response.completed", response=response, sequence_number=0)
+
+
+def run_sync_in_thread(agent: Agent[Any], given: Any, **kwargs: Any) -> Any:
+    """``Runner.run_sync`` needs a thread without a running event loop."""
+    return Runner.run_sync(agent, given, **kwargs)
+
+
+async def run_agent(method: str, agent: Agent[Any], given: Any, **kwargs: Any) -> Any:
+    """One run by ``method``: ``run``, ``run_sync`` (on a thread) or ``run_streamed`` (consumed to its end)."""
+    kwargs.setdefault("run_config", RunConfig(tracing_disabled=True))
+    if method == "run":
+        return await Runner.run(agent, given, **kwargs)
+    if method == "run_sync":
+        return await asyncio.to_thread(run_sync_in_thread, agent, given, **kwargs)
+    result = Runner.run_streamed(agent, given, **kwargs)
+    async for _event in result.stream_events():
+        pass
+    return result
+
+
+async def ask(method: str, model: RecordingModel, given: Any, answer: str, session: Any, **kwargs: Any) -> Any:
+    """One run of an agent on ``model``, which answers ``answer``."""
+    model.reply(answer)
+    return await run_agent(method, Agent(name="test", model=model), given, session=session, **kwargs)
+
+
+RUNNER_METHODS = pytest.mark.parametrize("method", ["run", "run_sync", "run_streamed"])
+
+
+@RUNNER_METHODS
+def test_a_runner_gets_the_history_of_earlier_runs(make: Factory, method: str) -> None:
+    async def scenario() -> None:
+        model = RecordingModel()
+        async with make("runner") as session:
+            first = await ask(method, model, "What city is the Golden Gate Bridge in?", "San Francisco", session)
+            assert first.final_output == "San Francisco"
+            second = await ask(method, model, "What state is it in?", "California", session)
+            assert second.final_output == "California"
+            assert [item.get("content") for item in model.last_input if item.get("role") == "user"] == [
+                "What city is the Golden Gate Bridge in?",
+                "What state is it in?",
+            ]
+            assert len(model.last_input) == 3  # question, answer, question
+            assert len(await session.get_items()) == 4
+
+    run(scenario())
+
+
+@RUNNER_METHODS
+def test_a_runner_keeps_sessions_apart(make: Factory, method: str) -> None:
+    async def scenario() -> None:
+        model = RecordingModel()
+        async with make("session_1") as first, make("session_2") as second:
+            await ask(method, model, "I like cats", "I like cats", first)
+            await ask(method, model, "I like dogs", "I like dogs", second)
+            third = await ask(method, model, "What did I say I like?", "Yes, you mentioned cats", first)
+            assert third.final_output == "Yes, you mentioned cats"
+            said = [item.get("content") for item in model.last_input if item.get("role") == "user"]
+            assert said == ["I like cats", "What did I say I like?"]
+
+    run(scenario())
+
+
+@RUNNER_METHODS
+def test_a_runner_appends_list_input_to_the_history(make: Factory, method: str) -> None:
+    async def scenario() -> None:
+        model = RecordingModel()
+        async with make("list-input") as session:
+            history = [user("Earlier message"), {"role": "assistant", "content": "Saved reply"}]
+            await session.add_items(history)
+            given = [user("Test message")]
+            await ask(method, model, given, "This should run", session)
+            assert model.last_input == history + given
+            assert (await session.get_items())[:3] == history + given
+
+    run(scenario())
+
+
+@RUNNER_METHODS
+def test_a_session_input_callback_prepares_the_model_input(make: Factory, method: str) -> None:
+    def users_only(history: list[Any], new_input: list[Any]) -> list[Any]:
+        return [item for item in history if item["role"] == "user"] + new_input
+
+    async def scenario() -> None:
+        model = RecordingModel()
+        async with make("callback") as session:
+            history = [user("Hello there."), {"role": "assistant", "content": "Hi, I'm here to assist you."}]
+            await session.add_items(history)
+            given = [user("What your name?")]
+            config = RunConfig(tracing_disabled=True, session_input_callback=users_only)
+            await ask(method, model, given, "I'm gpt-4o", session, run_config=config)
+            assert model.last_input == [history[0], given[0]]
+
+    run(scenario())
+
+
+def test_run_config_session_settings_override_the_sessions(make: Factory) -> None:
+    async def scenario() -> None:
+        model = RecordingModel()
+        async with make("override", SessionSettings(limit=100)) as session:
+            await session.add_items([user(f"Turn {n}") for n in range(10)])
+            config = RunConfig(tracing_disabled=True, session_settings=SessionSettings(limit=2))
+            await ask("run", model, "New question", "Got it", session, run_config=config)
+            assert model.last_input == [user("Turn 8"), user("Turn 9"), user("New question")]
+
+    run(scenario())
+
+
+def test_a_failing_session_ends_a_streamed_run_with_its_error(make: Factory) -> None:
+    async def scenario() -> None:
+        model = RecordingModel()
+        model.reply("never reached")
+        agent = Agent(name="test", model=model)
+        async with make("failing") as session:
+            await session.add_items([user("before")])
+            await close_underneath(session)
+            result = Runner.run_streamed(agent, "Hello", session=session, run_config=RunConfig(tracing_disabled=True))
+
+            async def consume() -> None:
+                async for _event in result.stream_events():
+                    pass
+
+            with pytest.raises((StoreClosed, RuntimeError), match="closed"):
+                await asyncio.wait_for(consume(), timeout=30)
+
+    run(scenario())
+
+
+async def close_underneath(session: Any) -> None:
+    """Close what a session writes to, the session object left in use: turnstore's store, the SDK's connections."""
+    if isinstance(session, TurnstoreSession):
+        await (await session.store()).close()
+    else:
+        session.close()
 
 
 # --- turnstore's side ------------------------------------------------------------------------

@@ -33,7 +33,7 @@ import json
 from typing import TYPE_CHECKING, Any, cast
 
 from agents.memory import SessionABC
-from agents.memory.session_settings import SessionSettings, resolve_session_limit
+from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
 
 from ..aio import AsyncStore
 from ..errors import AlreadyExists, InvalidArgument, LoopNotFound, SessionNotFound
@@ -60,8 +60,8 @@ class TurnstoreSession(SessionABC):
         store: an open :class:`~turnstore.aio.AsyncStore`; default: one opened on
             ``url`` (or the default store) and closed by :meth:`close`.
         url: the store to open when ``store`` is not given.
-        session_settings: the SDK's session settings (``limit``: default number of
-            items ``get_items`` returns).
+        session_settings: the SDK's session settings, or a dict of them (``limit``: default
+            number of items ``get_items`` returns).
     """
 
     def __init__(
@@ -70,12 +70,14 @@ class TurnstoreSession(SessionABC):
         store: AsyncStore | None = None,
         *,
         url: str | None = None,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
     ) -> None:
         if store is not None and url is not None:
             raise InvalidArgument("url", "give a store or a url, not both")
         self.session_id = session_id
-        self.session_settings = session_settings or SessionSettings()
+        self.session_settings = (
+            SessionSettings() if session_settings is None else coerce_session_settings(session_settings)
+        )
         self.loop_id = f"{session_id}.items"
         """The loop holding the session's items."""
         self._store = store
