@@ -185,3 +185,20 @@ def test_the_docs_example_runs(tmp_path: Path) -> None:
     done = run_doc_example("integrations/langchain.md", tmp_path)
     assert done.returncode == 0, done.stderr
     assert "requests=" in done.stdout
+
+
+def test_a_tool_message_is_named_after_its_call_stored_earlier_or_in_the_same_add(store: Store) -> None:
+    history = TurnstoreChatMessageHistory("named", store)
+    asks = AIMessage(
+        "", tool_calls=[{"name": "weather", "args": {}, "id": "c1"}, {"name": "clock", "args": {}, "id": "c2"}]
+    )
+    history.add_messages([HumanMessage("Weather and time?"), asks, ToolMessage("sunny", tool_call_id="c1")])
+    history.add_messages([ToolMessage("noon", tool_call_id="c2"), ToolMessage("?", tool_call_id="unknown")])
+    history.add_messages([ToolMessage("mine", tool_call_id="c1", name="own")])
+    results = [row.message for row in store.messages.records("named") if isinstance(row.message, ToolResultMessage)]
+    assert [(m.tool_call_id, m.tool_name) for m in results] == [
+        ("c1", "weather"),
+        ("c2", "clock"),
+        ("unknown", ""),
+        ("c1", "own"),  # a name the message gives is kept
+    ]

@@ -563,6 +563,41 @@ def test_items_become_canonical_messages_in_turns(tmp_path: Path) -> None:
     assert [json.loads(row.source or "") for row in rows[:4]] == items
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty store's URL, on SQLite and on the test PostgreSQL server."""
+    if request.param == "postgresql":
+        database = request.getfixturevalue("postgres")
+        database.empty()
+        return str(database.url)
+    return str(tmp_path / "t.db")
+
+
+def test_a_tool_output_added_after_its_call_is_named_after_it(url: str) -> None:
+    call = {"type": "function_call", "call_id": "c1", "name": "weather", "arguments": "{}", "id": "fc1"}
+    other = {"type": "function_call", "call_id": "c2", "name": "clock", "arguments": "{}", "id": "fc2"}
+
+    async def scenario() -> None:
+        async with await AsyncStore.open(url) as store:
+            session = TurnstoreSession("later", store)
+            await session.add_items([user("Weather and time?"), call, other])
+            await session.add_items([{"type": "function_call_output", "call_id": "c1", "output": "sunny"}])
+            await session.add_items(
+                [
+                    {"type": "function_call_output", "call_id": "c2", "output": "noon"},
+                    {"type": "function_call_output", "call_id": "unknown", "output": "?"},
+                ]
+            )
+            results = [row.message async for row in store.messages.records("later")][3:]
+            assert [(m.tool_call_id, m.tool_name) for m in results] == [  # type: ignore[union-attr]
+                ("c1", "weather"),
+                ("c2", "clock"),
+                ("unknown", ""),
+            ]
+
+    run(scenario())
+
+
 def test_items_that_are_not_messages_are_kept_as_extensions_in_order(
     tmp_path: Path,
 ) -> None:

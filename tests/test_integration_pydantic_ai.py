@@ -203,3 +203,17 @@ def test_the_docs_example_runs(tmp_path: Path) -> None:
     done = run_doc_example("integrations/pydantic-ai.md", tmp_path)
     assert done.returncode == 0, done.stderr
     assert "requests=" in done.stdout
+
+
+def test_a_tool_return_appended_after_its_call_keeps_the_tools_name(store: Store) -> None:
+    history = TurnstoreHistory(store, "named")
+    history.append(
+        [
+            ModelRequest.user_text_prompt("weather?"),
+            ModelResponse(parts=[ToolCallPart("weather", {}, tool_call_id="c1")]),
+        ]
+    )
+    loop_id = history.append([ModelRequest(parts=[ToolReturnPart("weather", "sunny", tool_call_id="c1")])])
+    (row,) = store.messages.records(loop_id=loop_id)
+    assert isinstance(row.message, ToolResultMessage)
+    assert (row.message.tool_call_id, row.message.tool_name) == ("c1", "weather")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -1207,3 +1210,106 @@ def test_last_in_one_loop_reads_one_statement_when_its_window_starts_at_a_tool_r
             tail = tail[1:]
         assert [m.model_dump() for m in store.messages.last(session_id, n)] == [m.model_dump() for m in tail]
     store.close()
+
+
+def _asks(*calls: tuple[str, str]) -> Message:
+    blocks = [{"type": "toolCall", "id": i, "name": n, "arguments": {}} for i, n in calls]
+    return Message.assistant(blocks, model="claude-sonnet-4-5", provider="anthropic", usage=None)
+
+
+def test_tool_names_finds_calls_of_earlier_writes_newest_first(store: Store, session_id: str, loop_id: str) -> None:
+    store.messages.append(_asks(("c1", "old"), ("c2", "clock")), loop_id=loop_id, turn_index=0)
+    store.messages.append(tool_result("c1"), loop_id=loop_id, turn_index=0)
+    other = store.loops.start(session_id, config=SONNET).loop_id
+    store.messages.append(_asks(("c1", "weather")), loop_id=other, turn_index=0)
+    names = store.messages.tool_names(session_id, ["c1", "c2", "missing"])
+    assert names == {"c1": "weather", "c2": "clock"}  # the newest call of an id; an unknown id left out
+    assert store.messages.tool_names(session_id, []) == {}
+
+
+def test_tool_names_of_an_unknown_session_or_another_sessions_calls_is_empty(store: Store, loop_id: str) -> None:
+    store.messages.append(_asks(("c1", "weather")), loop_id=loop_id, turn_index=0)
+    elsewhere = store.sessions.create().session_id
+    assert store.messages.tool_names(elsewhere, ["c1"]) == {}
+    assert store.messages.tool_names("no such session", ["c1"]) == {}
+
+
+def test_tool_names_reads_past_a_batch_of_newer_messages(store: Store, session_id: str, loop_id: str) -> None:
+    store.messages.append(_asks(("first", "early")), loop_id=loop_id, turn_index=0)
+    for n in range(messages_module.NAMES_BATCH * 2 + 1):
+        store.messages.append(_asks((f"c{n}", "later")), loop_id=loop_id, turn_index=n + 1)
+    assert store.messages.tool_names(session_id, ["first", "c0"]) == {"first": "early", "c0": "later"}
+
+
+def test_append_to_turn_continues_the_latest_turn_or_opens_the_next(store: Store, loop_id: str) -> None:
+    first = store.messages.append_to_turn(loop_id, [user("q")], new_turn=False)
+    assert (first.loop_id, first.turn_index) == (loop_id, 0)  # a loop with no turn starts at 0
+    assert store.messages.append_to_turn(loop_id, [assistant("a")], new_turn=False).turn_index == 0
+    assert store.messages.append_to_turn(loop_id, [user("q2")], new_turn=True).turn_index == 1
+    second = store.messages.append_to_turn(loop_id, [assistant("a2"), extension()], new_turn=False, sources=["s", None])
+    assert second.turn_index == 1
+    rows = list(store.messages.records(loop_id=loop_id))
+    assert [(row.turn_index, row.seq) for row in rows] == [(0, 0), (0, 1), (1, 2), (1, 3), (1, 4)]
+    assert [row.source for row in rows] == [None, None, None, "s", None]
+    assert store.messages.turn(loop_id, 1).messages[0].turn == TurnId(loop_id=loop_id, turn_index=1)
+
+
+def test_append_to_turn_refuses_whole_and_writes_nothing(store: Store, session_id: str, loop_id: str) -> None:
+    store.messages.append_to_turn(loop_id, [user("kept")], new_turn=True)
+    with pytest.raises(InvalidArgument, match="one source"):
+        store.messages.append_to_turn(loop_id, [user("a"), user("b")], new_turn=True, sources=["only one"])
+    with pytest.raises(InvalidMessage):
+        store.messages.append_to_turn(loop_id, [user("fine"), {"role": "user"}], new_turn=True)
+    with pytest.raises(LoopNotFound):
+        store.messages.append_to_turn("no such loop", [user("x")], new_turn=True)
+    ended = store.loops.start(session_id, config=SONNET).loop_id
+    store.loops.end(ended)
+    with pytest.raises(InvalidArgument, match="has ended"):
+        store.messages.append_to_turn(ended, [user("x")], new_turn=False)
+    assert texts(store.messages.loop(loop_id)) == [("user", "kept")]
+    assert store.messages.loop(ended) == []
+
+
+def test_append_to_turn_from_threads_lands_every_call_whole_in_its_own_turn(
+    store: Store, loop_id: str, backend: str
+) -> None:
+    if backend.endswith("async"):
+        pytest.skip("one thread drives the async store's facade; concurrent async adds: test_integration_openai_agents")
+
+    def write(worker: int) -> None:
+        for n in range(5):
+            store.messages.append_to_turn(loop_id, [user(f"{worker}-{n}"), assistant(f"{worker}-{n}")], new_turn=True)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(write, range(4)))
+    rows = list(store.messages.records(loop_id=loop_id))
+    assert sorted({row.turn_index for row in rows}) == list(range(20))
+    for turn in range(20):
+        prompt, reply = (row.message.text() for row in rows if row.turn_index == turn)  # type: ignore[union-attr]
+        assert prompt == reply
+
+
+def test_append_turn_behind_a_later_turn_committed_while_it_waited_is_refused_in_one_line(postgres: Any) -> None:
+    """PostgreSQL: the loop's check reads a snapshot older than its lock; the insert's guard catches the rest."""
+    postgres.empty()
+    with Store(postgres.url) as first, Store(postgres.url) as second:
+        session_id = first.sessions.create().session_id
+        loop_id = first.loops.start(session_id, config=SONNET).loop_id
+        first.messages.append_turn(loop_id, 0, [user("start")])
+        holding = threading.Event()
+
+        def later_turn() -> None:
+            with first.transaction():
+                first.messages.append_turn(loop_id, 5, [user("later")])
+                holding.set()
+                time.sleep(0.5)  # the other append waits on the loop's row meanwhile
+
+        writer = threading.Thread(target=later_turn)
+        writer.start()
+        holding.wait()
+        try:
+            with pytest.raises(InvalidArgument, match="turn 3 goes backwards"):
+                second.messages.append_turn(loop_id, 3, [user("behind")])
+        finally:
+            writer.join()
+        assert texts(second.messages.loop(loop_id)) == [("user", "start"), ("user", "later")]

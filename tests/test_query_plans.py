@@ -64,6 +64,7 @@ HOT = [
     ("sessions list", q.list_sessions(False), {"limit": 100, "offset": 0}),
     ("records of a session", q.stored_messages(False), SESSION),
     ("message by id", q.get_message(), {"id": 5}),
+    ("tool names: a session's assistant messages, newest first", q.assistant_messages_newest_first(), SESSION),
     ("session of a loop", q.loop_session(), LOOP),
     ("loops of a session", q.list_loops(), SESSION),
 ]

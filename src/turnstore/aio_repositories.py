@@ -18,12 +18,12 @@ from .repositories.sessions import UNSET, SessionRepository
 from .repositories.usage import UsageRepository
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, Mapping, Sequence
+    from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
     from datetime import datetime
     from typing import Any
 
     from .aio import _Workers
-    from .models import ExtensionMessage, Message, Usage
+    from .models import ExtensionMessage, Message, TurnId, Usage
     from .records import ContinuationKind, Loop, LoopConfig, Session, SessionSummary, StoredMessage, Turn
     from .repositories.message_input import MessageInput
     from .repositories.rows import ExportRow, SessionSources, SourceRow
@@ -269,6 +269,27 @@ class AsyncMessageRepository:
             )
         )
 
+    async def append_to_turn(
+        self,
+        loop_id: str,
+        messages: Sequence[MessageInput],
+        *,
+        new_turn: bool,
+        sources: Sequence[str | None] | None = None,
+        usage_known: bool = True,
+    ) -> TurnId:
+        """Async twin of :meth:`MessageRepository.append_to_turn <turnstore.repositories.messages.MessageRepository.append_to_turn>`."""
+        return await self._workers.call(
+            functools.partial(
+                self._sync.append_to_turn,
+                loop_id,
+                messages,
+                new_turn=new_turn,
+                sources=sources,
+                usage_known=usage_known,
+            )
+        )
+
     async def rewind(
         self,
         loop_id: str,
@@ -349,6 +370,10 @@ class AsyncMessageRepository:
     async def sources(self, loop_id: str, *, last: int | None = None) -> list[SourceRow]:
         """Async twin of :meth:`MessageRepository.sources <turnstore.repositories.messages.MessageRepository.sources>`."""
         return await self._workers.call(functools.partial(self._sync.sources, loop_id, last=last))
+
+    async def tool_names(self, session_id: str, call_ids: Iterable[str]) -> dict[str, str]:
+        """Async twin of :meth:`MessageRepository.tool_names <turnstore.repositories.messages.MessageRepository.tool_names>`."""
+        return await self._workers.call(functools.partial(self._sync.tool_names, session_id, call_ids))
 
 
 class AsyncUsageRepository:

@@ -524,6 +524,16 @@ def stored_messages(by_loop: bool) -> sa.Select[Any]:
 
 
 @cache
+def assistant_messages_newest_first() -> sa.Select[Any]:
+    """A session's assistant message JSON, newest first: the ``(session_id, id)`` index read backwards."""
+    return (
+        sa.select(messages.c.message)
+        .where(messages.c.session_id == bp("session_id"), messages.c.role == "assistant", visible(bp("session_id")))
+        .order_by(messages.c.id.desc())
+    )
+
+
+@cache
 def get_message() -> sa.Select[Any]:
     return sa.select(*STORED_COLUMNS, messages.c.source).where(
         messages.c.id == bp("id"), visible(messages.c.session_id)

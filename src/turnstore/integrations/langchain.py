@@ -11,7 +11,8 @@ and response metadata, ids, chunks included).
 Mapping: a human message becomes a user message, an AI message (or chunk) an
 assistant message (text, tool calls with their ids, ``usage_metadata`` as its
 usage, ``response_metadata["model_name"]`` as its model), a tool message a tool
-result, a system message a system message; function and generic chat messages,
+result (named after its call, found in the same add or in the session, when it
+names no tool), a system message a system message; function and generic chat messages,
 which name no tool call, become extension messages of kind
 ``langchain.<type>``.
 
@@ -81,13 +82,22 @@ class TurnstoreChatMessageHistory(BaseChatMessageHistory):
         """Store ``messages`` as one loop of the session, in one transaction."""
         if not messages:
             return
+        names = {
+            call["id"]: call["name"]
+            for m in messages
+            if isinstance(m, AIMessage)
+            for call in m.tool_calls
+            if call["id"]
+        }
+        unnamed = {m.tool_call_id for m in messages if isinstance(m, ToolMessage) and not m.name} - names.keys()
         store = self.store
         with store.transaction():
             store.sessions.create(self.session_id, exist_ok=True)
+            names |= store.messages.tool_names(self.session_id, unnamed)  # calls an earlier add stored
             loop = store.loops.start(self.session_id, metadata={"framework": FRAMEWORK})
             turn, after_tools = -1, False
             for message in messages:
-                row = _row(message)
+                row = _row(message, names)
                 if isinstance(message, HumanMessage) or turn < 0 or (isinstance(message, AIMessage) and after_tools):
                     turn += 1
                 after_tools = isinstance(message, ToolMessage)
@@ -144,7 +154,8 @@ def to_turnstore_usage(usage: Any) -> Usage:
     )
 
 
-def _row(message: BaseMessage) -> Message | ExtensionMessage:
+def _row(message: BaseMessage, tool_names: dict[str, str]) -> Message | ExtensionMessage:
+    """The canonical row of a message; ``tool_names`` (call id -> name) names a tool message that names no tool."""
     text = _text(message.content)
     if isinstance(message, HumanMessage):
         return Message.user(text)
@@ -152,7 +163,10 @@ def _row(message: BaseMessage) -> Message | ExtensionMessage:
         return Message.system(text)
     if isinstance(message, ToolMessage):
         return Message.tool_result(
-            message.tool_call_id, text, tool_name=message.name or "", is_error=message.status == "error"
+            message.tool_call_id,
+            text,
+            tool_name=message.name or tool_names.get(message.tool_call_id, ""),
+            is_error=message.status == "error",
         )
     if isinstance(message, AIMessage):
         blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []

@@ -39,7 +39,7 @@ from ..aio import AsyncStore
 from ..errors import AlreadyExists, InvalidArgument, LoopNotFound, SessionNotFound
 from ..importers.base import RecordError
 from ..importers.openai_agents_items import Row, item_messages
-from ..models import ExtensionMessage, Usage, now_ms
+from ..models import ExtensionMessage, ToolResultMessage, Usage, now_ms
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -153,15 +153,28 @@ class TurnstoreSession(SessionABC):
             self._start(store)
             try:
                 with store.transaction():
-                    newest = store.messages.sources(self.loop_id, last=1)
-                    last = newest[0].turn_index if newest else None
-                    turn = 0 if last is None else last + 1 if opens else last
-                    store.messages.append_turn(self.loop_id, turn, messages, sources=texts, usage_known=False)
+                    messages = self._name_tool_results(store, messages)
+                    store.messages.append_to_turn(
+                        self.loop_id, messages, new_turn=opens, sources=texts, usage_known=False
+                    )
                 return
             except LoopNotFound:  # the session was cleared (perhaps through another session object)
                 if attempt:
                     raise
                 self._started = False
+
+    def _name_tool_results(self, store: Store, messages: list[Any]) -> list[Any]:
+        """Tool results whose call an earlier ``add_items`` stored, named after it (looked up by call id)."""
+        unnamed = {m.tool_call_id for m in messages if isinstance(m, ToolResultMessage) and not m.tool_name}
+        if not unnamed:
+            return messages
+        names = store.messages.tool_names(self.session_id, unnamed)
+        return [
+            m.model_copy(update={"tool_name": names[m.tool_call_id]})
+            if isinstance(m, ToolResultMessage) and not m.tool_name and m.tool_call_id in names
+            else m
+            for m in messages
+        ]
 
     def _start(self, store: Store) -> None:
         """Create the session and its items loop if they do not exist yet (concurrent first calls agree).

@@ -6,7 +6,7 @@ is :mod:`.message_tail`; rows become models in :mod:`.rows`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .. import context as ctx
@@ -44,6 +44,7 @@ from .rows import (
     path_stored_message,
     row_params,
     stored_message,
+    tool_calls,
 )
 
 __all__ = ["READ_DEPTH", "MessageInput", "MessageRepository", "dump_message", "parse_message"]
@@ -137,26 +138,78 @@ class MessageRepository:
             LimitExceeded: a message or source is over ``max_message_bytes``.
             LoopNotFound: no such loop.
         """
-        if sources is None:
-            sources = [None] * len(messages)
-        elif isinstance(sources, (str, bytes)) or len(sources) != len(messages):
-            raise InvalidArgument("sources", f"must hold one source (or None) per message, {len(messages)} in all")
-        rows = [
-            self._prepare(message, loop_id, turn_index, None, None, source, usage_known)
-            for message, source in zip(messages, sources)
-        ]
+        rows = self._prepare_turn(loop_id, turn_index, messages, sources, usage_known)
         if not rows:
             return []
-        statement = q.insert_message(not self._db.is_sqlite)
         try:
             with self._db.write():
                 if self._db.is_postgresql:
                     self._lock_loop(loop_id, turn_index)
-                ids = [self._db.insert(statement, params) for params in rows]
-                self._db.execute(q.touch_session_of_loop(), self._touch_params(loop_id))
-                return ids
+                return self._insert_turn(loop_id, rows)
         except self._db.IntegrityError as error:
             raise self._integrity(error, loop_id, turn_index) from None
+
+    def append_to_turn(
+        self,
+        loop_id: str,
+        messages: Sequence[MessageInput],
+        *,
+        new_turn: bool,
+        sources: Sequence[str | None] | None = None,
+        usage_known: bool = True,
+    ) -> TurnId:
+        """Append messages to a loop's latest turn, or open the turn after it (``new_turn``); returns the turn.
+
+        For an adapter whose framework hands over messages without turn numbers:
+        the turn is decided under the loop's write lock, so concurrent appends
+        to one loop never clash (each lands whole, in the latest turn at its
+        time). A loop with no turn yet starts at turn 0. ``sources`` and
+        ``usage_known`` as in :meth:`append_turn`; all or nothing.
+
+        Raises:
+            InvalidMessage / TurnIdMismatch: a message is invalid; nothing is written.
+            InvalidArgument: the loop has ended, or ``sources`` does not match ``messages``; nothing is written.
+            LimitExceeded: a message or source is over ``max_message_bytes``.
+            LoopNotFound: no such loop.
+        """
+        sources = _one_per_message(sources, len(messages))
+        try:
+            with self._db.write():
+                if self._db.is_postgresql:  # a fresh read once the row is held: the turns others just wrote
+                    self._db.fetchone(q.lock_loop(), {"loop_id": loop_id})
+                state = self._db.fetchone(q.append_state(), {"loop_id": loop_id})
+                error = _refused(loop_id, None, state)
+                if error is not None:
+                    raise error
+                last = state[2]  # type: ignore[index]
+                turn = 0 if last is None else last + 1 if new_turn else last
+                rows = self._prepare_turn(loop_id, turn, messages, sources, usage_known)
+                if rows:
+                    self._insert_turn(loop_id, rows)
+        except self._db.IntegrityError as error:
+            raise self._integrity(error, loop_id, turn) from None
+        return TurnId(loop_id=loop_id, turn_index=turn)
+
+    def _prepare_turn(
+        self,
+        loop_id: str,
+        turn_index: int | None,
+        messages: Sequence[MessageInput],
+        sources: Sequence[str | None] | None,
+        usage_known: bool,
+    ) -> list[dict[str, Any]]:
+        """The rows of a turn's messages, every one validated (nothing is written)."""
+        return [
+            self._prepare(message, loop_id, turn_index, None, None, source, usage_known)
+            for message, source in zip(messages, _one_per_message(sources, len(messages)))
+        ]
+
+    def _insert_turn(self, loop_id: str, rows: list[dict[str, Any]]) -> list[int]:
+        """Insert prepared rows of one loop and touch its session, inside the caller's write transaction."""
+        statement = q.insert_message(not self._db.is_sqlite)
+        ids = [self._db.insert(statement, params) for params in rows]
+        self._db.execute(q.touch_session_of_loop(), self._touch_params(loop_id))
+        return ids
 
     def rewind(
         self,
@@ -337,6 +390,12 @@ class MessageRepository:
         # (PostgreSQL checked the same under the loop's lock, before the insert.)
         if self._db.is_sqlite:
             return _refused(loop_id, turn_index, self._db.fetchone(q.append_state(), {"loop_id": loop_id})) or error
+        if getattr(error, "sqlstate", None) == NOT_NULL_VIOLATION and turn_index is not None:
+            # The loop is held, found and open; its later turn was committed by an append that held it
+            # first, after the check's snapshot (a read committed statement's snapshot predates its lock).
+            return InvalidArgument(
+                "turn_index", f"turn {turn_index} goes backwards: loop {loop_id!r} holds a later turn"
+            )
         return error
 
     # --- reading ----------------------------------------------------------------
@@ -555,6 +614,29 @@ class MessageRepository:
                 rows = self._db.fetchall(q.loop_message_sources(True), {"loop_id": loop_id, "limit": last})[::-1]
         return [SourceRow(message_id, turn_index, source) for message_id, turn_index, source in rows]
 
+    def tool_names(self, session_id: str, call_ids: Iterable[str]) -> dict[str, str]:
+        """The names of the tool calls with these ids in a session's assistant messages (the newest call of an id).
+
+        For an adapter naming a tool result whose call an earlier write stored: one
+        query, read newest first and only until every id is found. An id no
+        stored call has is left out; an unknown session has none.
+        """
+        wanted = set(call_ids)
+        names: dict[str, str] = {}
+        if not wanted:
+            return names
+        cursor = self._db.execute(q.assistant_messages_newest_first(), {"session_id": session_id})
+        try:
+            while wanted and (batch := cursor.fetchmany(NAMES_BATCH)):
+                for (text,) in batch:
+                    for call_id, name in tool_calls(text):
+                        if call_id in wanted:
+                            names[call_id] = name
+                            wanted.discard(call_id)
+        finally:
+            cursor.close()
+        return names
+
     def _require_loop(self, loop_id: str) -> None:
         if self._db.scalar(q.loop_session(), {"loop_id": loop_id}) is None:
             raise LoopNotFound(f"loop {loop_id!r} not found")
@@ -577,6 +659,15 @@ def _check_model(model: object, provider: object) -> None:
         raise InvalidArgument("model", "provider is given without model: name the model to prepare the history for")
 
 
+def _one_per_message(sources: Sequence[str | None] | None, count: int) -> Sequence[str | None]:
+    """``sources`` as one source (or None) per message."""
+    if sources is None:
+        return [None] * count
+    if isinstance(sources, (str, bytes)) or len(sources) != count:
+        raise InvalidArgument("sources", f"must hold one source (or None) per message, {count} in all")
+    return sources
+
+
 def _refused(loop_id: str, turn_index: int | None, state: Sequence[Any] | None) -> TurnstoreError | None:
     """Why a loop does not take a message at ``turn_index``, from its :func:`~turnstore.queries.append_state` row."""
     if state is None:
@@ -591,8 +682,14 @@ def _refused(loop_id: str, turn_index: int | None, state: Sequence[Any] | None) 
     return None
 
 
+NOT_NULL_VIOLATION = "23502"
+"""PostgreSQL's SQLSTATE for a NULL in a NOT NULL column: an insert's guard left the session NULL."""
+
 STREAM_BATCH = 2_000
 """Rows :meth:`MessageRepository.records` reads and validates at a time."""
+
+NAMES_BATCH = 16
+"""Assistant messages :meth:`MessageRepository.tool_names` reads at a time: a call is most often among the newest."""
 
 
 def _export_rows(cursor: Any) -> Iterator[ExportRow]:

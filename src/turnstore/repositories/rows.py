@@ -9,7 +9,7 @@ its reader ever disagree on the number of columns.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 from ..errors import InvalidMessage
@@ -37,6 +37,7 @@ __all__ = [
     "session_from_row",
     "stored_message",
     "summary_from_row",
+    "tool_calls",
     "usage_params",
 ]
 
@@ -59,6 +60,14 @@ def parse_rows(texts: Iterable[str]) -> list[Any]:
     """Validate stored message JSON texts in one pass (one JSON array: no per-message call)."""
     messages: list[Any] = AGENT_MESSAGES.validate_json("[" + ",".join(texts) + "]")
     return messages
+
+
+def tool_calls(text: str) -> Iterator[tuple[str, str]]:
+    """The ``(id, name)`` of each tool call block in a stored assistant message's JSON."""
+    content = loads(text).get("content")
+    for block in content if isinstance(content, list) else ():
+        if isinstance(block, dict) and block.get("type") == "toolCall":
+            yield block["id"], block["name"]
 
 
 def stored_message(row: Iterable[Any]) -> StoredMessage:
