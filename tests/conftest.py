@@ -50,6 +50,10 @@ def db_path(tmp_path: Path) -> Path:
 @pytest.fixture
 def store_url(backend: str, db_path: Path, request: pytest.FixtureRequest) -> str:
     """URL of an empty, migrated database on the test's backend."""
+    return _empty_database(backend, db_path, request)
+
+
+def _empty_database(backend: str, db_path: Path, request: pytest.FixtureRequest) -> str:
     if backend.startswith("postgresql"):
         database: PostgresDatabase = request.getfixturevalue("postgres")
         database.empty()
@@ -65,6 +69,13 @@ def store(backend: str, store_url: str) -> Iterator[Any]:
         yield opened
     finally:
         opened.close()
+
+
+@pytest.fixture(params=[name for name in selected_backends() if not name.endswith("async")])
+def sync_store(request: pytest.FixtureRequest, db_path: Path) -> Iterator[Store]:
+    """A sync ``Store`` on a fresh database of each selected sync backend (for code that takes a ``Store``)."""
+    with Store(_empty_database(request.param, db_path, request)) as opened:
+        yield opened
 
 
 @pytest.fixture

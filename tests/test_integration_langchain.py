@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from backends import selected_backends
 from helpers import run_doc_example, run_example
 
 pytest.importorskip("langchain_core")
@@ -31,19 +29,6 @@ from langchain_core.runnables.history import RunnableWithMessageHistory
 from turnstore import Store
 from turnstore.integrations.langchain import TurnstoreChatMessageHistory
 from turnstore.models import AssistantMessage, ExtensionMessage, ToolResultMessage
-
-
-@pytest.fixture(params=[name for name in selected_backends() if not name.endswith("async")])
-def backend(request: pytest.FixtureRequest) -> str:
-    """The sync backends: the integration takes a sync ``Store``."""
-    return str(request.param)
-
-
-@pytest.fixture
-def store(backend: str, store_url: str) -> Iterator[Store]:
-    s = Store(store_url)
-    yield s
-    s.close()
 
 
 def _every_kind() -> list[BaseMessage]:
@@ -77,15 +62,15 @@ def _every_kind() -> list[BaseMessage]:
     ]
 
 
-def test_every_message_kind_round_trips(store: Store) -> None:
-    history = TurnstoreChatMessageHistory("all", store)
+def test_every_message_kind_round_trips(sync_store: Store) -> None:
+    history = TurnstoreChatMessageHistory("all", sync_store)
     assert history.messages == []
     sent = _every_kind()
     history.add_messages(sent)
     got = history.messages
     assert json.dumps(messages_to_dict(got)) == json.dumps(messages_to_dict(sent))
     assert [type(m) for m in got] == [type(m) for m in sent]
-    rows = [r.message for r in store.messages.records("all")]
+    rows = [r.message for r in sync_store.messages.records("all")]
     assert [r.role for r in rows] == [
         "system", "user", "assistant", "toolResult", "toolResult", "assistant",
         "extension", "extension", "assistant", "user",
@@ -96,21 +81,21 @@ def test_every_message_kind_round_trips(store: Store) -> None:
     failed = rows[4]
     assert isinstance(failed, ToolResultMessage) and failed.is_error
     assert isinstance(rows[6], ExtensionMessage) and rows[6].kind == "langchain.function"
-    turns = [r.turn_index for r in store.messages.records("all")]
+    turns = [r.turn_index for r in sync_store.messages.records("all")]
     assert turns == [0, 1, 1, 1, 1, 2, None, None, 2, 3]
 
 
-def test_usage_metadata_counts_in_turnstore_usage(store: Store) -> None:
-    history = TurnstoreChatMessageHistory("usage", store)
+def test_usage_metadata_counts_in_turnstore_usage(sync_store: Store) -> None:
+    history = TurnstoreChatMessageHistory("usage", sync_store)
     history.add_messages(_every_kind())
-    totals = store.usage.session("usage")
+    totals = sync_store.usage.session("usage")
     assert (totals.input, totals.output, totals.total_tokens) == (80, 14, 94)
     assert (totals.cache_read, totals.cache_write, totals.reasoning) == (4, 2, 3)
     assert totals.requests == 2  # the chunk carries no usage: unknown, not zeros
 
 
-def test_clear_and_add_again(store: Store) -> None:
-    history = TurnstoreChatMessageHistory("c", store)
+def test_clear_and_add_again(sync_store: Store) -> None:
+    history = TurnstoreChatMessageHistory("c", sync_store)
     history.add_user_message("one")
     history.add_ai_message("two")
     assert [m.content for m in history.messages] == ["one", "two"]
@@ -121,8 +106,8 @@ def test_clear_and_add_again(store: Store) -> None:
     assert [m.content for m in history.messages] == ["three"]
 
 
-def test_async_methods(store: Store) -> None:
-    history = TurnstoreChatMessageHistory("a", store)
+def test_async_methods(sync_store: Store) -> None:
+    history = TurnstoreChatMessageHistory("a", sync_store)
 
     async def go() -> list[BaseMessage]:
         await history.aadd_messages([HumanMessage("hi"), AIMessage("hello")])
@@ -146,7 +131,7 @@ def test_url_opens_and_closes_its_own_store(tmp_path: Path) -> None:
         TurnstoreChatMessageHistory("u", Store(url), url=url)
 
 
-def test_runnable_with_message_history(store: Store) -> None:
+def test_runnable_with_message_history(sync_store: Store) -> None:
     replies = iter(
         [
             AIMessage("Hello Ann.", usage_metadata={"input_tokens": 12, "output_tokens": 3, "total_tokens": 15}),
@@ -158,7 +143,7 @@ def test_runnable_with_message_history(store: Store) -> None:
     seen: list[int] = []
 
     def history_for(session_id: str) -> TurnstoreChatMessageHistory:
-        history = TurnstoreChatMessageHistory(session_id, store)
+        history = TurnstoreChatMessageHistory(session_id, sync_store)
         seen.append(len(history.messages))
         return history
 
@@ -169,9 +154,9 @@ def test_runnable_with_message_history(store: Store) -> None:
     chain.invoke({"question": "I am Ann."}, config=config)  # type: ignore[arg-type]
     answer = chain.invoke({"question": "Who am I?"}, config=config)  # type: ignore[arg-type]
     assert answer.content == "Your name is Ann."
-    stored = TurnstoreChatMessageHistory("chat", store).messages
+    stored = TurnstoreChatMessageHistory("chat", sync_store).messages
     assert [m.content for m in stored] == ["I am Ann.", "Hello Ann.", "Who am I?", "Your name is Ann."]
-    totals = store.usage.session("chat")
+    totals = sync_store.usage.session("chat")
     assert (totals.input, totals.output, totals.requests) == (32, 8, 2)
 
 
@@ -187,15 +172,17 @@ def test_the_docs_example_runs(tmp_path: Path) -> None:
     assert "requests=" in done.stdout
 
 
-def test_a_tool_message_is_named_after_its_call_stored_earlier_or_in_the_same_add(store: Store) -> None:
-    history = TurnstoreChatMessageHistory("named", store)
+def test_a_tool_message_is_named_after_its_call_stored_earlier_or_in_the_same_add(sync_store: Store) -> None:
+    history = TurnstoreChatMessageHistory("named", sync_store)
     asks = AIMessage(
         "", tool_calls=[{"name": "weather", "args": {}, "id": "c1"}, {"name": "clock", "args": {}, "id": "c2"}]
     )
     history.add_messages([HumanMessage("Weather and time?"), asks, ToolMessage("sunny", tool_call_id="c1")])
     history.add_messages([ToolMessage("noon", tool_call_id="c2"), ToolMessage("?", tool_call_id="unknown")])
     history.add_messages([ToolMessage("mine", tool_call_id="c1", name="own")])
-    results = [row.message for row in store.messages.records("named") if isinstance(row.message, ToolResultMessage)]
+    results = [
+        row.message for row in sync_store.messages.records("named") if isinstance(row.message, ToolResultMessage)
+    ]
     assert [(m.tool_call_id, m.tool_name) for m in results] == [
         ("c1", "weather"),
         ("c2", "clock"),

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from backends import selected_backends
 from helpers import run_doc_example, run_example
 
 pytest.importorskip("pydantic_ai")
@@ -33,19 +31,6 @@ from turnstore import Store
 from turnstore.errors import InvalidMessage
 from turnstore.integrations.pydantic_ai import TurnstoreHistory
 from turnstore.models import AssistantMessage, ExtensionMessage, ToolResultMessage, UserMessage
-
-
-@pytest.fixture(params=[name for name in selected_backends() if not name.endswith("async")])
-def backend(request: pytest.FixtureRequest) -> str:
-    """The sync backends: the integration takes a sync ``Store``."""
-    return str(request.param)
-
-
-@pytest.fixture
-def store(backend: str, store_url: str) -> Iterator[Store]:
-    s = Store(store_url)
-    yield s
-    s.close()
 
 
 def _json(messages: list[ModelMessage]) -> bytes:
@@ -84,9 +69,9 @@ def _scripted(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     )
 
 
-def test_test_model_round_trip_is_byte_identical_and_usage_matches(store: Store) -> None:
+def test_test_model_round_trip_is_byte_identical_and_usage_matches(sync_store: Store) -> None:
     agent = _agent(TestModel())
-    history = TurnstoreHistory(store, "chat")
+    history = TurnstoreHistory(sync_store, "chat")
     assert history.load() == []
     first = agent.run_sync("What is 0 + 0?", message_history=history.load())
     history.save(first)
@@ -94,23 +79,23 @@ def test_test_model_round_trip_is_byte_identical_and_usage_matches(store: Store)
     second = agent.run_sync("And again?", message_history=history.load())
     history.save(second)
     assert _json(history.load()) == _json(second.all_messages())
-    totals = store.usage.session("chat")
+    totals = sync_store.usage.session("chat")
     expected = _run_usage(first) + _run_usage(second)
     assert (totals.input, totals.output, totals.requests) == (
         expected.input_tokens,
         expected.output_tokens,
         expected.requests,
     )
-    assert len(store.loops.list("chat")) == 2
+    assert len(sync_store.loops.list("chat")) == 2
 
 
-def test_function_model_tool_calls_become_turns(store: Store) -> None:
+def test_function_model_tool_calls_become_turns(sync_store: Store) -> None:
     agent = _agent(FunctionModel(_scripted))
-    history = TurnstoreHistory(store, "fn")
+    history = TurnstoreHistory(sync_store, "fn")
     result = agent.run_sync("Add 2 and 3.")
     loop_id = history.save(result)
     assert _json(history.load()) == _json(result.all_messages())
-    turns = store.messages.turns(loop_id)
+    turns = sync_store.messages.turns(loop_id)
     assert [t.turn_index for t in turns] == [0, 1]
     roles0 = [m.role for m in turns[0].messages]
     assert roles0 == ["system", "user", "assistant", "toolResult"]
@@ -125,7 +110,7 @@ def test_function_model_tool_calls_become_turns(store: Store) -> None:
     last = result.all_messages()[-1]
     assert isinstance(last, ModelResponse)
     assert final.model == last.model_name and final.usage is not None and final.usage.cache_read == 0
-    totals = store.usage.session("fn")
+    totals = sync_store.usage.session("fn")
     usage = _run_usage(result)
     assert (totals.input, totals.output, totals.cache_read, totals.requests) == (
         usage.input_tokens,
@@ -133,24 +118,24 @@ def test_function_model_tool_calls_become_turns(store: Store) -> None:
         usage.cache_read_tokens,
         usage.requests,
     )
-    context = store.messages.context(loop_id)
+    context = sync_store.messages.context(loop_id)
     assert [m.role for m in context] == ["system", "user", "assistant", "toolResult", "assistant"]
 
 
-def test_append_takes_run_usage_counted_once(store: Store) -> None:
-    history = TurnstoreHistory(store, "run")
+def test_append_takes_run_usage_counted_once(sync_store: Store) -> None:
+    history = TurnstoreHistory(sync_store, "run")
     messages: list[ModelMessage] = [
         ModelRequest.user_text_prompt("hi"),
         ModelResponse(parts=[TextPart("hello")], usage=RequestUsage(input_tokens=5, output_tokens=2)),
     ]
     history.append(messages, usage=RunUsage(input_tokens=5, output_tokens=2, requests=1))
-    totals = store.usage.session("run")
+    totals = sync_store.usage.session("run")
     assert (totals.input, totals.output, totals.requests) == (5, 2, 1)
     assert _json(history.load()) == _json(messages)
 
 
-def test_retry_and_unmodelled_requests_are_kept(store: Store) -> None:
-    history = TurnstoreHistory(store, "odd")
+def test_retry_and_unmodelled_requests_are_kept(sync_store: Store) -> None:
+    history = TurnstoreHistory(sync_store, "odd")
     messages: list[ModelMessage] = [
         ModelRequest.user_text_prompt("go"),
         ModelResponse(parts=[ToolCallPart("add", '{"a": 1', tool_call_id="bad")]),
@@ -163,7 +148,7 @@ def test_retry_and_unmodelled_requests_are_kept(store: Store) -> None:
     ]
     loop_id = history.append(messages)
     assert _json(history.load()) == _json(messages)
-    rows = list(store.messages.records(loop_id=loop_id))
+    rows = list(sync_store.messages.records(loop_id=loop_id))
     retry = rows[2].message
     assert isinstance(retry, ToolResultMessage) and retry.is_error and retry.tool_call_id == "bad"
     assert isinstance(rows[4].message, UserMessage)
@@ -171,26 +156,26 @@ def test_retry_and_unmodelled_requests_are_kept(store: Store) -> None:
     assert [r.source is not None for r in rows] == [True] * 6
 
 
-def test_load_skips_rows_of_other_writers(store: Store) -> None:
-    history = TurnstoreHistory(store, "mixed")
+def test_load_skips_rows_of_other_writers(sync_store: Store) -> None:
+    history = TurnstoreHistory(sync_store, "mixed")
     messages: list[ModelMessage] = [ModelRequest.user_text_prompt("hi")]
     loop_id = history.append(messages)
-    other = store.loops.start("mixed")
+    other = sync_store.loops.start("mixed")
     from turnstore import Message
 
-    store.messages.append(Message.user("typed elsewhere"), loop_id=other.loop_id, turn_index=0, source='{"x":1}')
+    sync_store.messages.append(Message.user("typed elsewhere"), loop_id=other.loop_id, turn_index=0, source='{"x":1}')
     assert loop_id != other.loop_id
     assert _json(history.load()) == _json(messages)
 
 
-def test_a_failed_append_writes_nothing(store: Store) -> None:
-    history = TurnstoreHistory(store, "atomic")
+def test_a_failed_append_writes_nothing(sync_store: Store) -> None:
+    history = TurnstoreHistory(sync_store, "atomic")
     history.append([ModelRequest.user_text_prompt("hi")])
     bad = ModelResponse(parts=[TextPart("x")], model_name="m\x00")
     with pytest.raises(InvalidMessage, match="NUL"):
         history.append([ModelRequest.user_text_prompt("again"), bad])
     assert len(history.load()) == 1
-    assert len(store.loops.list("atomic")) == 1
+    assert len(sync_store.loops.list("atomic")) == 1
 
 
 def test_example_app_runs_offline_and_prints_usage(tmp_path: Path) -> None:
@@ -205,8 +190,8 @@ def test_the_docs_example_runs(tmp_path: Path) -> None:
     assert "requests=" in done.stdout
 
 
-def test_a_tool_return_appended_after_its_call_keeps_the_tools_name(store: Store) -> None:
-    history = TurnstoreHistory(store, "named")
+def test_a_tool_return_appended_after_its_call_keeps_the_tools_name(sync_store: Store) -> None:
+    history = TurnstoreHistory(sync_store, "named")
     history.append(
         [
             ModelRequest.user_text_prompt("weather?"),
@@ -214,6 +199,6 @@ def test_a_tool_return_appended_after_its_call_keeps_the_tools_name(store: Store
         ]
     )
     loop_id = history.append([ModelRequest(parts=[ToolReturnPart("weather", "sunny", tool_call_id="c1")])])
-    (row,) = store.messages.records(loop_id=loop_id)
+    (row,) = sync_store.messages.records(loop_id=loop_id)
     assert isinstance(row.message, ToolResultMessage)
     assert (row.message.tool_call_id, row.message.tool_name) == ("c1", "weather")

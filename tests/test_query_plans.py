@@ -72,18 +72,6 @@ HOT = [
 INDEXED_TABLES = ("messages", "loops", "m")
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def sync_store(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
-    if request.param == "postgresql":
-        database = request.getfixturevalue("postgres")
-        database.empty()
-        url = database.url
-    else:
-        url = str(tmp_path / "plans.db")
-    with Store(url) as store:
-        yield store
-
-
 def _sqlite_plan(store: Store, statement: Any, params: dict[str, Any]) -> list[str]:
     compiled = store._db.compile(statement)
     cursor = store._db._state().dbapi.execute("EXPLAIN QUERY PLAN " + compiled.sql, compiled.params(params))
