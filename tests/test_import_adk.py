@@ -209,6 +209,34 @@ def test_pickled_actions_are_kept_not_unpickled(store: Store) -> None:
     assert store.usage.session(WEATHER).total_tokens == 162 + 215 + 58
 
 
+def test_the_report_notes_the_pickles_kept_in_the_file(store: Store) -> None:
+    pickled = store.import_("adk", PICKLED)
+    assert [(note.place, note.reason.split(":")[0]) for note in pickled.notes] == [
+        (f"{PICKLED}: events.actions", "6 event(s) hold their actions as a Python pickle")
+    ]
+    assert "never unpickled; the state and artifact deltas inside are not imported" in pickled.notes[0].reason
+    assert pickled.as_dict()["notes"] == [{"place": f"{PICKLED}: events.actions", "reason": pickled.notes[0].reason}]
+    assert all(not store.import_("adk", source).notes for source in JSON_SOURCES)
+
+
+def test_a_file_of_two_sessions_gets_one_note(store: Store, tmp_path: Path) -> None:
+    source = copy_db(tmp_path, PICKLED)
+    with sqlite3.connect(source) as connection:
+        connection.execute(
+            "INSERT INTO sessions (app_name, user_id, id, state, create_time, update_time)"
+            " SELECT app_name, user_id, 's-two', state, create_time, update_time FROM sessions"
+        )
+    report = store.import_("adk", source)
+    assert report.sessions_written == [WEATHER, "s-two"]
+    assert len(report.notes) == 1
+
+
+def test_the_cli_prints_the_note(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["import", "adk", str(PICKLED), "--db", str(tmp_path / "cli.db")]) == 0
+    out = capsys.readouterr().out
+    assert f"  note: {PICKLED}: events.actions: 6 event(s) hold their actions as a Python pickle" in out
+
+
 def test_pickled_rows_never_reach_pickle(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     import pickle
 

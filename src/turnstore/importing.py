@@ -121,6 +121,7 @@ class _Run:
     def _rows(self, bundle: SessionBundle) -> None:
         report, options, imports, fmt = self.report, self.options, self.imports, self.importer.format
         report.records += bundle.records
+        report.notes.extend(bundle.notes)
         screen_messages(bundle, imports.limits)
         if bundle.errors:
             if not options.skip_invalid:

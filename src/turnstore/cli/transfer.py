@@ -123,6 +123,8 @@ def _print_report(report: ImportReport) -> None:
     if report.by_kind:
         kinds = sorted(report.by_kind.items())
         click.echo("  extension kinds: " + ", ".join(f"{visible(kind)} {count}" for kind, count in kinds))
+    for note in report.notes:
+        click.echo(f"  note: {visible(str(note))}")
     for error in report.skipped:
         click.echo(f"  skipped {visible(str(error))}", err=True)
     for error in report.errors:

@@ -145,11 +145,28 @@ class AdkImporter:
             try:
                 keys = _session_keys(connection)
                 ids = [key[2] for key in keys]
+                note = None if schema.json_events else _pickles_note(connection, path)
                 for key in keys:
                     name = key[2] if ids.count(key[2]) == 1 else ".".join(key)
-                    yield _Session(connection, path, schema, key, name).bundle()
+                    bundle = _Session(connection, path, schema, key, name).bundle()
+                    if note is not None:  # once per file, with its first session
+                        bundle.notes.append(note)
+                        note = None
+                    yield bundle
             except SQLITE_ERRORS as error:
                 raise InvalidRecord(str(path), f"cannot read the session tables: {error}") from None
+
+
+def _pickles_note(connection: sqlite3.Connection, path: Path) -> RecordError | None:
+    """What the report says of a file of the older schema: its pickled ``actions`` kept, never unpickled."""
+    pickled = connection.execute("SELECT count(*) FROM events WHERE actions IS NOT NULL").fetchone()[0]
+    if not pickled:
+        return None
+    return RecordError(
+        f"{path}: events.actions",
+        f"{pickled} event(s) hold their actions as a Python pickle: kept byte for byte (base64, "
+        "adk.actions_pickle), never unpickled; the state and artifact deltas inside are not imported",
+    )
 
 
 def _session_keys(connection: sqlite3.Connection) -> list[tuple[str, str, str]]:

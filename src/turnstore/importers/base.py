@@ -156,6 +156,8 @@ class SessionBundle:
     loops: list[LoopRow] = field(default_factory=list)
     messages: list[MessageRow] = field(default_factory=list)
     errors: list[RecordError] = field(default_factory=list)
+    notes: list[RecordError] = field(default_factory=list)
+    """What was kept without being read, or not imported, though nothing is wrong (not errors)."""
     records: int = 0
     """Source records read for this session (lines, array items, rows)."""
     digest_parts: list[str] = field(default_factory=list)
@@ -224,7 +226,8 @@ def digest_of(fmt: str, parts: list[str]) -> str:
 
 @dataclass(frozen=True)
 class RecordError:
-    """A source record that could not be imported, and where it is."""
+    """A source record that could not be imported, and where it is (or, in a report's notes, what an import
+    kept without reading, and where)."""
 
     place: str
     reason: str
@@ -309,6 +312,8 @@ class ImportReport:
     sessions_failed: list[str] = field(default_factory=list)
     skipped: list[RecordError] = field(default_factory=list)
     errors: list[RecordError] = field(default_factory=list)
+    notes: list[RecordError] = field(default_factory=list)
+    """Per file: what was kept without being read, or not imported, though nothing is wrong."""
 
     @property
     def ok(self) -> bool:
@@ -363,6 +368,7 @@ class ImportReport:
             },
             "skipped": [{"place": e.place, "reason": e.reason} for e in self.skipped],
             "errors": [{"place": e.place, "reason": e.reason} for e in self.errors],
+            "notes": [{"place": e.place, "reason": e.reason} for e in self.notes],
         }
 
 
