@@ -102,8 +102,8 @@ def run_example(name: str, *args: str) -> subprocess.CompletedProcess[str]:
     return run_python([str(ROOT / "examples" / name), *args])
 
 
-def run_doc_example(doc: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """Run the first Python block of ``docs/DOC`` in ``cwd``."""
+def run_doc_example(doc: str, cwd: Path, block: int = 0) -> subprocess.CompletedProcess[str]:
+    """Run a Python block of ``docs/DOC`` (the first, or number ``block`` from 0) in ``cwd``."""
     text = (ROOT / "docs" / doc).read_text(encoding="utf-8")
-    code = re.findall(r"```python\n(.*?)```", text, re.DOTALL)[0]
+    code = re.findall(r"```python\n(.*?)```", text, re.DOTALL)[block]
     return run_python(["-c", code], cwd=cwd)

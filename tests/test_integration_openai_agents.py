@@ -73,6 +73,7 @@ pytest.importorskip("agents")
 from agents import Agent, ModelResponse, RunConfig, Runner, SQLiteSession, Usage
 from agents.memory import SessionABC, SessionSettings
 from agents.models.interface import Model
+from helpers import run_doc_example
 from openai.types.responses import Response, ResponseCompletedEvent, ResponseOutputMessage, ResponseOutputText
 
 from turnstore import Store
@@ -884,3 +885,12 @@ def test_a_cancelled_add_writes_all_its_items_or_none(tmp_path: Path) -> None:
             assert len(await session.get_items()) >= written * len(items)
 
     run(scenario())
+
+
+def test_the_docs_offline_example_runs_twice_as_written(tmp_path: Path) -> None:
+    for _ in range(2):
+        done = run_doc_example("integrations/openai-agents.md", tmp_path)
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert lines[0] == str([user("Remember: blue."), {"role": "assistant", "content": "Noted: blue."}])
+        assert lines[1:] == [str({"role": "assistant", "content": "Noted: blue."}), "1"]
