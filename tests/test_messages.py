@@ -1313,3 +1313,30 @@ def test_append_turn_behind_a_later_turn_committed_while_it_waited_is_refused_in
         finally:
             writer.join()
         assert texts(second.messages.loop(loop_id)) == [("user", "start"), ("user", "later")]
+
+
+def test_sources_and_source_texts_give_a_loops_verbatim_sources_in_order(store: Store, loop_id: str) -> None:
+    ids = store.messages.append_turn(loop_id, 0, [user("a"), assistant("b")], sources=['{"a": 1}', None])
+    ids += store.messages.append_turn(loop_id, 1, [user("c"), assistant("d")], sources=['{"c": 3}', '{"d": 4}'])
+    rows = store.messages.sources(loop_id)
+    assert [(row.id, row.turn_index, row.source) for row in rows] == [
+        (ids[0], 0, '{"a": 1}'),
+        (ids[1], 0, None),
+        (ids[2], 1, '{"c": 3}'),
+        (ids[3], 1, '{"d": 4}'),
+    ]
+    assert store.messages.sources(loop_id, last=2) == rows[2:]
+    assert store.messages.sources(loop_id, last=0) == []
+    assert store.messages.source_texts(loop_id) == ['{"a": 1}', '{"c": 3}', '{"d": 4}']  # rows without one left out
+    assert store.messages.source_texts(loop_id, last=2) == ['{"c": 3}', '{"d": 4}']
+    assert store.messages.source_texts(loop_id, last=10) == ['{"a": 1}', '{"c": 3}', '{"d": 4}']
+    assert store.messages.source_texts(loop_id, last=0) == []
+
+
+@pytest.mark.parametrize("last", [-1, 1.5, True])
+def test_sources_refuse_a_bad_count_and_an_unknown_loop(store: Store, loop_id: str, last: Any) -> None:
+    for read in (store.messages.sources, store.messages.source_texts):
+        with pytest.raises(InvalidArgument):
+            read(loop_id, last=last)
+        with pytest.raises(LoopNotFound):
+            read("no such loop")

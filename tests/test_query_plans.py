@@ -65,6 +65,9 @@ HOT = [
     ("records of a session", q.stored_messages(False), SESSION),
     ("message by id", q.get_message(), {"id": 5}),
     ("tool names: a session's assistant messages, newest first", q.assistant_messages_newest_first(), SESSION),
+    ("sources of a loop", q.loop_message_sources(False), LOOP),
+    ("source texts of a loop", q.loop_source_texts(False), LOOP),
+    ("source texts of a loop, the last n", q.loop_source_texts(True), {**LOOP, "limit": 20}),
     ("session of a loop", q.loop_session(), LOOP),
     ("loops of a session", q.list_loops(), SESSION),
 ]

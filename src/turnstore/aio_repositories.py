@@ -371,6 +371,10 @@ class AsyncMessageRepository:
         """Async twin of :meth:`MessageRepository.sources <turnstore.repositories.messages.MessageRepository.sources>`."""
         return await self._workers.call(functools.partial(self._sync.sources, loop_id, last=last))
 
+    async def source_texts(self, loop_id: str, *, last: int | None = None) -> list[str]:
+        """Async twin of :meth:`MessageRepository.source_texts <turnstore.repositories.messages.MessageRepository.source_texts>`."""
+        return await self._workers.call(functools.partial(self._sync.source_texts, loop_id, last=last))
+
     async def tool_names(self, session_id: str, call_ids: Iterable[str]) -> dict[str, str]:
         """Async twin of :meth:`MessageRepository.tool_names <turnstore.repositories.messages.MessageRepository.tool_names>`."""
         return await self._workers.call(functools.partial(self._sync.tool_names, session_id, call_ids))

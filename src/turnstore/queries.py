@@ -557,9 +557,28 @@ def set_loop_fork() -> sa.Update:
 @cache
 def loop_message_sources(latest: bool) -> sa.Select[Any]:
     """A loop's message ids, turn indexes and verbatim sources in order; ``latest``: the last ``:limit``, newest first."""
-    statement = sa.select(messages.c.id, messages.c.turn_index, messages.c.source).where(
-        messages.c.loop_id == bp("loop_id"), loop_visible()
+    return _in_loop_order(
+        sa.select(messages.c.id, messages.c.turn_index, messages.c.source).where(
+            messages.c.loop_id == bp("loop_id"), loop_visible()
+        ),
+        latest,
     )
+
+
+@cache
+def loop_source_texts(latest: bool) -> sa.Select[Any]:
+    """A loop's verbatim sources alone, in order (rows without one left out); ``latest``: the last ``:limit``,
+    newest first."""
+    return _in_loop_order(
+        sa.select(messages.c.source).where(
+            messages.c.loop_id == bp("loop_id"), messages.c.source.is_not(None), loop_visible()
+        ),
+        latest,
+    )
+
+
+def _in_loop_order(statement: sa.Select[Any], latest: bool) -> sa.Select[Any]:
+    """``statement`` in a loop's order; ``latest``: its last ``:limit`` rows, newest first."""
     if latest:
         return statement.order_by(messages.c.seq.desc()).limit(bp("limit"))
     return statement.order_by(messages.c.seq)

@@ -112,11 +112,10 @@ class TurnstoreSession(SessionABC):
             None if limit is None or limit < 0 else limit
         )  # a negative limit: everything, as SQLiteSession's LIMIT -1
         try:
-            rows = store.messages.sources(self.loop_id, last=last)
+            texts = store.messages.source_texts(self.loop_id, last=last)
         except LoopNotFound:  # nothing added yet, or cleared
             return []
         # One parse of all the items as a JSON array: per-item json.loads calls cost twice as much.
-        texts = [row.source for row in rows if row.source is not None]
         return cast("list[Any]", json.loads("[" + ",".join(texts) + "]"))
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:

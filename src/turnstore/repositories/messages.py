@@ -6,7 +6,7 @@ is :mod:`.message_tail`; rows become models in :mod:`.rows`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .. import context as ctx
@@ -602,17 +602,33 @@ class MessageRepository:
             InvalidArgument: ``last`` is not a non-negative integer.
             LoopNotFound: no such loop.
         """
+        rows = self._loop_rows(q.loop_message_sources, loop_id, last)
+        return [SourceRow(message_id, turn_index, source) for message_id, turn_index, source in rows]
+
+    def source_texts(self, loop_id: str, *, last: int | None = None) -> list[str]:
+        """A loop's verbatim sources alone, oldest first (rows without one left out); ``last``: only the last ``last``.
+
+        :meth:`sources` without ids and turns: what an adapter that keeps a
+        framework's own objects as sources hands back, read with nothing else.
+
+        Raises:
+            InvalidArgument: ``last`` is not a non-negative integer.
+            LoopNotFound: no such loop.
+        """
+        return [text for (text,) in self._loop_rows(q.loop_source_texts, loop_id, last)]
+
+    def _loop_rows(self, query: Callable[[bool], Any], loop_id: str, last: int | None) -> list[tuple[Any, ...]]:
+        """The rows ``query`` selects of a loop, in order; ``last``: only the last ``last`` (``query(True)`` gives
+        them newest first, with a ``:limit``)."""
         if last is not None:
             _check_count(last)
         with self._db.read():
             self._require_loop(loop_id)
             if last is None:
-                rows = self._db.fetchall(q.loop_message_sources(False), {"loop_id": loop_id})
-            elif last == 0:
+                return self._db.fetchall(query(False), {"loop_id": loop_id})
+            if last == 0:
                 return []
-            else:
-                rows = self._db.fetchall(q.loop_message_sources(True), {"loop_id": loop_id, "limit": last})[::-1]
-        return [SourceRow(message_id, turn_index, source) for message_id, turn_index, source in rows]
+            return self._db.fetchall(query(True), {"loop_id": loop_id, "limit": last})[::-1]
 
     def tool_names(self, session_id: str, call_ids: Iterable[str]) -> dict[str, str]:
         """The names of the tool calls with these ids in a session's assistant messages (the newest call of an id).
