@@ -244,7 +244,7 @@ def test_context_page_shows_what_context_returns(viewer: TestClient, store: Any,
     hostile = get(viewer, "/context", loop=ids["hostile_loop"]).text
 
     assert f"{len(context)} messages" in page
-    assert [m for m in re.findall(r'class="msg role-(\w+)', page)] == [m.role for m in context]
+    assert re.findall(r'class="msg role-(\w+)', page) == [m.role for m in context]
     assert "role-extension" not in hostile and "app-only" not in hostile
     assert get(viewer, "/context", 404, loop="nope").status_code == 404
     assert get(viewer, "/context", 400).status_code == 400
