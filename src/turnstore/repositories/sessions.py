@@ -163,7 +163,7 @@ class SessionRepository:
             params["model"] = model
         for name, value in (("since", since), ("until", until)):
             if value is not None:
-                params[name] = _utc(name, value)
+                params[name] = self._db.bind_time(_utc(name, value))
         statement = q.list_sessions(
             agent_id is not None, model is not None, since is not None, until is not None, key, descending
         )
