@@ -50,6 +50,8 @@ TURNS_PAGE = 20
 CONTEXT_PAGE = 100
 """Messages per page of a loop's context."""
 MAX_PAGE = 200
+SPEND_DAYS = 120
+"""Days in the spend page's charts over time (the latest)."""
 SPEND_SESSIONS = 15
 """Sessions in the spend page's by-session chart (the costliest)."""
 ORDERS = ("-updated", "updated", "-created", "created", "title", "-title")
@@ -178,7 +180,7 @@ def create_app(store: Store, *, token: str | None = None) -> Starlette:
         for row in top:
             assert row.session_id is not None
             titles[row.session_id] = store.sessions.get(row.session_id).title or row.session_id
-        day_items = [(row.day or "?", row) for row in days]
+        day_items = [(row.day or "?", row) for row in days[-SPEND_DAYS:]]
         return page(
             request,
             "spend.html",
@@ -206,11 +208,17 @@ def create_app(store: Store, *, token: str | None = None) -> Starlette:
         Route("/context", guarded(context)),
         Route("/image", guarded(image)),
         Route("/spend", guarded(spend)),
+        Route("/favicon.ico", _no_icon),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={404: not_found})
     app.state.store = store
     return Guard(app, token)  # type: ignore[return-value]
+
+
+def _no_icon(_request: Request) -> Response:
+    """No icon, and no 404 in the browser's console for the one it asks for."""
+    return Response(status_code=204)
 
 
 # --- query parameters ---------------------------------------------------------------

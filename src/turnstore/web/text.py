@@ -1,10 +1,10 @@
 """Stored text made visible for the browser: control, ANSI and bidi characters become visible escapes.
 
 HTML escaping is Jinja's (autoescape on, every template); this module does the
-other half. An ESC starting an ANSI sequence is shown as ``␛`` (so ``\\x1b[31m``
-reads ``␛[31m``), every other character of :data:`turnstore.cli.escaping.UNSAFE`
-as its ``\\xNN`` / ``\\uXXXX`` escape, as on the terminal. Newlines and tabs stay:
-the page shows text with ``white-space: pre-wrap``.
+other half. Every character of :data:`turnstore.cli.escaping.UNSAFE` is shown as
+its ``\\xNN`` / ``\\uXXXX`` escape, as the CLI shows it on a terminal (an ANSI
+colour ``ESC[31m`` reads ``\\x1b[31m``, a right-to-left override ``\\u202e``).
+Newlines and tabs stay: the page shows text with ``white-space: pre-wrap``.
 """
 
 from __future__ import annotations
@@ -18,8 +18,6 @@ __all__ = ["as_json", "shown"]
 
 _KEPT = {0x09, 0x0A}
 _TABLE = {point: visible(chr(point)) for point in UNSAFE if point not in _KEPT}
-_TABLE[0x1B] = "␛"
-_TABLE[0x0D] = "\\r"
 
 
 def shown(value: Any) -> str:
