@@ -57,9 +57,11 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def server(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The viewer of a filled store on uvicorn, on a free port of 127.0.0.1, in a thread; its base URL."""
+    """The viewer of a filled store on uvicorn, on a free port of 127.0.0.1, in a thread, set up as
+    ``turnstore serve`` sets it up; its base URL."""
     import uvicorn
 
+    from turnstore.cli.serve import LOCAL_HOSTS
     from turnstore.web import create_app
 
     path = tmp_path_factory.mktemp("browser") / "viewer.db"
@@ -69,7 +71,9 @@ def server(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[s
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    running = uvicorn.Server(uvicorn.Config(create_app(store), host="127.0.0.1", port=port, log_level="warning"))
+    running = uvicorn.Server(
+        uvicorn.Config(create_app(store, hosts=LOCAL_HOSTS), host="127.0.0.1", port=port, log_level="warning")
+    )
     thread = threading.Thread(target=running.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

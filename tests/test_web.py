@@ -35,6 +35,7 @@ pytest.importorskip("starlette", reason="the serve extra is not installed")
 from starlette.testclient import TestClient
 
 from turnstore import Store
+from turnstore.cli.serve import LOCAL_HOSTS
 from turnstore.web import create_app
 from turnstore.web.security import CONTENT_SECURITY_POLICY
 
@@ -493,3 +494,29 @@ def test_serve_with_allow_remote_prints_a_token_and_requires_it(tmp_path: Path) 
         process.communicate(timeout=30)
 
     assert (refused, wrong, allowed) == (401, 401, 200)
+
+
+@pytest.mark.parametrize(
+    ("host", "status"),
+    [
+        ("127.0.0.1:8484", 200),
+        ("localhost:8484", 200),
+        ("LOCALHOST", 200),
+        ("[::1]:8484", 200),
+        ("evil.example:8484", 400),
+        ("127.0.0.1.evil.example", 400),
+        ("[::2]:8484", 400),
+        ("", 400),
+    ],
+)
+def test_a_local_viewer_answers_only_to_local_host_names(
+    store_url: str, ids: dict[str, str], host: str, status: int
+) -> None:
+    with Store(store_url, read_only=True) as read_only:
+        client = TestClient(create_app(read_only, hosts=LOCAL_HOSTS))
+        response = client.get("/", headers={"Host": host})
+
+    assert response.status_code == status
+    assert response.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+    if status == 400:
+        assert "local host name" in response.text and "Fix the failing" not in response.text

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import click
 
 from .app import Settings, cli, pass_settings, shared_options
@@ -52,14 +55,22 @@ def serve(settings: Settings, host: str, port: int, open_browser: bool, allow_re
     token = new_token() if allow_remote else None
     shown_host = f"[{host}]" if ":" in host and not host.startswith("[") else host
     url = f"http://{shown_host}:{port}/" + (f"?token={token}" if token else "")
-    app = create_app(store, token=token)
+    app = create_app(store, token=token, hosts=None if allow_remote else LOCAL_HOSTS)
     click.echo(f"turnstore viewer (read-only) at {visible(url)}")
     if token is not None:
         click.echo(f"access token: {token} (header X-Turnstore-Token, or ?token= once, then a cookie)")
     server = uvicorn.Server(uvicorn.Config(app, host=host.strip("[]"), port=port, log_level="warning"))
-    if open_browser:
-        import threading
-        import webbrowser
+    asyncio.run(_run(server, url if open_browser else None))
 
-        threading.Timer(1.0, webbrowser.open, [url]).start()  # once the server listens
-    server.run()
+
+async def _run(server: Any, url: str | None) -> None:
+    """Serve until stopped; with ``url``, open it in the default browser once the server listens."""
+    serving = asyncio.ensure_future(server.serve())
+    if url is not None:
+        while not server.started and not serving.done():
+            await asyncio.sleep(0.05)
+        if server.started:
+            import webbrowser
+
+            webbrowser.open(url)
+    await serving

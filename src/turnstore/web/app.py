@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp
 
 from ..errors import InvalidArgument, NotFound, TurnNotFound
 from ..store import Store
@@ -57,12 +58,13 @@ SPEND_SESSIONS = 15
 ORDERS = ("-updated", "updated", "-created", "created", "title", "-title")
 
 
-def create_app(store: Store, *, token: str | None = None) -> Starlette:
+def create_app(store: Store, *, token: str | None = None, hosts: Iterable[str] | None = None) -> ASGIApp:
     """The viewer as an ASGI app over ``store`` (open it with ``read_only=True``).
 
     Args:
         store: the store to show; the app never writes to it.
         token: when given, every request must carry it (see :mod:`turnstore.web.security`).
+        hosts: when given, only requests whose ``Host`` header names one of these are answered.
     """
     templates = Environment(
         loader=FileSystemLoader(HERE / "templates"), autoescape=True, undefined=StrictUndefined, trim_blocks=True
@@ -213,7 +215,7 @@ def create_app(store: Store, *, token: str | None = None) -> Starlette:
     ]
     app = Starlette(routes=routes, exception_handlers={404: not_found})
     app.state.store = store
-    return Guard(app, token)  # type: ignore[return-value]
+    return Guard(app, token, None if hosts is None else frozenset(host.lower() for host in hosts))
 
 
 def _no_icon(_request: Request) -> Response:

@@ -9,6 +9,10 @@
   start; the answer then sets an HttpOnly, SameSite=Strict cookie so later
   links need no token) or in that cookie. Tokens are compared in constant time.
   Anything else gets 401.
+* With ``hosts`` (``turnstore serve`` without ``--allow-remote``), a request
+  whose ``Host`` header names another host is refused with 400: a web page
+  that rebinds its own name to 127.0.0.1 (DNS rebinding) cannot read the
+  viewer through the browser.
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ from __future__ import annotations
 import hmac
 import secrets
 from http.cookies import CookieError, SimpleCookie
-from typing import Any
 from urllib.parse import parse_qsl
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = ["CONTENT_SECURITY_POLICY", "COOKIE", "HEADER", "Guard", "new_token"]
 
@@ -35,8 +40,6 @@ _HEADERS = [
     (b"x-frame-options", b"DENY"),
 ]
 
-Scope = dict[str, Any]
-
 
 def new_token() -> str:
     """A random access token (32 bytes, URL-safe)."""
@@ -46,23 +49,27 @@ def new_token() -> str:
 class Guard:
     """ASGI middleware: adds the security headers; with a token, refuses requests without it."""
 
-    def __init__(self, app: Any, token: str | None = None) -> None:
+    def __init__(self, app: ASGIApp, token: str | None = None, hosts: frozenset[str] | None = None) -> None:
         self.app = app
         self.token = token
+        self.hosts = hosts
 
-    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        if self.hosts is not None and _host(scope) not in self.hosts:
+            await _refuse(send, 400, b"400 bad request: this viewer answers only to a local host name\n")
             return
         set_cookie = False
         if self.token is not None:
             given, from_query = _presented(scope)
             if given is None or not hmac.compare_digest(given.encode(), self.token.encode()):
-                await _refuse(send)
+                await _refuse(send, 401, b"401 unauthorized: this viewer needs the token printed by turnstore serve\n")
                 return
             set_cookie = from_query
 
-        async def send_with_headers(message: dict[str, Any]) -> None:
+        async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = [(k, v) for k, v in message.get("headers", []) if k.lower() not in dict(_HEADERS)]
                 headers.extend(_HEADERS)
@@ -97,12 +104,22 @@ def _presented(scope: Scope) -> tuple[str | None, bool]:
     return None, False
 
 
-async def _refuse(send: Any) -> None:
-    body = b"401 unauthorized: this viewer needs the token printed by turnstore serve\n"
+def _host(scope: Scope) -> str:
+    """The host name the request's ``Host`` header names, without its port (IPv6 without brackets)."""
+    for name, value in scope.get("headers", []):
+        if name == b"host":
+            host: str = value.decode("latin-1").lower()
+            if host.startswith("["):
+                return host[1 : host.find("]")] if "]" in host else host
+            return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    return ""
+
+
+async def _refuse(send: Send, status: int, body: bytes) -> None:
     await send(
         {
             "type": "http.response.start",
-            "status": 401,
+            "status": status,
             "headers": [
                 (b"content-type", b"text/plain; charset=utf-8"),
                 (b"content-length", str(len(body)).encode()),
