@@ -191,7 +191,7 @@ def test_spend_page_charts_render(page: Any, server: str, shots: Path) -> None:
     page.goto(server + "/spend")
 
     charts = page.locator("section.chart svg")
-    assert charts.count() == 6
+    assert charts.count() == 7
     for i in range(charts.count()):
         box = charts.nth(i).bounding_box()
         assert box is not None and box["width"] > 300 and box["height"] > 20

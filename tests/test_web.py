@@ -305,10 +305,14 @@ def test_spend_page_draws_its_charts_as_svg(viewer: TestClient, store: Any) -> N
     models = store.usage.by_model()
 
     charts = re.findall(r'<svg class="chart-(\w+)".*?</svg>', page, re.S)
-    assert charts == ["columns", "columns", "line", "rows", "rows", "rows"]
+    assert charts == ["columns", "columns", "line", "rows", "rows", "rows", "rows"]
     svgs = re.findall(r'<svg class="chart-\w+".*?</svg>', page, re.S)
     assert svgs[0].count('<rect class="bar"') == len(days)
     assert svgs[3].count('<rect class="bar"') == len(models)
+    assert (
+        svgs[5].count('<rect class="bar"') == svgs[6].count('<rect class="bar"') == len(store.usage.by_session()) == 5
+    )
+    assert "Fix the failing date parser test" in svgs[5]
     assert svgs[2].count("<circle") == len(days) and "<polyline" in svgs[2]
     assert f"${store.usage.total().cost:,.2f}" in page or f"${store.usage.total().cost:,.4f}" in page
 
@@ -317,7 +321,7 @@ def test_spend_page_of_an_empty_store(store_url: str, store: Any) -> None:
     with Store(store_url, read_only=True) as read_only:
         page = get(TestClient(create_app(read_only)), "/spend").text
 
-    assert page.count("No usage recorded.") == 6 and "<svg" not in page
+    assert page.count("No usage recorded.") == 7 and "<svg" not in page
 
 
 # --- hostile text, headers, the token -------------------------------------------------------

@@ -198,6 +198,11 @@ def create_app(store: Store, *, token: str | None = None, hosts: Iterable[str] |
                     [(titles[r.session_id or ""], r.cost or 0.0) for r in top],
                     _cost,
                 ),
+                charts.rows(
+                    "Tokens by session, the costliest",
+                    [(titles[r.session_id or ""], token_count(r)) for r in top],
+                    _tokens,
+                ),
             ],
         )
 

@@ -42,7 +42,8 @@ class Chart:
     height: int
     bars: list[Bar] = field(default_factory=list)
     points: str = ""
-    axis: list[tuple[float, str]] = field(default_factory=list)
+    axis: list[tuple[float, str, str]] = field(default_factory=list)
+    """Axis labels: x, text and SVG ``text-anchor``."""
 
     @property
     def empty(self) -> bool:
@@ -87,12 +88,14 @@ def line(title: str, items: Sequence[tuple[str, float]], fmt: Callable[[float], 
         coordinates.append(f"{x},{y}")
         chart.bars.append(Bar(x, y, 0, 0, label, fmt(value)))
     chart.points = " ".join(coordinates)
-    chart.axis = _ends(chart.bars)
+    chart.axis = _ends(chart.bars, last="end")  # the last point sits on the right edge
     return chart
 
 
-def _ends(bars: list[Bar]) -> list[tuple[float, str]]:
+def _ends(bars: list[Bar], last: str = "start") -> list[tuple[float, str, str]]:
+    """The first and last labels under the axis."""
     if not bars:
         return []
-    ends = [bars[0]] if len(bars) == 1 else [bars[0], bars[-1]]
-    return [(bar.x, bar.label) for bar in ends]
+    if len(bars) == 1:
+        return [(bars[0].x, bars[0].label, "start")]
+    return [(bars[0].x, bars[0].label, "start"), (bars[-1].x, bars[-1].label, last)]
