@@ -427,6 +427,17 @@ def test_serve_refuses_a_bad_port(tmp_path: Path) -> None:
     assert result.code == 2 and "--port" in result.err
 
 
+def test_serve_without_the_extra_names_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # as if turnstore[serve] were not installed
+
+    result = run_cli("--db", tmp_path / "s.db", "serve")
+
+    assert result.code == 1
+    assert (
+        result.err == "error: turnstore serve needs the serve extra (missing uvicorn): pip install 'turnstore[serve]'\n"
+    )
+
+
 def test_serve_a_missing_store_is_one_line(tmp_path: Path) -> None:
     result = run_cli("--db", tmp_path / "missing" / "s.db", "serve")
 
