@@ -19,6 +19,7 @@ from urllib.parse import unquote_plus
 import pytest
 from backends import selected_backends
 from cli_runner import run_cli
+from factories import assistant, tool_result, user
 from markupsafe import escape
 from viewer_data import (
     ANSI,
@@ -182,6 +183,24 @@ def test_each_tool_call_links_to_its_result_and_back(viewer: TestClient) -> None
         assert f'href="#{call}"' in article
     failing = page[page.index('class="msg role-toolResult is-error"') :].split("</article>")[0]
     assert '<span class="badge error">error</span>' in failing and "FAILED" in failing
+
+
+def test_a_call_id_reused_in_another_turn_links_within_its_turn(store: Any, store_url: str) -> None:
+    store.sessions.create(session_id="reuse")
+    loop = store.loops.start("reuse")
+    for k in range(2):
+        store.messages.append_turn(
+            loop.loop_id, k, [user(f"q{k}"), assistant(calls=("call_0",)), tool_result("call_0", f"result {k}")]
+        )
+    with Store(store_url, read_only=True) as read_only:
+        page = get(TestClient(create_app(read_only)), "/session", id="reuse").text
+
+    ids = re.findall(r' id="((?:call|result)-[0-9a-f]+)"', page)
+    assert len(ids) == 4 == len(set(ids))
+    for k in range(2):
+        turn = page[page.index(f'id="turn-{k}"') :].split("</section>")[0]
+        call, result = re.findall(r'href="#(result-[0-9a-f]+)"|id="(result-[0-9a-f]+)"', turn)
+        assert call[0] == result[1] and f"result {k}" in turn
 
 
 def test_turns_carry_their_usage(viewer: TestClient, store: Any) -> None:

@@ -175,9 +175,11 @@ class TurnView:
     usage: UsageTotals
 
 
-def _anchor(kind: str, loop_id: str, call_id: str) -> str:
-    """An HTML id for a tool call or result: a digest, so stored ids never reach an attribute raw."""
-    digest = hashlib.sha256(f"{loop_id}\x00{call_id}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
+def _anchor(kind: str, loop_id: str, call_id: str, place: tuple[int, int] | None) -> str:
+    """An HTML id for a tool call or result: a digest of the loop, the turn (a call id may repeat in
+    another turn) and the call id, so stored ids never reach an attribute raw."""
+    turn = "" if place is None else place[0]
+    digest = hashlib.sha256(f"{loop_id}\x00{turn}\x00{call_id}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
     return f"{kind}-{digest}"
 
 
@@ -218,7 +220,7 @@ def message_view(message: Any, loop_id: str, place: tuple[int, int] | None = Non
         view.model, view.stop_reason, view.error = message.model, message.stop_reason.value, message.error_message
     elif isinstance(message, ToolResultMessage):
         view.tool_name, view.is_error = message.tool_name, message.is_error
-        view.anchor = _anchor("result", loop_id, message.tool_call_id)
+        view.anchor = _anchor("result", loop_id, message.tool_call_id, place)
     return view
 
 
@@ -228,7 +230,8 @@ def _block(block: Any, loop_id: str, place: tuple[int, int] | None, index: int) 
     if isinstance(block, ThinkingContent):
         return Block("thinking", text=block.thinking)
     if isinstance(block, ToolCallContent):
-        return Block("tool_call", name=block.name, arguments=block.arguments, anchor=_anchor("call", loop_id, block.id))
+        anchor = _anchor("call", loop_id, block.id, place)
+        return Block("tool_call", name=block.name, arguments=block.arguments, anchor=anchor)
     if isinstance(block, ImageContent):
         where = None if place is None else (place[1], index)
         return Block("image", mime_type=block.mime_type, image_index=where, is_image=block.mime_type in IMAGE_TYPES)
