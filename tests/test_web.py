@@ -554,3 +554,19 @@ def test_a_local_viewer_answers_only_to_local_host_names(
     assert response.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
     if status == 400:
         assert "local host name" in response.text and "Fix the failing" not in response.text
+
+
+def test_chart_geometry() -> None:
+    from turnstore.web import charts
+
+    bars = charts.rows("r", [("a", 4.0), ("b", 1.0), ("c", 0.0)], str)
+    columns = charts.columns("c", [("d1", 2.0), ("d2", 8.0)], str)
+    line = charts.line("l", [("d1", 0.5), ("d2", 1.5)], str)
+    empty = charts.columns("e", [], str)
+
+    assert [b.width for b in bars.bars] == [400.0, 100.0, 0.0] and bars.height == 3 * 22 + 4
+    assert [b.height for b in columns.bars] == [45.0, 180.0]
+    assert columns.bars[1].y == 24 and columns.bars[0].y + columns.bars[0].height == 24 + 180
+    assert line.points == "24.0,114.0 696.0,24.0"  # a rate above 1 drawn at the top
+    assert line.axis == [(24.0, "d1", "start"), (696.0, "d2", "end")]
+    assert empty.empty and empty.axis == []
