@@ -67,6 +67,17 @@ def test_wheel_ships_the_migrations(wheel: Path) -> None:
 
 
 @pytest.mark.slow
+def test_wheel_ships_the_viewers_templates_and_static_files(wheel: Path) -> None:
+    web = REPO / "src" / "turnstore" / "web"
+    files = [path for folder in ("templates", "static") for path in sorted((web / folder).iterdir())]
+    assert len(files) >= 7
+    with zipfile.ZipFile(wheel) as archive:
+        for path in files:
+            name = f"turnstore/web/{path.parent.name}/{path.name}"
+            assert archive.read(name) == path.read_bytes(), name
+
+
+@pytest.mark.slow
 def test_installed_wheel_upgrades_from_any_directory(wheel: Path, tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     run([sys.executable, "-m", "venv", venv], cwd=tmp_path, timeout=300)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -442,3 +442,63 @@ def test_update_with_a_bad_argument_raises_invalid_argument_and_writes_nothing(
 def test_update_unknown_session_raises_session_not_found(store: Store) -> None:
     with pytest.raises(SessionNotFound):
         store.sessions.update("missing", title="x")
+
+
+def test_list_sorts_by_created_updated_or_title(store: Store) -> None:
+    store.sessions.create("a", title="beta")
+    store.sessions.create("b", title=None)
+    store.sessions.create("c", title="alpha")
+    store.sessions.rename("a", "gamma")  # now the most recently updated
+
+    def order(key: str) -> list[str]:
+        return [s.session_id for s in store.sessions.list(order=key)]
+
+    assert order("-updated") == ["a", "c", "b"] == [s.session_id for s in store.sessions.list()]
+    assert order("updated") == ["b", "c", "a"]
+    assert order("created") == ["a", "b", "c"] and order("-created") == ["c", "b", "a"]
+    assert order("title") == ["c", "a", "b"] and order("-title") == ["a", "c", "b"]  # untitled last both ways
+    assert [s.session_id for s in store.sessions.list(order="title", limit=1, offset=1)] == ["a"]
+
+
+def test_list_filters_by_a_loops_model(store: Store) -> None:
+    for name in ("a", "b", "c"):
+        store.sessions.create(name)
+    store.loops.start("a", config={"model": "gpt-5", "provider": "openai"})
+    store.loops.start("b", config={"model": "claude-sonnet-4-5", "provider": "anthropic"})
+    store.loops.start("b", config={"model": "gpt-5", "provider": "openai"})
+
+    assert [s.session_id for s in store.sessions.list(model="gpt-5")] == ["b", "a"]
+    assert [s.session_id for s in store.sessions.list(model="claude-sonnet-4-5")] == ["b"]
+    assert store.sessions.list(model="gpt-4") == []
+    assert [s.session_id for s in store.sessions.list(model="gpt-5", agent_id=None, limit=1)] == ["b"]
+
+
+def test_list_filters_by_last_activity(store: Store) -> None:
+    for name in ("a", "b", "c"):
+        store.sessions.create(name)
+    times = {s.session_id: s.updated_at for s in store.sessions.list()}
+    naive_b = times["b"].astimezone(timezone.utc).replace(tzinfo=None)
+
+    def ids(**bounds: Any) -> list[str]:
+        return [s.session_id for s in store.sessions.list(**bounds)]
+
+    assert ids(since=times["b"]) == ["c", "b"]
+    assert ids(until=times["b"]) == ["a"]
+    assert ids(since=times["b"], until=times["c"]) == ["b"]
+    assert ids(since=naive_b) == ["c", "b"]  # naive: UTC
+    assert ids(since=times["b"].astimezone(timezone(timedelta(hours=-5)))) == ["c", "b"]
+
+
+@pytest.mark.parametrize(
+    ("bad", "argument"),
+    [
+        ({"order": "cost"}, "order"),
+        ({"order": "--updated"}, "order"),
+        ({"since": "2026-01-01"}, "since"),
+        ({"until": 0}, "until"),
+    ],
+)
+def test_list_refuses_bad_order_and_bounds(store: Store, bad: dict[str, Any], argument: str) -> None:
+    with pytest.raises(InvalidArgument) as raised:
+        store.sessions.list(**bad)
+    assert raised.value.argument == argument

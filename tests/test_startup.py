@@ -27,8 +27,13 @@ HEAVY = (
     "pydantic_ai",
     "langchain_core",
     "agents",
+    "turnstore.web",
+    "starlette",
+    "jinja2",
+    "uvicorn",
 )
-"""Modules that only some calls need: migrations, the async layer, importers, terminal output, framework integrations."""
+"""Modules that only some calls need: migrations, the async layer, importers, terminal output, framework integrations,
+the web viewer."""
 
 
 def loaded_after(code: str) -> set[str]:

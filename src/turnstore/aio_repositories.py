@@ -84,11 +84,28 @@ class AsyncSessionRepository:
         return await self._workers.call(functools.partial(self._sync.sources, session_id))
 
     async def list(
-        self, *, limit: int = 100, offset: int = 0, agent_id: str | None = None
+        self,
+        *,
+        limit: int = 100,
+        offset: int = 0,
+        agent_id: str | None = None,
+        model: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        order: str = "-updated",
     ) -> builtins.list[SessionSummary]:
         """Async twin of :meth:`SessionRepository.list <turnstore.repositories.sessions.SessionRepository.list>`."""
         return await self._workers.call(
-            functools.partial(self._sync.list, limit=limit, offset=offset, agent_id=agent_id)
+            functools.partial(
+                self._sync.list,
+                limit=limit,
+                offset=offset,
+                agent_id=agent_id,
+                model=model,
+                since=since,
+                until=until,
+                order=order,
+            )
         )
 
     async def count(self) -> int:

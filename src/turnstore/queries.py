@@ -118,8 +118,19 @@ def session_exists() -> sa.Select[Any]:
     return sa.select(sa.literal(1)).where(sessions.c.session_id == bp("session_id"), visible(bp("session_id")))
 
 
+SESSION_ORDERS = ("updated", "created", "title")
+"""What :meth:`~turnstore.repositories.SessionRepository.list` sorts by: last activity, creation, title."""
+
+
 @cache
-def list_sessions(by_agent: bool) -> sa.Select[Any]:
+def list_sessions(
+    by_agent: bool,
+    by_model: bool = False,
+    since: bool = False,
+    until: bool = False,
+    order: str = "updated",
+    descending: bool = True,
+) -> sa.Select[Any]:
     loop_count = sa.select(sa.func.count()).where(loops.c.session_id == sessions.c.session_id).scalar_subquery()
     # seq runs 0..n-1 without a gap in every loop, so a session's message count is the sum
     # over its loops of max(seq) + 1: one index probe per loop, not a count of every message
@@ -133,9 +144,22 @@ def list_sessions(by_agent: bool) -> sa.Select[Any]:
     statement = sa.select(*SESSION_COLUMNS, loop_count, message_count).where(visible(sessions.c.session_id))
     if by_agent:
         statement = statement.where(sessions.c.agent_id == bp("agent_id"))
-    return (
-        statement.order_by(sessions.c.updated_at.desc(), sessions.c.session_id).limit(bp("limit")).offset(bp("offset"))
-    )
+    if by_model:
+        # The model a loop ran with (its config's): the session's loops are few, one probe each.
+        statement = statement.where(
+            sa.exists().where(loops.c.session_id == sessions.c.session_id, loops.c.model == bp("model"))
+        )
+    if since:
+        statement = statement.where(sessions.c.updated_at >= bp("since"))
+    if until:
+        statement = statement.where(sessions.c.updated_at < bp("until"))
+    column = {"updated": sessions.c.updated_at, "created": sessions.c.created_at, "title": sessions.c.title}[order]
+    if order == "title":  # sessions without a title last, either way
+        keys: tuple[Any, ...] = (column.is_(None), column.desc() if descending else column)
+    else:
+        keys = (column.desc() if descending else column,)
+    tie = sessions.c.session_id.desc() if descending and order != "updated" else sessions.c.session_id
+    return statement.order_by(*keys, tie).limit(bp("limit")).offset(bp("offset"))
 
 
 @cache

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from .. import queries as q
@@ -125,20 +125,49 @@ class SessionRepository:
             _format, _origin, _digest, source_format = imported
         return SessionSources(source, source_format, loops)
 
-    def list(self, *, limit: int = 100, offset: int = 0, agent_id: str | None = None) -> list[SessionSummary]:
-        """Sessions, most recently updated first, with their loop and message counts.
+    def list(
+        self,
+        *,
+        limit: int = 100,
+        offset: int = 0,
+        agent_id: str | None = None,
+        model: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        order: str = "-updated",
+    ) -> list[SessionSummary]:
+        """Sessions, most recently updated first (or in ``order``), with their loop and message counts.
 
         Args:
             limit: at most this many sessions (a page).
             offset: skip this many first (the page start).
             agent_id: only this agent's sessions.
+            model: only sessions with a loop that ran with this model (the loop's config).
+            since: only sessions last updated at or after this time (naive: UTC).
+            until: only sessions last updated before this time (naive: UTC).
+            order: ``updated``, ``created`` or ``title``; a leading ``-`` sorts descending.
+
+        Raises:
+            InvalidArgument: a negative ``limit`` or ``offset``, an unknown ``order``, a time that is not a datetime.
         """
         if limit < 0 or offset < 0:
             raise InvalidArgument("limit" if limit < 0 else "offset", "limit and offset must not be negative")
+        descending = isinstance(order, str) and order.startswith("-")
+        key = order[1:] if descending else order
+        if key not in q.SESSION_ORDERS:
+            raise InvalidArgument("order", f"must be one of {', '.join(q.SESSION_ORDERS)} (a leading - for descending)")
         params: dict[str, Any] = {"limit": limit, "offset": offset}
         if agent_id is not None:
             params["agent_id"] = agent_id
-        rows = self._db.fetchall(q.list_sessions(agent_id is not None), params)
+        if model is not None:
+            params["model"] = model
+        for name, value in (("since", since), ("until", until)):
+            if value is not None:
+                params[name] = self._db.bind_time(_utc(name, value))
+        statement = q.list_sessions(
+            agent_id is not None, model is not None, since is not None, until is not None, key, descending
+        )
+        rows = self._db.fetchall(statement, params)
         return [self._summary(row) for row in rows]
 
     def count(self) -> int:
@@ -217,6 +246,13 @@ class SessionRepository:
 
     def _summary(self, row: tuple[Any, ...]) -> SessionSummary:
         return summary_from_row(row, self._db.load_time)
+
+
+def _utc(name: str, value: object) -> datetime:
+    """A time bound as the store compares it: an aware UTC datetime (a naive one is taken as UTC)."""
+    if not isinstance(value, datetime):
+        raise InvalidArgument(name, f"must be a datetime, not {type(value).__name__}")
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
 
 
 def _holds_nul(session_id: object) -> bool:

@@ -1,0 +1,76 @@
+"""``turnstore serve``: the read-only web viewer on uvicorn (the ``turnstore[serve]`` extra)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import click
+
+from .app import Settings, cli, pass_settings, shared_options
+from .escaping import visible
+
+LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+"""Hosts the viewer binds to without ``--allow-remote``: reachable from this machine only."""
+
+
+def is_local(host: str) -> bool:
+    """Whether binding to ``host`` keeps the viewer on this machine."""
+    return host.strip("[]") in LOCAL_HOSTS
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind to.")
+@click.option("--port", default=8484, show_default=True, type=click.IntRange(1, 65535), help="Port to listen on.")
+@click.option("--open", "open_browser", is_flag=True, help="Open the viewer in the default browser.")
+@click.option(
+    "--allow-remote",
+    is_flag=True,
+    help="Allow a host other than 127.0.0.1/localhost/::1; every request then needs the token printed at start.",
+)
+@shared_options
+@pass_settings
+def serve(settings: Settings, host: str, port: int, open_browser: bool, allow_remote: bool) -> None:
+    """Serve a read-only web viewer of the store: sessions, turns, context and spend.
+
+    Binds to 127.0.0.1 unless told otherwise; another host is refused without
+    --allow-remote, and with it every request must carry the access token
+    printed at start (the printed link carries it once, then a cookie does).
+    """
+    if not is_local(host) and not allow_remote:
+        raise click.UsageError(
+            f"refusing to serve on {visible(host)}: it may be reachable from other machines; "
+            "pass --allow-remote (every request then needs the printed token)"
+        )
+    try:
+        import uvicorn
+
+        from ..web import create_app
+        from ..web.security import new_token
+    except ImportError as error:
+        raise click.ClickException(
+            f"turnstore serve needs the serve extra (missing {error.name}): pip install 'turnstore[serve]'"
+        ) from None
+    store = settings.store(read_only=True)
+    token = new_token() if allow_remote else None
+    shown_host = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    url = f"http://{shown_host}:{port}/" + (f"?token={token}" if token else "")
+    app = create_app(store, token=token, hosts=None if allow_remote else LOCAL_HOSTS)
+    click.echo(f"turnstore viewer (read-only) at {visible(url)}")
+    if token is not None:
+        click.echo(f"access token: {token} (header X-Turnstore-Token, or ?token= once, then a cookie)")
+    server = uvicorn.Server(uvicorn.Config(app, host=host.strip("[]"), port=port, log_level="warning"))
+    asyncio.run(_run(server, url if open_browser else None))
+
+
+async def _run(server: Any, url: str | None) -> None:
+    """Serve until stopped; with ``url``, open it in the default browser once the server listens."""
+    serving = asyncio.ensure_future(server.serve())
+    if url is not None:
+        while not server.started and not serving.done():
+            await asyncio.sleep(0.05)
+        if server.started:
+            import webbrowser
+
+            webbrowser.open(url)
+    await serving

@@ -1,0 +1,306 @@
+"""The viewer's routes: sessions, one session, a loop's context, an image, spend.
+
+Every page reads one page's worth through the store's public read API; ids
+travel in query parameters (any stored id, ``/`` and all, round-trips). A bad
+parameter is a 400 naming it, an unknown session, loop, turn or image a 404,
+never a 500. Handlers are plain functions: Starlette runs them in its thread
+pool, where the store gives each thread its own connection.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Callable, Iterable
+from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp
+
+from ..errors import InvalidArgument, NotFound, TurnNotFound
+from ..store import Store
+from . import charts
+from .security import Guard
+from .text import as_json, shown
+from .views import (
+    IMAGE_TYPES,
+    image_block,
+    loop_of_session,
+    loop_tree,
+    message_view,
+    session_rows,
+    token_count,
+    turn_views,
+)
+
+__all__ = ["CONTEXT_PAGE", "SESSIONS_PAGE", "TURNS_PAGE", "create_app"]
+
+HERE = Path(__file__).resolve().parent
+SESSIONS_PAGE = 50
+"""Sessions per page of the list (``?per=`` up to :data:`MAX_PAGE`)."""
+TURNS_PAGE = 20
+"""Turns of one loop per page of a session."""
+CONTEXT_PAGE = 100
+"""Messages per page of a loop's context."""
+MAX_PAGE = 200
+SPEND_DAYS = 120
+"""Days in the spend page's charts over time (the latest)."""
+SPEND_SESSIONS = 15
+"""Sessions in the spend page's by-session chart (the costliest)."""
+ORDERS = ("-updated", "updated", "-created", "created", "title", "-title")
+
+
+def create_app(store: Store, *, token: str | None = None, hosts: Iterable[str] | None = None) -> ASGIApp:
+    """The viewer as an ASGI app over ``store`` (open it with ``read_only=True``).
+
+    Args:
+        store: the store to show; the app never writes to it.
+        token: when given, every request must carry it (see :mod:`turnstore.web.security`).
+        hosts: when given, only requests whose ``Host`` header names one of these are answered.
+    """
+    templates = Environment(
+        loader=FileSystemLoader(HERE / "templates"), autoescape=True, undefined=StrictUndefined, trim_blocks=True
+    )
+    templates.filters.update(shown=shown, json=as_json, tokens=_tokens, cost=_cost, rate=_rate, when=_when)
+    templates.globals.update(link=_link)
+
+    def page(request: Request, name: str, status: int = 200, **values: Any) -> HTMLResponse:
+        html = templates.get_template(name).render(request=request, **values)
+        return HTMLResponse(html, status_code=status)
+
+    def guarded(handler: Callable[[Request], Response]) -> Callable[[Request], Response]:
+        def run(request: Request) -> Response:
+            try:
+                return handler(request)
+            except InvalidArgument as error:
+                return page(request, "error.html", 400, title="Bad request", message=str(error))
+            except (NotFound, IndexError) as error:
+                return page(request, "error.html", 404, title="Not found", message=str(error))
+
+        return run
+
+    def sessions(request: Request) -> Response:
+        query = request.query_params
+        per = _int(query, "per", SESSIONS_PAGE, 1, MAX_PAGE)
+        number = _int(query, "page", 1, 1, 10**9)
+        order = _choice(query, "order", ORDERS)
+        found = store.sessions.list(
+            limit=per + 1,
+            offset=(number - 1) * per,
+            order=order,
+            agent_id=query.get("agent") or None,
+            model=query.get("model") or None,
+            since=_day(query, "since"),
+            until=_day(query, "until", next_day=True),
+        )
+        return page(
+            request,
+            "sessions.html",
+            rows=session_rows(store, found[:per]),
+            more=len(found) > per,
+            number=number,
+            order=order,
+            params={k: v for k, v in query.items() if k in {"agent", "model", "since", "until", "per", "order"}},
+        )
+
+    def session(request: Request) -> Response:
+        query = request.query_params
+        session_id = _required(query, "id")
+        found = store.sessions.get(session_id)
+        loops = store.loops.list(session_id)
+        loop_id = query.get("loop") or (loops[0].loop_id if loops else None)
+        start = _int(query, "from", 0, 0, 2**31)
+        loop = loop_of_session(store, session_id, loop_id) if loop_id is not None else None
+        turns = turn_views(store, loop.loop_id, start, start + TURNS_PAGE) if loop is not None else []
+        return page(
+            request,
+            "session.html",
+            session=found,
+            tree=loop_tree(loops),
+            usage=store.usage.session(session_id),
+            by_loop={row.loop_id: row for row in store.usage.by_loop(session_id)},
+            current=loop,
+            turns=turns,
+            start=start,
+            more=bool(turns) and turns[-1].turn_index >= start + TURNS_PAGE - 1,
+            page_size=TURNS_PAGE,
+        )
+
+    def context(request: Request) -> Response:
+        query = request.query_params
+        loop_id = _required(query, "loop")
+        offset = _int(query, "offset", 0, 0, 2**31)
+        loop = store.loops.get(loop_id)
+        messages = store.messages.context(loop_id)
+        shown_messages = [message_view(m, loop_id) for m in messages[offset : offset + CONTEXT_PAGE]]
+        return page(
+            request,
+            "context.html",
+            session=store.sessions.get(loop.session_id),
+            current=loop,
+            messages=shown_messages,
+            offset=offset,
+            total=len(messages),
+            page_size=CONTEXT_PAGE,
+        )
+
+    def image(request: Request) -> Response:
+        query = request.query_params
+        loop_id = _required(query, "loop")
+        turn, index, number = (_int(query, name, None, 0, 2**31) for name in ("turn", "message", "block"))
+        try:
+            block = image_block(store, loop_id, turn, index, number)
+        except TurnNotFound as error:
+            raise NotFound(str(error)) from None
+        try:
+            data = base64.b64decode(block.data, validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidArgument("block", "the stored image data is not base64") from None
+        if block.mime_type in IMAGE_TYPES:
+            return Response(data, media_type=block.mime_type, headers={"Cache-Control": "private, max-age=3600"})
+        # Not an image type this viewer shows (an SVG may hold script): a download, never rendered.
+        return Response(
+            data,
+            media_type="application/octet-stream",
+            headers={"Content-Disposition": 'attachment; filename="image.bin"'},
+        )
+
+    def spend(request: Request) -> Response:
+        days = store.usage.by_day()
+        models = store.usage.by_model()
+        top = sorted(store.usage.by_session(), key=lambda row: (row.cost or 0.0, token_count(row)), reverse=True)
+        top = top[:SPEND_SESSIONS]
+        titles = {}
+        for row in top:
+            assert row.session_id is not None
+            titles[row.session_id] = store.sessions.get(row.session_id).title or row.session_id
+        day_items = [(row.day or "?", row) for row in days[-SPEND_DAYS:]]
+        return page(
+            request,
+            "spend.html",
+            total=store.usage.total(),
+            charts=[
+                charts.columns("Tokens by day", [(d, token_count(r)) for d, r in day_items], _tokens),
+                charts.columns("Cost by day (USD)", [(d, r.cost or 0.0) for d, r in day_items], _cost),
+                charts.line("Cache-hit rate by day", [(d, r.cache_hit_rate) for d, r in day_items], _rate),
+                charts.rows("Cost by model (USD)", [(_model(r), r.cost or 0.0) for r in models], _cost),
+                charts.rows("Tokens by model", [(_model(r), token_count(r)) for r in models], _tokens),
+                charts.rows(
+                    "Cost by session (USD), the costliest",
+                    [(titles[r.session_id or ""], r.cost or 0.0) for r in top],
+                    _cost,
+                ),
+                charts.rows(
+                    "Tokens by session, the costliest",
+                    [(titles[r.session_id or ""], token_count(r)) for r in top],
+                    _tokens,
+                ),
+            ],
+        )
+
+    def not_found(request: Request, _error: Exception) -> Response:
+        return page(request, "error.html", 404, title="Not found", message=f"no page at {request.url.path}")
+
+    routes = [
+        Route("/", guarded(sessions)),
+        Route("/session", guarded(session)),
+        Route("/context", guarded(context)),
+        Route("/image", guarded(image)),
+        Route("/spend", guarded(spend)),
+        Route("/favicon.ico", _no_icon),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    app = Starlette(routes=routes, exception_handlers={404: not_found})
+    app.state.store = store
+    return Guard(app, token, None if hosts is None else frozenset(host.lower() for host in hosts))
+
+
+def _no_icon(_request: Request) -> Response:
+    """No icon, and no 404 in the browser's console for the one it asks for."""
+    return Response(status_code=204)
+
+
+# --- query parameters ---------------------------------------------------------------
+
+
+def _required(query: Any, name: str) -> str:
+    value = query.get(name)
+    if not value:
+        raise InvalidArgument(name, "is required")
+    return str(value)
+
+
+def _int(query: Any, name: str, default: int | None, low: int, high: int) -> int:
+    """A whole-number parameter within bounds; ``default`` None: required."""
+    raw = query.get(name)
+    if raw is None or raw == "":
+        if default is None:
+            raise InvalidArgument(name, "is required")
+        return default
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 12:
+        raise InvalidArgument(name, f"must be a whole number from {low} to {high}")
+    value = int(raw)
+    if not low <= value <= high:
+        raise InvalidArgument(name, f"must be a whole number from {low} to {high}")
+    return value
+
+
+def _choice(query: Any, name: str, choices: tuple[str, ...]) -> str:
+    value = query.get(name) or choices[0]
+    if value not in choices:
+        raise InvalidArgument(name, f"must be one of {', '.join(choices)}")
+    return str(value)
+
+
+def _day(query: Any, name: str, *, next_day: bool = False) -> datetime | None:
+    """A ``YYYY-MM-DD`` bound as a UTC time: its start, or (``until``, inclusive) the next day's."""
+    raw = query.get(name)
+    if not raw:
+        return None
+    try:
+        day = date.fromisoformat(raw) if len(raw) == 10 else None
+    except ValueError:
+        day = None
+    if day is None:
+        raise InvalidArgument(name, "must be a date as YYYY-MM-DD")
+    start = datetime(day.year, day.month, day.day, tzinfo=timezone.utc)
+    return start + timedelta(days=1) if next_day else start
+
+
+# --- formatting ---------------------------------------------------------------------
+
+
+def _link(path: str, **params: Any) -> str:
+    """``path`` with its query string; None values left out."""
+    kept = {k: v for k, v in params.items() if v is not None}
+    return f"{path}?{urlencode(kept)}" if kept else path
+
+
+def _tokens(value: float) -> str:
+    return f"{int(value):,}"
+
+
+def _cost(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"${value:,.4f}" if value < 1 else f"${value:,.2f}"
+
+
+def _rate(value: float) -> str:
+    return f"{value:.0%}"
+
+
+def _when(value: datetime | None) -> str:
+    return "" if value is None else value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _model(row: Any) -> str:
+    return f"{row.model} ({row.provider})" if row.provider else str(row.model or "unknown model")

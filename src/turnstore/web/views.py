@@ -1,0 +1,257 @@
+"""What the viewer's pages show, built from the store's public read API only.
+
+Each function reads one page's worth (a page of sessions, a page of turns of
+one loop, a page of a loop's context) and turns the stored models into plain
+view objects the templates render. Stored text stays text here: the templates
+escape it (autoescape) after :func:`turnstore.web.text.shown` made its control
+characters visible.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from ..errors import LoopNotFound
+from ..models import (
+    AssistantMessage,
+    AudioContent,
+    ExtensionMessage,
+    FileContent,
+    ImageContent,
+    TextContent,
+    ThinkingContent,
+    ToolCallContent,
+    ToolResultMessage,
+)
+from ..records import Loop, SessionSummary
+from ..store import Store
+from ..usage import UsageTotals
+
+__all__ = [
+    "IMAGE_TYPES",
+    "Block",
+    "LoopNode",
+    "MessageView",
+    "SessionRow",
+    "TurnView",
+    "image_block",
+    "loop_of_session",
+    "loop_tree",
+    "message_view",
+    "session_rows",
+    "token_count",
+    "turn_views",
+]
+
+IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "image/avif", "image/bmp"})
+"""MIME types served as images. Anything else stored as an image (``image/svg+xml`` above all: an SVG
+is a document that may hold script) is offered as a download only, never as an image."""
+
+
+@dataclass
+class SessionRow:
+    """One line of the sessions list."""
+
+    summary: SessionSummary
+    models: list[str]
+    usage: UsageTotals
+
+    @property
+    def tokens(self) -> int:
+        return token_count(self.usage)
+
+
+def token_count(usage: UsageTotals) -> int:
+    """Tokens a usage total counts: input, output and cache reads and writes (reasoning is inside output)."""
+    return usage.input + usage.output + usage.cache_read + usage.cache_write
+
+
+def session_rows(store: Store, summaries: list[SessionSummary]) -> list[SessionRow]:
+    """The sessions of one page with their models and usage: two queries per session, never the whole store."""
+    rows = []
+    for summary in summaries:
+        by_model = store.usage.by_model(summary.session_id)
+        models = sorted({row.model for row in by_model if row.model})
+        rows.append(SessionRow(summary, models, _sum(by_model)))
+    return rows
+
+
+def _sum(rows: list[Any]) -> UsageTotals:
+    """Totals of a session from its per-model rows (one query instead of two)."""
+    total = UsageTotals()
+    costs = [row.cost for row in rows if row.cost is not None]
+    for name in ("input", "output", "reasoning", "cache_read", "cache_write", "total_tokens", "requests"):
+        setattr(total, name, sum(getattr(row, name) for row in rows))
+    total.cost = sum(costs) if costs else None
+    seen = total.input + total.cache_read + total.cache_write
+    total.cache_hit_rate = total.cache_read / seen if seen else 0.0
+    return total
+
+
+@dataclass
+class LoopNode:
+    """A loop in the session's tree: how it relates to its parent, and its children."""
+
+    loop: Loop
+    relation: str
+    children: list[LoopNode] = field(default_factory=list)
+
+
+def loop_tree(loops: list[Loop]) -> list[LoopNode]:
+    """The session's loops as a forest: continuations, branches, reruns and compactions under their
+    parent, sub-agents under the loop whose tool call spawned them."""
+    nodes = {loop.loop_id: LoopNode(loop, _relation(loop)) for loop in loops}
+    roots: list[LoopNode] = []
+    for loop in loops:
+        parent = loop.parent_loop_id or loop.spawn_loop_id
+        if parent is not None and parent in nodes and parent != loop.loop_id:
+            nodes[parent].children.append(nodes[loop.loop_id])
+        else:
+            roots.append(nodes[loop.loop_id])
+    return roots
+
+
+def _relation(loop: Loop) -> str:
+    kind = loop.continuation_kind.value
+    if loop.spawn_loop_id is not None:
+        return f"sub-agent (tool call {loop.spawn_tool_call_id})" if loop.spawn_tool_call_id else "sub-agent"
+    if kind == "branch":
+        return f"branch after message #{loop.fork_after}" if loop.fork_after is not None else "branch"
+    if kind == "compaction":
+        return f"compaction, keeps from message #{loop.keep_from}" if loop.keep_from is not None else "compaction"
+    return kind
+
+
+def loop_of_session(store: Store, session_id: str, loop_id: str) -> Loop:
+    """The loop, refused as not found when it belongs to another session."""
+    loop = store.loops.get(loop_id)
+    if loop.session_id != session_id:
+        raise LoopNotFound(f"loop {loop_id!r} not found in session {session_id!r}")
+    return loop
+
+
+@dataclass
+class Block:
+    """One content block as shown: ``kind`` picks the template's rendering."""
+
+    kind: str
+    text: str = ""
+    name: str = ""
+    arguments: Any = None
+    anchor: str = ""
+    target: str | None = None
+    mime_type: str = ""
+    image_index: tuple[int, int] | None = None
+    is_image: bool = False
+
+
+@dataclass
+class MessageView:
+    """One message as shown."""
+
+    role: str
+    blocks: list[Block]
+    kind: str | None = None
+    data: Any = None
+    model: str | None = None
+    stop_reason: str | None = None
+    error: str | None = None
+    tool_name: str | None = None
+    is_error: bool = False
+    anchor: str = ""
+    target: str | None = None
+    timestamp: datetime | None = None
+
+
+@dataclass
+class TurnView:
+    """One turn of a loop with its usage."""
+
+    turn_index: int
+    messages: list[MessageView]
+    usage: UsageTotals
+
+
+def _anchor(kind: str, loop_id: str, call_id: str, place: tuple[int, int] | None) -> str:
+    """An HTML id for a tool call or result: a digest of the loop, the turn (a call id may repeat in
+    another turn) and the call id, so stored ids never reach an attribute raw."""
+    turn = "" if place is None else place[0]
+    digest = hashlib.sha256(f"{loop_id}\x00{turn}\x00{call_id}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{kind}-{digest}"
+
+
+def turn_views(store: Store, loop_id: str, start: int, stop: int) -> list[TurnView]:
+    """Turns ``start <= k < stop`` of a loop, each tool call linked to its result and back."""
+    views = []
+    for turn in store.messages.turns(loop_id, start, stop):
+        messages = [message_view(message, loop_id, (turn.turn_index, i)) for i, message in enumerate(turn.messages)]
+        _pair(messages)
+        views.append(TurnView(turn.turn_index, messages, store.usage.turn(loop_id, turn.turn_index)))
+    return views
+
+
+def _pair(messages: list[MessageView]) -> None:
+    """Link each tool call to the result shown on the same page, and each result to its call."""
+    calls = {block.anchor: block for view in messages for block in view.blocks if block.kind == "tool_call"}
+    results = {view.anchor: view for view in messages if view.role == "toolResult"}
+    for anchor, block in calls.items():
+        result = results.get("result-" + anchor[len("call-") :])
+        if result is not None:
+            block.target = result.anchor
+            result.target = anchor
+
+
+def message_view(message: Any, loop_id: str, place: tuple[int, int] | None = None) -> MessageView:
+    """One stored message as shown; ``place`` (turn, index in turn) makes its images loadable."""
+    if isinstance(message, ExtensionMessage):
+        return MessageView(role="extension", blocks=[], kind=message.kind, data=message.data)
+    blocks = [_block(block, loop_id, place, b) for b, block in enumerate(message.content)]
+    view = MessageView(role=message.role, blocks=blocks)
+    timestamp = getattr(message, "timestamp", 0)
+    if timestamp:
+        try:
+            view.timestamp = datetime.fromtimestamp(timestamp / 1000, timezone.utc)
+        except (OverflowError, OSError, ValueError):  # a stored timestamp no calendar holds: shown as none
+            pass
+    if isinstance(message, AssistantMessage):
+        view.model, view.stop_reason, view.error = message.model, message.stop_reason.value, message.error_message
+    elif isinstance(message, ToolResultMessage):
+        view.tool_name, view.is_error = message.tool_name, message.is_error
+        view.anchor = _anchor("result", loop_id, message.tool_call_id, place)
+    return view
+
+
+def _block(block: Any, loop_id: str, place: tuple[int, int] | None, index: int) -> Block:
+    if isinstance(block, TextContent):
+        return Block("text", text=block.text)
+    if isinstance(block, ThinkingContent):
+        return Block("thinking", text=block.thinking)
+    if isinstance(block, ToolCallContent):
+        anchor = _anchor("call", loop_id, block.id, place)
+        return Block("tool_call", name=block.name, arguments=block.arguments, anchor=anchor)
+    if isinstance(block, ImageContent):
+        where = None if place is None else (place[1], index)
+        return Block("image", mime_type=block.mime_type, image_index=where, is_image=block.mime_type in IMAGE_TYPES)
+    if isinstance(block, (AudioContent, FileContent)):
+        return Block(block.type, mime_type=block.mime_type or "", name=getattr(block, "name", None) or "")
+    return Block("other", text=str(getattr(block, "type", "block")))
+
+
+def image_block(store: Store, loop_id: str, turn_index: int, message_index: int, block_index: int) -> ImageContent:
+    """The image block at that place of a loop's turn.
+
+    Raises:
+        LoopNotFound, TurnNotFound: no such loop or turn.
+        IndexError: no image block at that place.
+    """
+    messages = store.messages.turn(loop_id, turn_index).messages
+    if not 0 <= message_index < len(messages):
+        raise IndexError("no such message in the turn")
+    content = getattr(messages[message_index], "content", None) or []
+    if not 0 <= block_index < len(content) or not isinstance(content[block_index], ImageContent):
+        raise IndexError("no image block at that place")
+    image: ImageContent = content[block_index]
+    return image

@@ -1,0 +1,230 @@
+"""The viewer in a real browser: Debian's headless Chromium driven by Playwright, against
+``turnstore serve``'s app on uvicorn (docs/viewer.md).
+
+Skipped when Chromium or Playwright is missing, except under ``CI=true`` (``.ci/run``
+installs Chromium), where that is a failure. Each page's screenshot is saved to
+``$TURNSTORE_SCREENSHOTS`` when set (the README's come from ``docs/img``), else to
+the test's temporary folder.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from viewer_data import ANSI, IMG, SCRIPT, build_viewer_store
+
+from turnstore import Store
+
+CHROMIUM = os.environ.get("TURNSTORE_CHROMIUM", "/usr/bin/chromium")
+
+
+def _missing() -> str | None:
+    """Why the browser tests cannot run here, or None."""
+    if not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
+        return f"Chromium not found at {CHROMIUM} (apt-get install chromium)"
+    for module in ("playwright", "uvicorn", "starlette", "jinja2"):
+        try:
+            __import__(module)
+        except ImportError:
+            return f"{module} is not installed (pip install -e '.[test]')"
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    reason = _missing()
+    if reason is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason} (CI=true: the browser tests may not be skipped)")
+        pytest.skip(reason)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture(scope="module")
+def server(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The viewer of a filled store on uvicorn, on a free port of 127.0.0.1, in a thread, set up as
+    ``turnstore serve`` sets it up; its base URL."""
+    import uvicorn
+
+    from turnstore.cli.serve import LOCAL_HOSTS
+    from turnstore.web import create_app
+
+    path = tmp_path_factory.mktemp("browser") / "viewer.db"
+    with Store(path) as writer:
+        build_viewer_store(writer)
+    store = Store(path, read_only=True)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    running = uvicorn.Server(
+        uvicorn.Config(create_app(store, hosts=LOCAL_HOSTS), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=running.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not running.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        running.should_exit = True
+        thread.join(timeout=30)
+        store.close()
+
+
+@pytest.fixture
+def page(browser: Any, server: str) -> Iterator[Any]:
+    """A fresh page that records every dialog (dismissed) and every console error."""
+    context = browser.new_context(viewport={"width": 1280, "height": 860})
+    opened = context.new_page()
+    opened.dialogs = []
+    opened.errors = []
+    opened.on("dialog", lambda dialog: (opened.dialogs.append(dialog.message), dialog.dismiss()))
+    opened.on("console", lambda message: opened.errors.append(message.text) if message.type == "error" else None)
+    opened.on("pageerror", lambda error: opened.errors.append(str(error)))
+    try:
+        yield opened
+    finally:
+        context.close()
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    folder = Path(os.environ.get("TURNSTORE_SCREENSHOTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def snap(page: Any, folder: Path, name: str, *, full: bool = False) -> None:
+    path = folder / f"{name}.png"
+    page.screenshot(path=str(path), full_page=full)
+    assert path.read_bytes().startswith(b"\x89PNG")
+
+
+def test_sessions_list(page: Any, server: str, shots: Path) -> None:
+    page.goto(server + "/")
+
+    rows = page.locator("table.sessions tbody tr")
+    assert rows.count() == 5
+    assert page.locator("table.sessions thead th").all_inner_texts()[:3] == ["Title", "Agent", "Models"]
+    assert any("Fix the failing date parser test" in row for row in rows.all_inner_texts())
+    page.select_option("select[name=order]", "title")
+    page.click("form.filters button")
+    titles = page.locator("a.session-link").all_inner_texts()
+    assert titles[0].startswith("<b>bold</b>")  # "<" sorts before letters
+    assert titles[1:] == [
+        "A long loop",
+        "Compare two chart libraries",
+        "Fix the failing date parser test",
+        "Migrate the settings module",
+    ]
+    page.goto(server + "/")
+    snap(page, shots, "sessions")
+    assert page.errors == [] and page.dialogs == []
+
+
+def test_the_branched_demo_session(page: Any, server: str, shots: Path) -> None:
+    page.goto(server + "/")
+    page.click("text=Fix the failing date parser test")
+
+    assert page.locator("h1").inner_text() == "Fix the failing date parser test"
+    loops = page.locator("ul.tree li.loop")
+    assert loops.count() == 3
+    branch = page.locator("ul.tree li.loop li.loop li.loop")  # the branch, under the follow-up, under the first
+    assert "branch after message #" in branch.inner_text()
+    assert page.locator("section.turn").count() == 4
+    snap(page, shots, "session")
+    branch.locator("a").first.click()
+    assert page.locator("li.loop.current .relation").inner_text().startswith("branch after message #")
+    assert "gpt-5" in page.locator("section.turn").first.inner_text()
+    assert page.errors == [] and page.dialogs == []
+
+
+def test_expand_a_thinking_block(page: Any, server: str) -> None:
+    page.goto(server + "/session?id=demo-coding-0b5d0f0e")
+    thinking = page.locator("details.thinking").first
+
+    assert thinking.evaluate("node => node.open") is False
+    assert not thinking.locator("div.text").is_visible()
+    thinking.locator("summary").click()
+
+    assert thinking.evaluate("node => node.open") is True
+    assert thinking.locator("div.text").is_visible()
+    assert "Run the failing test first" in thinking.locator("div.text").inner_text()
+
+
+def test_follow_a_tool_call_to_its_result(page: Any, server: str) -> None:
+    page.goto(server + "/session?id=demo-coding-0b5d0f0e")
+    call = page.locator("div.tool-call").first
+    link = call.locator("a.to-result")
+    target = link.get_attribute("href")
+
+    link.click()
+
+    assert page.evaluate("location.hash") == target
+    result = page.locator(f"article{target}")
+    assert result.evaluate("node => node.matches(':target')") is True
+    top = result.evaluate("node => node.getBoundingClientRect().top")
+    assert -1 <= top < page.viewport_size["height"]  # scrolled to (to within a subpixel)
+    assert "FAILED" in result.inner_text() and result.locator(".badge.error").inner_text() == "error"
+    result.locator("a.to-call").click()
+    assert page.evaluate("location.hash") == "#" + call.get_attribute("id")
+
+
+def test_spend_page_charts_render(page: Any, server: str, shots: Path) -> None:
+    page.goto(server + "/spend")
+
+    charts = page.locator("section.chart svg")
+    assert charts.count() == 7
+    for i in range(charts.count()):
+        box = charts.nth(i).bounding_box()
+        assert box is not None and box["width"] > 300 and box["height"] > 20
+    bars = page.locator("svg rect.bar")
+    assert bars.count() > 6
+    assert max(bars.nth(i).bounding_box()["width"] for i in range(bars.count())) > 10  # type: ignore[index]
+    assert page.locator("svg polyline.line").count() == 1
+    assert (
+        page.locator("svg .bar").first.evaluate("node => getComputedStyle(node).fill") != "rgb(0, 0, 0)"
+    )  # CSS applied
+    snap(page, shots, "spend", full=True)
+    assert page.errors == [] and page.dialogs == []
+
+
+def test_hostile_message_is_shown_as_text_and_runs_nothing(page: Any, server: str, shots: Path) -> None:
+    page.goto(server + "/")
+    page.locator("a.session-link", has_text="bold").click()
+    page.wait_for_load_state("load")
+
+    text = page.locator("main").inner_text()
+    assert SCRIPT in text and IMG in text
+    assert ANSI.replace("\x1b", "\\x1b") in text and "\x1b" not in text
+    assert "\\u202eevil" in text
+    assert page.evaluate("document.scripts.length") == 0
+    assert page.evaluate("[...document.images].map(i => i.getAttribute('src')).filter(s => s === 'x').length") == 0
+    page.locator("details.thinking summary").click()
+    assert SCRIPT in page.locator("details.thinking").inner_text()
+    pixel = page.locator("img.inline").first
+    pixel.scroll_into_view_if_needed()
+    page.wait_for_function("document.images[0].complete")
+    assert pixel.evaluate("node => node.naturalWidth") == 1
+    assert "app-only" in text
+    snap(page, shots, "hostile")
+    page.click("a.context-link")
+    assert SCRIPT in page.locator("main").inner_text()
+    assert page.dialogs == []

@@ -1,0 +1,572 @@
+"""``turnstore serve``'s routes through Starlette's test client: every page, 404s, bad parameters,
+the token rule, the security headers and the image rule, on SQLite and PostgreSQL (docs/viewer.md)."""
+
+from __future__ import annotations
+
+import html
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote_plus
+
+import pytest
+from backends import selected_backends
+from cli_runner import run_cli
+from factories import assistant, tool_result, user
+from markupsafe import escape
+from viewer_data import (
+    ANSI,
+    HOSTILE_TITLE,
+    IMG,
+    LONG_TURNS,
+    PNG_BYTES,
+    SCRIPT,
+    SVG,
+    build_viewer_store,
+)
+
+pytest.importorskip("starlette", reason="the serve extra is not installed")
+from starlette.testclient import TestClient
+
+from turnstore import Store
+from turnstore.cli.serve import LOCAL_HOSTS
+from turnstore.web import create_app
+from turnstore.web.security import CONTENT_SECURITY_POLICY
+
+SYNC = [name for name in selected_backends() if not name.endswith("async")]
+
+
+@pytest.fixture(params=SYNC or ["sqlite"])
+def backend(request: pytest.FixtureRequest) -> str:
+    """The viewer runs on the sync store: SQLite and PostgreSQL."""
+    return str(request.param)
+
+
+@pytest.fixture
+def ids(store: Any) -> dict[str, str]:
+    return build_viewer_store(store)
+
+
+@pytest.fixture
+def viewer(store_url: str, ids: dict[str, str]) -> Iterator[TestClient]:
+    """A client of the viewer over the filled store, opened read-only as ``turnstore serve`` opens it."""
+    with Store(store_url, read_only=True) as read_only:
+        yield TestClient(create_app(read_only))
+
+
+def get(client: TestClient, path: str, status: int = 200, **params: Any) -> Any:
+    response = client.get(path, params=params)
+    assert response.status_code == status, response.text[:500]
+    return response
+
+
+def text_of(page: str) -> str:
+    """The page's text as a reader sees it (tags dropped, entities decoded)."""
+    return html.unescape(re.sub(r"<[^>]+>", " ", page))
+
+
+# --- sessions -------------------------------------------------------------------------
+
+
+def test_sessions_list_shows_each_session_with_its_counts_usage_and_models(viewer: TestClient, store: Any) -> None:
+    page = get(viewer, "/").text
+    shown = text_of(page)
+
+    assert "Fix the failing date parser test" in shown and "Compare two chart libraries" in shown
+    coding = store.usage.session("demo-coding-0b5d0f0e")
+    row = page[page.index("Fix the failing date parser test") :].split("</tr>")[0]
+    cells = [text_of(cell).strip() for cell in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+    tokens = coding.input + coding.output + coding.cache_read + coding.cache_write
+    summary = next(s for s in store.sessions.list() if s.session_id == "demo-coding-0b5d0f0e")
+    assert (summary.loops, summary.messages) == (3, 16)
+    assert cells == [
+        "demo-coder",
+        "claude-sonnet-4-5, gpt-5",
+        "3",
+        "16",
+        f"{tokens:,}",
+        f"${coding.cost:,.4f}",
+        cells[-1],
+    ]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", cells[-1])
+
+
+def listed(page: str) -> list[str]:
+    """The session ids a sessions page links to, in order."""
+    return [unquote_plus(html.unescape(found)) for found in re.findall(r'href="/session\?id=([^"]+)"', page)]
+
+
+def test_sessions_list_pages(viewer: TestClient, store: Any) -> None:
+    everything = [s.session_id for s in store.sessions.list()]
+
+    first = get(viewer, "/", per=2).text
+    second = get(viewer, "/", per=2, page=2).text
+    last = get(viewer, "/", per=2, page=3).text
+
+    assert len(everything) == 5
+    assert listed(first) == everything[:2] and listed(second) == everything[2:4] and listed(last) == everything[4:]
+    assert 'rel="next"' in first and 'rel="prev"' not in first
+    assert 'rel="prev"' in last and 'rel="next"' not in last
+    assert "No sessions" in get(viewer, "/", per=2, page=9).text
+
+
+def test_sessions_list_filters_and_sorts(viewer: TestClient) -> None:
+    by_model = text_of(get(viewer, "/", model="gpt-5").text)
+    by_title = text_of(get(viewer, "/", order="title").text)
+    since = text_of(get(viewer, "/", since="2026-11-03").text)
+    until = text_of(get(viewer, "/", until="2026-11-02").text)
+    nothing = text_of(get(viewer, "/", agent="nobody").text)
+
+    assert "Compare two chart libraries" in by_model and "Fix the failing" in by_model
+    assert "Migrate the settings module" not in by_model and "A long loop" not in by_model
+    assert by_title.index("A long loop") < by_title.index("Compare two") < by_title.index("Fix the failing")
+    assert "Migrate the settings module" in since and "Fix the failing" not in since
+    assert "Fix the failing" in until and "Migrate the settings module" not in until
+    assert "No sessions match these filters" in nothing
+
+
+@pytest.mark.parametrize(
+    ("params", "name"),
+    [
+        ({"page": "x"}, "page"),
+        ({"page": "0"}, "page"),
+        ({"per": "1000"}, "per"),
+        ({"per": "-1"}, "per"),
+        ({"page": "١"}, "page"),  # an Arabic-Indic digit: isdigit() but not ASCII
+        ({"order": "cost; drop table"}, "order"),
+        ({"since": "2026-13-01"}, "since"),
+        ({"until": "yesterday"}, "until"),
+    ],
+)
+def test_bad_list_parameters_are_a_400_naming_them(viewer: TestClient, params: dict[str, str], name: str) -> None:
+    response = viewer.get("/", params=params)
+
+    assert response.status_code == 400
+    assert response.headers["content-type"].startswith("text/html")
+    assert re.search(rf'id="error-message">{name}: ', response.text)
+
+
+# --- a session ------------------------------------------------------------------------
+
+
+def test_branched_session_shows_its_loop_tree_and_the_first_loops_turns(viewer: TestClient, store: Any) -> None:
+    loops = store.loops.list("demo-coding-0b5d0f0e")
+    branch = next(loop for loop in loops if loop.continuation_kind.value == "branch")
+
+    page = get(viewer, "/session", id="demo-coding-0b5d0f0e").text
+    tree = page[page.index('<ul class="tree">') : page.index("</ul>", page.rindex('class="loop'))]
+
+    assert [html.unescape(t) for t in re.findall(r'<li class="loop[^"]*">\s*<a[^>]*>([^<]*)</a>', tree)] == [
+        loop.loop_id for loop in loops
+    ]
+    assert f"branch after message #{branch.fork_after}" in tree
+    assert tree.index(loops[1].loop_id) < tree.index(branch.loop_id)  # the branch nested under its parent
+    assert page.count('<section class="turn"') == len(store.messages.turns(loops[0].loop_id))
+    assert '<details class="thinking"><summary>thinking</summary>' in page
+
+
+def test_each_tool_call_links_to_its_result_and_back(viewer: TestClient) -> None:
+    page = get(viewer, "/session", id="demo-coding-0b5d0f0e").text
+
+    calls = re.findall(r'<div class="tool-call" id="(call-[0-9a-f]+)">.*?href="#(result-[0-9a-f]+)"', page, re.S)
+    assert len(calls) >= 3
+    for call, result in calls:
+        assert call[len("call-") :] == result[len("result-") :]
+        article = page[page.index(f'id="{result}"') :].split("</article>")[0]
+        assert f'href="#{call}"' in article
+    failing = page[page.index('class="msg role-toolResult is-error"') :].split("</article>")[0]
+    assert '<span class="badge error">error</span>' in failing and "FAILED" in failing
+
+
+def test_a_call_id_reused_in_another_turn_links_within_its_turn(store: Any, store_url: str) -> None:
+    store.sessions.create(session_id="reuse")
+    loop = store.loops.start("reuse")
+    for k in range(2):
+        store.messages.append_turn(
+            loop.loop_id, k, [user(f"q{k}"), assistant(calls=("call_0",)), tool_result("call_0", f"result {k}")]
+        )
+    with Store(store_url, read_only=True) as read_only:
+        page = get(TestClient(create_app(read_only)), "/session", id="reuse").text
+
+    ids = re.findall(r' id="((?:call|result)-[0-9a-f]+)"', page)
+    assert len(ids) == 4 == len(set(ids))
+    for k in range(2):
+        turn = page[page.index(f'id="turn-{k}"') :].split("</section>")[0]
+        call, result = re.findall(r'href="#(result-[0-9a-f]+)"|id="(result-[0-9a-f]+)"', turn)
+        assert call[0] == result[1] and f"result {k}" in turn
+
+
+def test_turns_carry_their_usage(viewer: TestClient, store: Any) -> None:
+    loop_id = store.loops.list("demo-coding-0b5d0f0e")[0].loop_id
+    turn = store.usage.turn(loop_id, 1)
+
+    page = get(viewer, "/session", id="demo-coding-0b5d0f0e").text
+    heading = text_of(re.search(r"<h3>Turn 1 (.*?)</h3>", page, re.S).group(1))
+
+    tokens = turn.input + turn.output + turn.cache_read + turn.cache_write
+    assert f"{tokens:,} tokens" in heading
+    assert f"cache hit {turn.cache_hit_rate:.0%}" in heading and f"${turn.cost:,.4f}" in heading
+
+
+def test_a_loop_is_chosen_and_its_turns_paged(viewer: TestClient, ids: dict[str, str]) -> None:
+    first = get(viewer, "/session", id=ids["long"], loop=ids["long_loop"]).text
+    last = get(viewer, "/session", id=ids["long"], loop=ids["long_loop"], **{"from": "40"}).text
+
+    assert re.findall(r'id="turn-(\d+)"', first) == [str(k) for k in range(20)]
+    assert 'from=20"' in first and 'rel="prev"' not in first
+    assert re.findall(r'id="turn-(\d+)"', last) == [str(k) for k in range(40, LONG_TURNS)]
+    assert 'rel="next"' not in last and "from=20" in last
+    assert "No turns from turn 99" in get(viewer, "/session", id=ids["long"], **{"from": "99"}).text
+
+
+def test_subagent_loop_sits_under_the_loop_that_spawned_it(viewer: TestClient, store: Any) -> None:
+    parent, child = store.loops.list("demo-research-5c7a2e41")
+
+    page = get(viewer, "/session", id="demo-research-5c7a2e41").text
+    inner = page[page.index(parent.loop_id) : page.index("</ul>", page.index(child.loop_id))]
+
+    assert child.loop_id in inner and "sub-agent (tool call" in inner
+
+
+@pytest.mark.parametrize(
+    ("params", "status", "said"),
+    [
+        ({}, 400, "id: is required"),
+        ({"id": "nope"}, 404, "nope"),
+        ({"id": "demo-coding-0b5d0f0e", "loop": "nope"}, 404, "nope"),
+        ({"id": "demo-coding-0b5d0f0e", "loop": "demo-research-5c7a2e41.openai.gpt-5.1"}, 404, "not found in session"),
+        ({"id": "demo-coding-0b5d0f0e", "from": "-1"}, 400, "from: "),
+        ({"id": "demo-coding-0b5d0f0e", "from": "1e3"}, 400, "from: "),
+    ],
+)
+def test_session_page_errors(viewer: TestClient, params: dict[str, str], status: int, said: str) -> None:
+    response = viewer.get("/session", params=params)
+
+    assert response.status_code == status
+    assert said in html.unescape(response.text)
+
+
+# --- context, images, spend ---------------------------------------------------------------
+
+
+def test_context_page_shows_what_context_returns(viewer: TestClient, store: Any, ids: dict[str, str]) -> None:
+    branch = store.loops.list("demo-coding-0b5d0f0e")[2].loop_id
+    context = store.messages.context(branch)
+
+    page = get(viewer, "/context", loop=branch).text
+    hostile = get(viewer, "/context", loop=ids["hostile_loop"]).text
+
+    assert f"{len(context)} messages" in page
+    assert re.findall(r'class="msg role-(\w+)', page) == [m.role for m in context]
+    assert "role-extension" not in hostile and "app-only" not in hostile
+    assert get(viewer, "/context", 404, loop="nope").status_code == 404
+    assert get(viewer, "/context", 400).status_code == 400
+    assert get(viewer, "/context", 400, loop=branch, offset="x").status_code == 400
+
+
+def test_context_page_is_paged(viewer: TestClient, ids: dict[str, str]) -> None:
+    first = get(viewer, "/context", loop=ids["long_loop"]).text
+    rest = get(viewer, "/context", loop=ids["long_loop"], offset=60).text
+
+    assert "messages 1–90 of 90" in first and "messages 61–90 of 90" in rest
+    assert first.count('<article class="msg') == 2 * LONG_TURNS
+    assert rest.count('<article class="msg') == 2 * LONG_TURNS - 60
+    assert 'rel="next"' not in first and 'rel="prev"' not in first and "offset=0" in rest
+
+
+def test_images_are_served_only_as_the_image_types_they_claim(viewer: TestClient, ids: dict[str, str]) -> None:
+    place = {"loop": ids["hostile_loop"], "turn": 0, "message": 0}
+
+    png = get(viewer, "/image", **place, block=1)
+    svg = get(viewer, "/image", **place, block=2)
+    page = get(viewer, "/session", id=ids["hostile"]).text
+
+    assert png.headers["content-type"] == "image/png" and png.content == PNG_BYTES
+    assert svg.headers["content-type"] == "application/octet-stream"
+    assert svg.headers["content-disposition"].startswith("attachment")
+    assert svg.headers["x-content-type-options"] == "nosniff"
+    assert svg.content.startswith(b"<svg") and SVG
+    assert page.count("<img ") == 2  # the PNG, and the undecodable "PNG" (which then fails to load)
+    assert 'loading="lazy"' in page
+    assert "image/svg+xml</a> (not shown" in page
+
+
+@pytest.mark.parametrize(
+    ("place", "status"),
+    [
+        ({"turn": 0, "message": 0, "block": 0}, 404),  # a text block
+        ({"turn": 0, "message": 0, "block": 9}, 404),
+        ({"turn": 0, "message": 9, "block": 1}, 404),
+        ({"turn": 7, "message": 0, "block": 1}, 404),
+        ({"turn": 0, "message": 0, "block": 3}, 400),  # stored data that is not base64
+        ({"turn": 0, "message": 0}, 400),
+        ({"turn": "x", "message": 0, "block": 1}, 400),
+    ],
+)
+def test_image_errors(viewer: TestClient, ids: dict[str, str], place: dict[str, Any], status: int) -> None:
+    assert get(viewer, "/image", status, loop=ids["hostile_loop"], **place).status_code == status
+
+
+def test_unknown_loop_image_is_404(viewer: TestClient) -> None:
+    assert get(viewer, "/image", 404, loop="nope", turn=0, message=0, block=0).status_code == 404
+
+
+def test_spend_page_draws_its_charts_as_svg(viewer: TestClient, store: Any) -> None:
+    page = get(viewer, "/spend").text
+    days = store.usage.by_day()
+    models = store.usage.by_model()
+
+    charts = re.findall(r'<svg class="chart-(\w+)".*?</svg>', page, re.S)
+    assert charts == ["columns", "columns", "line", "rows", "rows", "rows", "rows"]
+    svgs = re.findall(r'<svg class="chart-\w+".*?</svg>', page, re.S)
+    assert svgs[0].count('<rect class="bar"') == len(days)
+    assert svgs[3].count('<rect class="bar"') == len(models)
+    assert (
+        svgs[5].count('<rect class="bar"') == svgs[6].count('<rect class="bar"') == len(store.usage.by_session()) == 5
+    )
+    assert "Fix the failing date parser test" in svgs[5]
+    assert svgs[2].count("<circle") == len(days) and "<polyline" in svgs[2]
+    assert f"${store.usage.total().cost:,.2f}" in page or f"${store.usage.total().cost:,.4f}" in page
+
+
+def test_spend_page_of_an_empty_store(store_url: str, store: Any) -> None:
+    with Store(store_url, read_only=True) as read_only:
+        page = get(TestClient(create_app(read_only)), "/spend").text
+
+    assert page.count("No usage recorded.") == 7 and "<svg" not in page
+
+
+# --- hostile text, headers, the token -------------------------------------------------------
+
+
+def test_hostile_text_is_shown_as_text(viewer: TestClient, ids: dict[str, str]) -> None:
+    pages = [
+        get(viewer, "/").text,
+        get(viewer, "/session", id=ids["hostile"]).text,
+        get(viewer, "/context", loop=ids["hostile_loop"]).text,
+    ]
+
+    for page in pages:
+        assert "<script>" not in page and "<img src=x" not in page and "<b>bold" not in page
+        assert "\x1b" not in page and "\u202e" not in page and "\x07" not in page
+    session = pages[1]
+    assert html.escape(SCRIPT, quote=True) in session
+    assert html.escape(IMG, quote=True) in session
+    assert "\\x1b[31mred alert\\x1b[0m" in session and "\\u202eevil" in session
+    assert str(escape(HOSTILE_TITLE.replace("\x1b", "\\x1b"))) in pages[0]
+    assert "app-only" in session and "note&lt;script&gt;" in session
+    assert ANSI not in session
+
+
+def test_security_headers_on_every_response(viewer: TestClient) -> None:
+    responses = [
+        viewer.get("/"),
+        viewer.get("/nope"),
+        viewer.get("/session"),
+        viewer.get("/static/style.css"),
+        viewer.get("/spend"),
+    ]
+
+    assert [r.status_code for r in responses] == [200, 404, 400, 200, 200]
+    for response in responses:
+        assert response.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+        assert response.headers["x-content-type-options"] == "nosniff"
+        assert response.headers["x-frame-options"] == "DENY"
+    assert "script-src 'self'" in CONTENT_SECURITY_POLICY and "unsafe-inline" not in CONTENT_SECURITY_POLICY
+    assert "no page at /nope" in responses[1].text
+
+
+def test_templates_never_mark_content_safe() -> None:
+    templates = Path(__import__("turnstore.web", fromlist=["x"]).__file__).parent / "templates"
+
+    for template in templates.glob("*.html"):
+        assert "|safe" not in template.read_text().replace(" ", ""), template.name
+        assert "autoescape false" not in template.read_text(), template.name
+
+
+def test_token_is_required_when_set(store: Any, store_url: str, ids: dict[str, str]) -> None:
+    with Store(store_url, read_only=True) as read_only:
+        client = TestClient(create_app(read_only, token="s3cret-token"))
+
+        missing = client.get("/")
+        wrong = client.get("/", params={"token": "s3cret-tokem"})
+        wrong_header = client.get("/", headers={"X-Turnstore-Token": "nope"})
+        static = client.get("/static/style.css")
+        header = client.get("/spend", headers={"X-Turnstore-Token": "s3cret-token"})
+        query = client.get("/", params={"token": "s3cret-token"})
+        cookie_only = client.get("/session", params={"id": ids["coding"]})
+        client.cookies.clear()
+        after = client.get("/")
+        bad_cookie = client.get("/", headers={"Cookie": 'turnstore_token="\\x"; ;;='})
+
+    assert [r.status_code for r in (missing, wrong, wrong_header, static, after, bad_cookie)] == [401] * 6
+    assert missing.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+    assert "s3cret" not in missing.text
+    assert header.status_code == 200 and "set-cookie" not in header.headers
+    assert query.status_code == 200
+    assert query.headers["set-cookie"] == "turnstore_token=s3cret-token; Path=/; HttpOnly; SameSite=Strict"
+    assert cookie_only.status_code == 200
+
+
+def test_no_token_no_check(viewer: TestClient) -> None:
+    assert viewer.get("/", headers={"X-Turnstore-Token": "anything"}).status_code == 200
+
+
+def test_the_viewer_never_writes(store_url: str, ids: dict[str, str], store: Any) -> None:
+    before = [(s.session_id, s.updated_at) for s in store.sessions.list()]
+    with Store(store_url, read_only=True) as read_only:
+        client = TestClient(create_app(read_only))
+        for path, params in [("/", {}), ("/session", {"id": ids["coding"]}), ("/spend", {})]:
+            get(client, path, **params)
+
+    assert [(s.session_id, s.updated_at) for s in store.sessions.list()] == before
+
+
+# --- the command -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.7", "::", "example.org"])
+def test_serve_refuses_a_remote_host_without_allow_remote(tmp_path: Path, host: str) -> None:
+    result = run_cli("--db", tmp_path / "s.db", "serve", "--host", host)
+
+    assert result.code == 2
+    assert f"refusing to serve on {host}" in result.err and "--allow-remote" in result.err
+
+
+def test_serve_refuses_a_bad_port(tmp_path: Path) -> None:
+    result = run_cli("--db", tmp_path / "s.db", "serve", "--port", "0")
+
+    assert result.code == 2 and "--port" in result.err
+
+
+def test_serve_without_the_extra_names_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # as if turnstore[serve] were not installed
+
+    result = run_cli("--db", tmp_path / "s.db", "serve")
+
+    assert result.code == 1
+    assert (
+        result.err == "error: turnstore serve needs the serve extra (missing uvicorn): pip install 'turnstore[serve]'\n"
+    )
+
+
+def test_serve_a_missing_store_is_one_line(tmp_path: Path) -> None:
+    result = run_cli("--db", tmp_path / "missing" / "s.db", "serve")
+
+    assert result.code == 1 and result.err.startswith("error: ") and result.err.count("\n") == 1
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _serve(db: Path, *args: str) -> tuple[subprocess.Popen[str], int]:
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "turnstore", "--db", str(db), "serve", "--port", str(port), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return process, port
+        except OSError:
+            if process.poll() is not None:
+                raise AssertionError(process.stderr.read() if process.stderr else "serve exited") from None
+            time.sleep(0.1)
+    process.kill()
+    raise AssertionError("turnstore serve did not listen in 30 s")
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
+
+
+def test_serve_runs_the_viewer_on_localhost(tmp_path: Path) -> None:
+    db = tmp_path / "demo.db"
+    assert run_cli("--db", db, "demo").code == 0
+    process, port = _serve(db)
+    try:
+        assert _status(f"http://127.0.0.1:{port}/") == 200
+        assert _status(f"http://127.0.0.1:{port}/session?id=demo-coding-0b5d0f0e") == 200
+    finally:
+        process.terminate()
+        out, _ = process.communicate(timeout=30)
+    assert f"turnstore viewer (read-only) at http://127.0.0.1:{port}/" in out
+
+
+def test_serve_with_allow_remote_prints_a_token_and_requires_it(tmp_path: Path) -> None:
+    db = tmp_path / "demo.db"
+    assert run_cli("--db", db, "demo").code == 0
+    process, port = _serve(db, "--host", "127.0.0.1", "--allow-remote")
+    try:
+        assert process.stdout is not None
+        printed = process.stdout.readline() + process.stdout.readline()
+        token = re.search(r"\?token=([A-Za-z0-9_-]{40,})", printed)
+        assert token is not None and f"access token: {token.group(1)}" in printed
+        refused = _status(f"http://127.0.0.1:{port}/")
+        wrong = _status(f"http://127.0.0.1:{port}/?token=x{token.group(1)}")
+        allowed = _status(f"http://127.0.0.1:{port}/?token={token.group(1)}")
+    finally:
+        process.terminate()
+        process.communicate(timeout=30)
+
+    assert (refused, wrong, allowed) == (401, 401, 200)
+
+
+@pytest.mark.parametrize(
+    ("host", "status"),
+    [
+        ("127.0.0.1:8484", 200),
+        ("localhost:8484", 200),
+        ("LOCALHOST", 200),
+        ("[::1]:8484", 200),
+        ("evil.example:8484", 400),
+        ("127.0.0.1.evil.example", 400),
+        ("[::2]:8484", 400),
+        ("", 400),
+    ],
+)
+def test_a_local_viewer_answers_only_to_local_host_names(
+    store_url: str, ids: dict[str, str], host: str, status: int
+) -> None:
+    with Store(store_url, read_only=True) as read_only:
+        client = TestClient(create_app(read_only, hosts=LOCAL_HOSTS))
+        response = client.get("/", headers={"Host": host})
+
+    assert response.status_code == status
+    assert response.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+    if status == 400:
+        assert "local host name" in response.text and "Fix the failing" not in response.text
+
+
+def test_chart_geometry() -> None:
+    from turnstore.web import charts
+
+    bars = charts.rows("r", [("a", 4.0), ("b", 1.0), ("c", 0.0)], str)
+    columns = charts.columns("c", [("d1", 2.0), ("d2", 8.0)], str)
+    line = charts.line("l", [("d1", 0.5), ("d2", 1.5)], str)
+    empty = charts.columns("e", [], str)
+
+    assert [b.width for b in bars.bars] == [400.0, 100.0, 0.0] and bars.height == 3 * 22 + 4
+    assert [b.height for b in columns.bars] == [45.0, 180.0]
+    assert columns.bars[1].y == 24 and columns.bars[0].y + columns.bars[0].height == 24 + 180
+    assert line.points == "24.0,114.0 696.0,24.0"  # a rate above 1 drawn at the top
+    assert line.axis == [(24.0, "d1", "start"), (696.0, "d2", "end")]
+    assert empty.empty and empty.axis == []
