@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 from factories import assistant, extension, tool_result, user
 from helpers import SONNET
 
+import turnstore.repositories.message_tail as message_tail
 import turnstore.repositories.messages as messages_module
 from turnstore import (
     AssistantMessage,
@@ -1206,4 +1208,61 @@ def test_last_in_one_loop_reads_one_statement_when_its_window_starts_at_a_tool_r
         while tail and tail[0].role == "toolResult":  # last() never starts with a result cut from its call
             tail = tail[1:]
         assert [m.model_dump() for m in store.messages.last(session_id, n)] == [m.model_dump() for m in tail]
+    store.close()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_last_is_the_tail_of_the_context_of_a_random_loop(
+    store: Store, session_id: str, loop_id: str, seed: int
+) -> None:
+    """Turns with parallel calls, results missing or out of place, failed turns and extension
+    messages: for every n, last() is the context's tail (the newest rows alone, or with the few
+    older ones read beside them, or the path walked: each must give the same)."""
+    rng = random.Random(seed)
+    count = 0
+    for k in range(14):
+        messages: list[Any] = [user(f"u{k}")]
+        calls = tuple(f"c{k}.{j}" for j in range(rng.choice((0, 1, 1, 2, 3))))
+        stop = rng.choice((StopReason.STOP,) * 5 + (StopReason.ERROR, StopReason.ABORTED))
+        messages.append(assistant(f"a{k}", calls=calls, stop=stop))
+        answered = [call for call in calls if rng.random() < 0.8]
+        rng.shuffle(answered)
+        messages += [tool_result(call, f"r{call}") for call in answered]
+        if rng.random() < 0.2:
+            messages.append(tool_result(f"stray{k}", "orphan"))
+        if rng.random() < 0.2:
+            messages.append(extension("ui"))
+        if rng.random() < 0.3:
+            messages.append(assistant(f"b{k}"))
+        store.messages.append_turn(loop_id, k, messages)
+        count += len(messages)
+    context = store.messages.context(loop_id)
+    for n in range(1, count + 2):
+        window = store.messages.last(session_id, n)
+        tail = context[max(len(context) - n, 0) :]
+        while tail and tail[0].role == "toolResult":
+            tail = tail[1:]
+        assert window == tail, n
+
+
+def test_last_validates_only_the_newest_n_rows_when_they_decide_the_tail(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chat without tools: the newest n rows are the tail, so the few rows read beyond them are never validated."""
+    store = Store(tmp_path / "store.db")
+    session_id = store.sessions.create().session_id
+    loop_id = store.loops.start(session_id).loop_id
+    for k in range(30):
+        store.messages.append_turn(loop_id, k, [user(f"u{k}"), assistant(f"a{k}")])
+    validated: list[int] = []
+    parse = message_tail.parse_rows
+
+    def counting(texts: Any) -> list[Any]:
+        parsed = parse(texts)
+        validated.append(len(parsed))
+        return parsed
+
+    monkeypatch.setattr(message_tail, "parse_rows", counting)
+    assert texts(store.messages.last(session_id, 20)) == texts(store.messages.context(loop_id)[-20:])
+    assert validated == [20]
     store.close()
