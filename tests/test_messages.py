@@ -13,9 +13,11 @@ from helpers import SONNET
 
 import turnstore.repositories.message_tail as message_tail
 import turnstore.repositories.messages as messages_module
+import turnstore.repositories.rows as rows_module
 from turnstore import (
     AssistantMessage,
     ExtensionMessage,
+    ImageContent,
     InvalidArgument,
     InvalidMessage,
     LimitExceeded,
@@ -28,6 +30,8 @@ from turnstore import (
     StopReason,
     Store,
     StoredMessage,
+    TextContent,
+    ToolResultMessage,
     TurnId,
     TurnIdMismatch,
     TurnNotFound,
@@ -1266,3 +1270,32 @@ def test_last_validates_only_the_newest_n_rows_when_they_decide_the_tail(
     assert texts(store.messages.last(session_id, 20)) == texts(store.messages.context(loop_id)[-20:])
     assert validated == [20]
     store.close()
+
+
+@pytest.mark.parametrize("join_limit", [0, 10**9])
+def test_reads_give_the_same_messages_whether_validated_one_by_one_or_as_one_array(
+    store: Store, session_id: str, loop_id: str, monkeypatch: pytest.MonkeyPatch, join_limit: int
+) -> None:
+    """Stored texts longer in all than rows.JOIN_LIMIT are validated one by one (never joined into one
+    large string); shorter ones as one JSON array. Either way a read gives back what was written."""
+    screenshot = ImageContent(data="iVBORw0KGgo" + "A" * 200_000, mime_type="image/png")
+    written = [
+        user("look"),
+        assistant("reading", calls=("c1",)),
+        ToolResultMessage(
+            tool_call_id="c1",
+            tool_name="screen",
+            content=[TextContent(text="shot"), screenshot],
+            is_error=False,
+            timestamp=3_000,
+        ),
+        assistant("done"),
+    ]
+    store.messages.append_turn(loop_id, 0, written)
+    monkeypatch.setattr(rows_module, "JOIN_LIMIT", join_limit)
+    dumped = [m.model_dump() for m in store.messages.loop(loop_id)]
+    assert dumped == [
+        m.model_copy(update={"turn": TurnId(loop_id=loop_id, turn_index=0)}).model_dump() for m in written
+    ]
+    assert [m.model_dump() for m in store.messages.last(session_id, 4)] == dumped
+    assert [m.model_dump() for m in store.messages.turn(loop_id, 0).messages] == dumped
