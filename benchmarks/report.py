@@ -47,6 +47,7 @@ TABLES = {
     "postgres": "PostgreSQL: turnstore vs raw psycopg (tool-heavy turns)",
     **{mix_key("peers", mix): f"turnstore vs other agent-framework stores — {title}" for mix, title in MIXES.items()},
     "scale": "Scale: the same session in a small and a large store",
+    "index_costs": "What each index on messages and the session touch cost an append (small chat messages)",
     "import": "Importing a pi session",
     "startup": "Starting: import turnstore, and turnstore sessions",
 }
