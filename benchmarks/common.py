@@ -37,6 +37,7 @@ class Sizes:
     turn_calls: int = 1_000
     loop_usage_calls: int = 1_000
     by_model_calls: int = 300
+    background_turns: int = 160  # turns per loop of each other session in the read database (2 loops)
 
 
 FULL = Sizes(
@@ -65,6 +66,45 @@ QUICK = Sizes(
     loop_usage_calls=100,
     by_model_calls=30,
 )
+
+IMAGE_FULL = Sizes(
+    write_sessions=2,
+    write_loops=2,
+    write_turns=12,
+    write_block=2,
+    read_messages=1_000,
+    read_background=1,
+    last_n=50,
+    last_calls=100,
+    usage_calls=1_000,
+    session_calls=3,
+    background_turns=30,
+)
+"""The image mix: ≈100 KB of JSON a message on average, so a 1,000-message read session (≈100 MB) and fewer writes."""
+IMAGE_QUICK = Sizes(
+    write_sessions=1,
+    write_loops=1,
+    write_turns=6,
+    write_block=2,
+    read_messages=300,
+    read_background=1,
+    last_n=50,
+    last_calls=10,
+    usage_calls=100,
+    session_calls=2,
+    turn_calls=100,
+    loop_usage_calls=100,
+    by_model_calls=30,
+    background_turns=10,
+)
+
+
+def sizes_for(mix: str, quick: bool) -> Sizes:
+    """The sizes of a run on the message mix ``mix`` (``workload.MIXES``)."""
+    if mix == "image":
+        return IMAGE_QUICK if quick else IMAGE_FULL
+    return QUICK if quick else FULL
+
 
 READ_BLOCK = 10  # calls per alternating block in the read operations
 
@@ -155,7 +195,7 @@ def open_with_loops(path: Path, works: list[workload.Workload]) -> Store:
     return store
 
 
-def read_workloads(sizes: Sizes) -> tuple[workload.Workload, workload.Workload, list[workload.Turn]]:
+def read_workloads(sizes: Sizes, mix: str = "tool") -> tuple[workload.Workload, workload.Workload, list[workload.Turn]]:
     """The read database's content: a session of ~read_messages messages (4 loops) and other sessions' traffic.
 
     Returns the big session's workload, the others', and all turns interleaved in append order.
@@ -168,8 +208,11 @@ def read_workloads(sizes: Sizes) -> tuple[workload.Workload, workload.Workload, 
         prefix="big-",
         min_messages_per_session=sizes.read_messages,
         images=True,
+        mix=mix,
     )
-    other = workload.build(sizes.read_background, 2, 160, seed=workload.SEED + 2, prefix="other-", images=True)
+    other = workload.build(
+        sizes.read_background, 2, sizes.background_turns, seed=workload.SEED + 2, prefix="other-", images=True, mix=mix
+    )
     turns = [t for pair in itertools.zip_longest(big.turns, other.turns) for t in pair if t is not None]
     return big, other, turns
 
@@ -182,11 +225,16 @@ def fill_read_store(store: Store, turns: list[workload.Turn]) -> None:
                 store.messages.append_turn(turn.loop_id, turn.turn_index, turn.models)
 
 
+def sqlite_columns(connection: sqlite3.Connection, table: str = "messages") -> list[str]:
+    """The column names of a table, in order."""
+    return [row[1] for row in connection.execute(f"PRAGMA table_info({table})")]
+
+
 def sqlite_rows(path: Path | str, table: str = "messages") -> list[tuple[Any, ...]]:
     """Every column of every row of a table of a SQLite file, in rowid order."""
     connection = sqlite3.connect(path)
     try:
-        columns = [row[1] for row in connection.execute(f"PRAGMA table_info({table})")]
+        columns = sqlite_columns(connection, table)
         return connection.execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY rowid").fetchall()
     finally:
         connection.close()

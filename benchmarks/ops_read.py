@@ -70,9 +70,9 @@ class ReadDb:
         self.store.close()
 
 
-def build(out: Path, sizes: Sizes) -> ReadDb:
+def build(out: Path, sizes: Sizes, mix: str = "tool") -> ReadDb:
     """Write the read database through turnstore, and a copy of it in rollback-journal mode for raw_default."""
-    big, other, turns = read_workloads(sizes)
+    big, other, turns = read_workloads(sizes, mix)
     path = out / "read.db"
     store = open_with_loops(path, [big, other])
     fill_read_store(store, turns)

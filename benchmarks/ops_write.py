@@ -5,7 +5,9 @@ Three systems, each on a fresh database file of its own in every repetition:
 * ``raw``: the floor (``raw.py``), turnstore's pragmas;
 * ``turnstore``: :class:`turnstore.Store`;
 * ``raw_default``: the same floor on a connection at SQLite's defaults
-  (rollback journal, ``synchronous=FULL``), the file switched out of WAL.
+  (rollback journal, ``synchronous=FULL``), the file switched out of WAL;
+* ``raw_min`` (appends only): the floor on a minimal table (``raw.create_minimal``:
+  the messages table with two indexes, no session touch).
 
 Operations:
 
@@ -22,18 +24,21 @@ from __future__ import annotations
 import cProfile
 import gc
 import pstats
+import sqlite3
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import raw
 import workload
-from common import blocks, fill_read_store, open_with_loops, remove_db, same_rows, sqlite_rows, timed
+from common import blocks, fill_read_store, open_with_loops, remove_db, same_rows, sqlite_columns, sqlite_rows, timed
 
 from turnstore import Store
 
 SYSTEMS = ("raw", "turnstore", "raw_default")
+APPEND_SYSTEMS = (*SYSTEMS, "raw_min")
 
 
 @dataclass
@@ -48,6 +53,7 @@ class WriteOp:
     per_op: int  # the number of units the total time is divided by
     block: int  # items per alternating block
     tables: tuple[str, ...] = ("messages",)  # compared across systems after the warm-up repetition
+    systems: tuple[str, ...] = SYSTEMS
 
 
 # --- how each system writes ---------------------------------------------------------
@@ -106,6 +112,14 @@ def _open(
     its own).
     """
     raw_run, ts_run = RUNS[op.key]
+    if system == "raw_min":
+        remove_db(path)
+        Store(path).close()  # turnstore's schema, for the messages table's columns
+        with closing(sqlite3.connect(path)) as connection:
+            columns = sqlite_columns(connection, "messages")
+        remove_db(path)
+        minimal = raw.RawStore(raw.create_minimal(path, columns), touch=False)
+        return (lambda items: raw_run(minimal, items)), minimal.connection.close
     if op.key == "import":
         remove_db(path)
         store = Store(path)
@@ -166,19 +180,19 @@ def bench_write(
 ) -> tuple[dict[str, list[float]], int, pstats.Stats | None]:
     """Per-unit nanoseconds of each repetition per system, the number of rows checked, and a profile if asked."""
     # Warm-up repetition, untimed; its databases are compared row by row.
-    paths = {system: out / f"warmup-{op.key}-{system}.db" for system in SYSTEMS}
-    write_rep(op, paths, loops, SYSTEMS)
+    paths = {system: out / f"warmup-{op.key}-{system}.db" for system in op.systems}
+    write_rep(op, paths, loops, op.systems)
     rows = 0
     for table in op.tables:
         rows += same_rows(f"{op.key} ({table})", {system: sqlite_rows(path, table) for system, path in paths.items()})
     for path in paths.values():
         remove_db(path)
-    samples: dict[str, list[float]] = {system: [] for system in SYSTEMS}
+    samples: dict[str, list[float]] = {system: [] for system in op.systems}
     for rep in range(reps):
-        paths = {system: out / f"{op.key}-{system}-{rep}.db" for system in SYSTEMS}
-        order = SYSTEMS if rep % 2 == 0 else SYSTEMS[::-1]
+        paths = {system: out / f"{op.key}-{system}-{rep}.db" for system in op.systems}
+        order = op.systems if rep % 2 == 0 else op.systems[::-1]
         totals = write_rep(op, paths, loops, order)
-        for system in SYSTEMS:
+        for system in op.systems:
             samples[system].append(totals[system] / op.per_op)
         for path in paths.values():
             remove_db(path)
@@ -249,7 +263,14 @@ def write_ops(
     per_turn = work.message_count / len(work.turns)
     return [
         WriteOp(
-            "append", "append 1 message per commit", "per message", work.turns, warm.turns, work.message_count, block
+            "append",
+            "append 1 message per commit",
+            "per message",
+            work.turns,
+            warm.turns,
+            work.message_count,
+            block,
+            systems=APPEND_SYSTEMS,
         ),
         WriteOp(
             "append_turn",
@@ -259,6 +280,7 @@ def write_ops(
             warm.turns,
             len(work.turns),
             block,
+            systems=APPEND_SYSTEMS,
         ),
         WriteOp(
             "import",

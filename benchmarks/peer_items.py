@@ -23,6 +23,11 @@ as its users would hold it:
   result when appended one message per commit; one event for all results of a
   model response, as ADK's runner merges them, when appended per turn).
 
+Images (the image mix's screenshots, the tool mix's occasional ones) go where
+each framework puts them: OpenAI an ``input_image`` data URL in the output
+(or user content) list, LangChain a base64 ``image`` content block, ADK an
+``inline_data`` part (bytes) after the function response or text.
+
 Usage mapping (so totals compare across systems): prompt tokens = input +
 cache_read + cache_write; output tokens include reasoning; total as recorded.
 """
@@ -69,6 +74,42 @@ def _blocks(message: dict[str, Any], kind: str) -> list[dict[str, Any]]:
     return [block for block in message["content"] if block["type"] == kind]
 
 
+def _images(message: dict[str, Any]) -> list[dict[str, Any]]:
+    return _blocks(message, "image")
+
+
+def _openai_content(message: dict[str, Any], text_type: str) -> Any:
+    """A user message's or tool result's content as OpenAI holds it: the text, or a list with its images."""
+    images = _images(message)
+    if not images:
+        return _text(message)
+    return [
+        {"type": text_type, "text": _text(message)},
+        *(
+            {"type": "input_image", "image_url": f"data:{image['mimeType']};base64,{image['data']}", "detail": "auto"}
+            for image in images
+        ),
+    ]
+
+
+def _langchain_content(message: dict[str, Any]) -> Any:
+    """A user message's or tool result's content as LangChain holds it: the text, or blocks with its images."""
+    images = _images(message)
+    if not images:
+        return _text(message)
+    return [
+        {"type": "text", "text": _text(message)},
+        *({"type": "image", "base64": image["data"], "mime_type": image["mimeType"]} for image in images),
+    ]
+
+
+def _adk_images(message: dict[str, Any]) -> list[genai.Part]:
+    return [
+        genai.Part(inline_data=genai.Blob(data=base64.b64decode(image["data"]), mime_type=image["mimeType"]))
+        for image in _images(message)
+    ]
+
+
 def usage_parts(message: dict[str, Any]) -> tuple[int, int, int]:
     """(prompt tokens incl. cache, output tokens incl. reasoning, total) of an assistant message."""
     u = message["usage"]
@@ -82,9 +123,15 @@ def openai_items(message: dict[str, Any], key: str) -> list[dict[str, Any]]:
     """The Responses input items of one workload message."""
     role = message["role"]
     if role == "user":
-        return [{"content": _text(message), "role": "user"}]
+        return [{"content": _openai_content(message, "input_text"), "role": "user"}]
     if role == "toolResult":
-        return [{"call_id": message["toolCallId"], "output": _text(message), "type": "function_call_output"}]
+        return [
+            {
+                "call_id": message["toolCallId"],
+                "output": _openai_content(message, "input_text"),
+                "type": "function_call_output",
+            }
+        ]
     items: list[Any] = []
     for n, block in enumerate(_blocks(message, "thinking")):
         items.append(
@@ -153,10 +200,10 @@ def langchain_message(message: dict[str, Any]) -> BaseMessage:
     """The LangChain message of one workload message."""
     role = message["role"]
     if role == "user":
-        return HumanMessage(content=_text(message))
+        return HumanMessage(content=_langchain_content(message))
     if role == "toolResult":
         return ToolMessage(
-            content=_text(message),
+            content=_langchain_content(message),
             tool_call_id=message["toolCallId"],
             name=message["toolName"],
             status="error" if message["isError"] else "success",
@@ -210,7 +257,8 @@ def _adk_response(message: dict[str, Any], invocation: str) -> Event:
                         name=message["toolName"],
                         response={"error": result} if message["isError"] else {"result": result},
                     )
-                )
+                ),
+                *_adk_images(message),
             ],
         ),
     )
@@ -228,7 +276,7 @@ def adk_events(messages: list[dict[str, Any]], invocation: str, merge_results: b
                     invocation_id=invocation,
                     author="user",
                     timestamp=message["timestamp"] / 1000,
-                    content=genai.Content(role="user", parts=[genai.Part(text=_text(message))]),
+                    content=genai.Content(role="user", parts=[genai.Part(text=_text(message)), *_adk_images(message)]),
                 )
             )
         elif role == "toolResult":

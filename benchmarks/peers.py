@@ -3,6 +3,7 @@
     python benchmarks/peers.py                  # full run (about 4 minutes)
     python benchmarks/peers.py --quick          # smoke run
     python benchmarks/peers.py --reps 7 --json benchmarks/results/peers.json
+    python benchmarks/peers.py --mix all --json benchmarks/results/peers.json   # + peers-small.json, peers-image.json
 
 Runs in a separate virtualenv that has the peers installed (never turnstore
 dependencies; see benchmarks/requirements-peers.txt and the "Peers" section
@@ -52,6 +53,7 @@ from peer_systems import (
     expected_whole,
     stored_records,
 )
+from results import mix_path
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,29 @@ FULL = PeerSizes(
     last_n=50,
     rounds=2,
     round_seconds=0.05,
+)
+IMAGE_FULL = PeerSizes(
+    sessions=2,
+    loops=1,
+    turns=8,
+    block=2,
+    read_messages=1_000,
+    background_turns=10,
+    last_n=50,
+    rounds=2,
+    round_seconds=0.05,
+)
+"""The image mix: ≈100 KB of JSON a message on average, so a 1,000-message read session (≈100 MB)."""
+IMAGE_QUICK = PeerSizes(
+    sessions=1,
+    loops=1,
+    turns=4,
+    block=2,
+    read_messages=200,
+    background_turns=4,
+    last_n=50,
+    rounds=2,
+    round_seconds=0.01,
 )
 QUICK = PeerSizes(
     sessions=2,
@@ -250,7 +275,9 @@ async def bench_read(
     return samples
 
 
-async def run_reads(systems: list[System], out: Path, reps: int, sizes: PeerSizes) -> tuple[list[Row], dict[str, Any]]:
+async def run_reads(
+    systems: list[System], out: Path, reps: int, sizes: PeerSizes, mix: str
+) -> tuple[list[Row], dict[str, Any]]:
     """Build each system's read database (the same turns), check it, time the three reads."""
     big = workload.build(
         1,
@@ -259,8 +286,9 @@ async def run_reads(systems: list[System], out: Path, reps: int, sizes: PeerSize
         seed=workload.SEED + 1,
         prefix="big-",
         min_messages_per_session=sizes.read_messages,
+        mix=mix,
     )
-    other = workload.build(1, 2, sizes.background_turns, seed=workload.SEED + 2, prefix="other-")
+    other = workload.build(1, 2, sizes.background_turns, seed=workload.SEED + 2, prefix="other-", mix=mix)
     turns = [convert(t) for pair in zip(big.turns, other.turns + [None] * len(big.turns)) for t in pair if t]
     session_id, session_ids = big.session_ids[0], big.session_ids + other.session_ids
     records = records_for_last(turns, session_id, sizes.last_n)
@@ -369,20 +397,36 @@ def versus(rows: list[Row], labels: dict[str, str]) -> list[str]:
     return lines
 
 
+def sizes_for(mix: str, quick: bool) -> PeerSizes:
+    """The sizes of a run on the message mix ``mix``."""
+    if mix == "image":
+        return IMAGE_QUICK if quick else IMAGE_FULL
+    return QUICK if quick else FULL
+
+
 async def run(args: argparse.Namespace) -> int:
-    sizes = QUICK if args.quick else FULL
+    for mix in list(workload.MIXES) if args.mix == "all" else [args.mix]:
+        path = None if args.json is None else mix_path(args.json, mix)
+        await run_mix(args, mix, path)
+    return 0
+
+
+async def run_mix(args: argparse.Namespace, mix: str, json_path: Path | None) -> None:
+    """The peers table of one message mix."""
+    sizes = sizes_for(mix, args.quick)
     reps = args.reps if args.reps is not None else (2 if args.quick else 5)
     started = time.perf_counter()
     env = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), **environment()}
     print(f"turnstore peer benchmark — {env['date']} — turnstore {env['turnstore_commit']}")
+    print(f"message mix: {workload.MIX_TITLES[mix]}")
     print(", ".join(f"{k} {env[k]}" for k in ("python", "sqlite", *PACKAGES)))
     print(f"load average at start: {env['load_average_start']}")
     out = Path(tempfile.mkdtemp(prefix="turnstore-peers-", dir=args.out))
     systems = [cls() for cls in SYSTEMS]
     labels = {s.name: s.label for s in systems}
     try:
-        work_plan = workload.build(sizes.sessions, sizes.loops, sizes.turns)
-        warm_plan = workload.build(1, 1, 1, seed=workload.SEED - 1, prefix="warm-")
+        work_plan = workload.build(sizes.sessions, sizes.loops, sizes.turns, mix=mix)
+        warm_plan = workload.build(1, 1, 1, seed=workload.SEED - 1, prefix="warm-", mix=mix)
         work, warm = [convert(t) for t in work_plan.turns], [convert(t) for t in warm_plan.turns]
         gc.collect()
         gc.freeze()
@@ -405,7 +449,7 @@ async def run(args: argparse.Namespace) -> int:
                 f"  {label}: floor and turnstore rows identical, peers' record counts checked "
                 f"({time.perf_counter() - t0:.1f} s)"
             )
-        read_rows, read_info = await run_reads(systems, out, reps, sizes)
+        read_rows, read_info = await run_reads(systems, out, reps, sizes, mix)
         rows += read_rows
     finally:
         shutil.rmtree(out, ignore_errors=True)
@@ -418,10 +462,11 @@ async def run(args: argparse.Namespace) -> int:
     fastest = versus(rows, labels)
     print("\n".join(fastest))
     print(f"\nTotal runtime {elapsed:.1f} s; load average at the end: {env['load_average_end']}.")
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
         payload = {
             "table": "peers",
+            "mix": mix,
             "date": env["date"],
             "env": env,
             "reps": reps,
@@ -445,9 +490,9 @@ async def run(args: argparse.Namespace) -> int:
                 for r in rows
             ],
         }
-        args.json.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-        print(f"wrote {args.json}")
-    return 0
+        json_path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {json_path}")
+    gc.unfreeze()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -456,6 +501,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=None, help="repetitions per operation (default 5; 2 with --quick)")
     parser.add_argument("--json", type=Path, help="also write the results to this JSON file")
     parser.add_argument("--out", type=Path, help="directory for the temporary databases (default: system temp)")
+    parser.add_argument(
+        "--mix",
+        choices=[*workload.MIXES, "all"],
+        default="tool",
+        help="the message mix (default tool; all: each in turn, one table each)",
+    )
     args = parser.parse_args(argv)
     if args.reps is not None and args.reps < 1:
         parser.error("--reps must be at least 1")

@@ -8,6 +8,10 @@ What the floor leaves out is everything a library adds on top: validation,
 serializing pydantic models, computing seq and session_id in SQL, typed
 results, pricing.
 
+A minimal floor, ``create_minimal``: the same messages table with two
+indexes (a session's messages in order, a loop's turns) and no session touch:
+what the least an app could keep would cost to append to.
+
 A second floor, ``connect_default``, is the same code on a connection left
 at SQLite's defaults (rollback journal, ``synchronous=FULL``, foreign keys
 off): what an app gets that never sets a pragma.
@@ -89,6 +93,22 @@ def connect(path: str) -> sqlite3.Connection:
     return connection
 
 
+MINIMAL_INDEXES = (
+    "CREATE INDEX ix_min_session ON messages (session_id, id)",
+    "CREATE INDEX ix_min_turn ON messages (loop_id, turn_index, seq)",
+)
+
+
+def create_minimal(path: Path | str, columns: list[str]) -> sqlite3.Connection:
+    """A new file holding only a messages table of ``columns`` (turnstore's, in order) and two indexes."""
+    connection = connect(str(path))
+    names = ", ".join(f"{name} INTEGER PRIMARY KEY" if name == "id" else name for name in columns)
+    connection.execute(f"CREATE TABLE messages ({names})")
+    for statement in MINIMAL_INDEXES:
+        connection.execute(statement)
+    return connection
+
+
 def connect_default(path: str) -> sqlite3.Connection:
     """A connection that sets no pragma: SQLite's defaults (on a file in rollback-journal mode)."""
     return sqlite3.connect(path, isolation_level=None, check_same_thread=False)
@@ -128,8 +148,9 @@ def _time(value: str | None) -> str | None:
 class RawStore:
     """Appends and reads with plain sqlite3. The app knows each loop's session and counts seq itself."""
 
-    def __init__(self, connection: sqlite3.Connection) -> None:
+    def __init__(self, connection: sqlite3.Connection, touch: bool = True) -> None:
         self.connection = connection
+        self.touch = touch  # move the session's updated_at on every append (the minimal floor does not)
         self.next_seq: defaultdict[str, int] = defaultdict(int)
 
     def _row(self, message: dict[str, Any], session_id: str, loop_id: str, turn_index: int) -> tuple[Any, ...]:
@@ -171,7 +192,8 @@ class RawStore:
         connection.execute("BEGIN IMMEDIATE")
         try:
             message_id = connection.execute(INSERT, row).lastrowid
-            connection.execute(TOUCH, (_now(), session_id))
+            if self.touch:
+                connection.execute(TOUCH, (_now(), session_id))
         except BaseException:
             connection.execute("ROLLBACK")
             raise
@@ -187,7 +209,8 @@ class RawStore:
         try:
             for row in rows:
                 ids.append(connection.execute(INSERT, row).lastrowid)  # type: ignore[arg-type]
-            connection.execute(TOUCH, (_now(), session_id))
+            if self.touch:
+                connection.execute(TOUCH, (_now(), session_id))
         except BaseException:
             connection.execute("ROLLBACK")
             raise

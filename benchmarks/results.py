@@ -35,6 +35,7 @@ SQLITE_SYSTEMS = {
     "raw": "raw sqlite3",
     "turnstore": "turnstore",
     "raw_default": "raw sqlite3, default pragmas",
+    "raw_min": "raw sqlite3, minimal table",
 }
 TABLE_NAMES = {"sqlite_async": "async", "postgresql": "postgres"}  # Section.key -> JSON "table"
 
@@ -91,8 +92,8 @@ def sqlite_table(results: list[Result]) -> str:
     """The main table, as markdown."""
     lines = [
         "| # | Operation | Unit | raw sqlite3 | turnstore | ratio | ratio range "
-        "| raw sqlite3, default pragmas | turnstore / default |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+        "| raw sqlite3, default pragmas | turnstore / default | turnstore / minimal table |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for result in results:
         low, high = result.ratio_range
@@ -101,10 +102,11 @@ def sqlite_table(results: list[Result]) -> str:
         if "raw_default" in result.ns:
             default = f"{result.median_us('raw_default'):,.1f} µs"
             versus = f"×{result.ratio_of('turnstore', 'raw_default'):.2f}"
+        minimal = f"×{result.ratio_of('turnstore', 'raw_min'):.2f}" if "raw_min" in result.ns else "—"
         lines.append(
             f"| {result.num} | {result.name} | {result.unit} | {result.median_us('raw'):,.1f} µs "
             f"| {result.median_us('turnstore'):,.1f} µs | ×{result.ratio:.2f} | ×{low:.2f}–{high:.2f} "
-            f"| {default} | {versus} |"
+            f"| {default} | {versus} | {minimal} |"
         )
     return "\n".join(lines)
 
@@ -162,3 +164,8 @@ def sibling(path: Path, table: str) -> Path:
     if "sqlite" in path.stem:
         return path.with_name(path.stem.replace("sqlite", table) + path.suffix)
     return path.with_name(f"{path.stem}-{table}{path.suffix}")
+
+
+def mix_path(path: Path, mix: str) -> Path:
+    """Where the main table of the message mix ``mix`` goes: ``path`` for the tool mix, ``x-small.json`` ..."""
+    return path if mix == "tool" else path.with_name(f"{path.stem}-{mix}{path.suffix}")

@@ -7,13 +7,16 @@
     python benchmarks/run.py --async         # also AsyncStore vs Store on SQLite (+ aiosqlite if installed)
     python benchmarks/run.py --postgres postgresql://postgres@127.0.0.1:5432/test   # also PostgreSQL
     python benchmarks/run.py --all           # all of it (PostgreSQL from $TURNSTORE_BENCH_POSTGRES_URL)
+    python benchmarks/run.py --mix small     # on small chat messages (small, tool, image, or all in turn)
 
 The main table (operations 1-9: appends and bulk import in ``ops_write.py``,
 reads and usage in ``ops_read.py``) compares turnstore's sync Store with the
 raw-sqlite3 floor at turnstore's pragmas and, in a second column, at SQLite's
 default pragmas. ``--json FILE`` writes it as ``{"table": "sqlite", ...,
 "rows": [...]}`` (``results.py``), and the async / PostgreSQL tables beside
-it. See benchmarks/README.md for what each operation measures and how the
+it. ``--mix`` picks the message mix (``workload.MIXES``); the main table runs
+once per mix (``sqlite.json`` for the tool mix, ``sqlite-small.json``, ...),
+the async and PostgreSQL tables on the tool mix only. See benchmarks/README.md for what each operation measures and how the
 floors are defined.
 """
 
@@ -29,6 +32,7 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +42,21 @@ import ops_read
 import ops_write
 import results as report
 import workload
-from common import FULL, QUICK, Result, Sizes, load_average, print_profile
+from common import Result, Sizes, load_average, print_profile, sizes_for
 
 PG_ENV = "TURNSTORE_BENCH_POSTGRES_URL"
+
+
+@dataclass
+class MixTable:
+    """The main table of one message mix, and what it was run on."""
+
+    mix: str
+    sizes: Sizes
+    work: workload.Workload
+    results: list[Result]
+    profiles: list[tuple[str, pstats.Stats]]
+    info: dict[str, Any]
 
 
 def run_sqlite(
@@ -50,12 +66,13 @@ def run_sqlite(
     work: workload.Workload,
     warm: workload.Workload,
     profile: bool,
+    mix: str = "tool",
 ) -> tuple[list[Result], list[tuple[str, pstats.Stats]], dict[str, Any]]:
     """The main table: turnstore's sync Store against the raw-sqlite3 floors (ops_write, ops_read)."""
     messages = work.message_count
     images = sum(1 for turn in work.turns for m in turn.dicts for b in m["content"] if b.get("type") == "image")
     print(
-        f"write workload: {len(work.session_ids)} sessions × {sizes.write_loops} loops × "
+        f"message mix: {workload.MIX_TITLES[mix]}; write workload: {len(work.session_ids)} sessions × {sizes.write_loops} loops × "
         f"{sizes.write_turns} turns = {len(work.turns)} turns, {messages} messages "
         f"({messages / len(work.turns):.2f}/turn, {images} images); {reps} repetitions, fresh database file each"
     )
@@ -83,7 +100,7 @@ def run_sqlite(
         )
 
     t0 = time.perf_counter()
-    db = ops_read.build(out, sizes)
+    db = ops_read.build(out, sizes, mix)
     gc.collect()
     gc.freeze()
     try:
@@ -153,12 +170,18 @@ def main(argv: list[str] | None = None) -> int:
         f"this server for the run (default URL: ${PG_ENV})",
     )
     parser.add_argument("--all", action="store_true", help="everything: --async and --postgres")
+    parser.add_argument(
+        "--mix",
+        choices=[*workload.MIXES, "all"],
+        default="tool",
+        help="the message mix (default tool; all: each in turn, one main table each)",
+    )
     args = parser.parse_args(argv)
-    sizes = QUICK if args.quick else FULL
     reps = args.reps if args.reps is not None else (2 if args.quick else 5)
     if reps < 1:
         parser.error("--reps must be at least 1")
     pg_url, pg_skipped = postgres_plan(args, parser)
+    mixes = list(workload.MIXES) if args.mix == "all" else [args.mix]
 
     started = time.perf_counter()
     if args.out is not None:
@@ -176,21 +199,26 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average at start: {env['load_average']}")
 
     sections: list[Any] = []
+    tables: list[MixTable] = []
     try:
-        work = workload.build(sizes.write_sessions, sizes.write_loops, sizes.write_turns, images=True)
-        warm = workload.build(1, 1, 1, seed=workload.SEED - 1, prefix="warm-", images=True)
-        gc.collect()
-        gc.freeze()  # the workload's objects are long-lived: keep them out of every later collection
-        results, profiles, info = run_sqlite(sizes, reps, out, work, warm, args.profile)
-        if args.run_async or args.all:
-            import asyncbench
+        for mix in mixes:
+            sizes = sizes_for(mix, args.quick)
+            work = workload.build(sizes.write_sessions, sizes.write_loops, sizes.write_turns, images=True, mix=mix)
+            warm = workload.build(1, 1, 1, seed=workload.SEED - 1, prefix="warm-", images=True, mix=mix)
+            gc.collect()
+            gc.freeze()  # the workload's objects are long-lived: keep them out of every later collection
+            results, profiles, info = run_sqlite(sizes, reps, out, work, warm, args.profile, mix)
+            tables.append(MixTable(mix, sizes, work, results, profiles, info))
+            if mix == "tool" and (args.run_async or args.all):
+                import asyncbench
 
-            sections.append(asyncio.run(asyncbench.run(sizes, reps, out, work, warm)))
-        if pg_url is not None:
-            import pgbench
+                sections.append(asyncio.run(asyncbench.run(sizes, reps, out, work, warm)))
+            if mix == "tool" and pg_url is not None:
+                import pgbench
 
-            sections.append(asyncio.run(pgbench.run(pg_url, sizes, reps, work, warm)))
-        elif pg_skipped is not None:
+                sections.append(asyncio.run(pgbench.run(pg_url, sizes, reps, work, warm)))
+            gc.unfreeze()
+        if pg_url is None and pg_skipped is not None:
             from interleave import Section
 
             sections.append(Section("postgresql", "PostgreSQL", [], [], skipped=pg_skipped))
@@ -198,49 +226,59 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(out, ignore_errors=True)
 
     elapsed = time.perf_counter() - started
-    print()
-    print(report.sqlite_table(results))
+    for table in tables:
+        print(f"\n{workload.MIX_TITLES[table.mix]}:\n")
+        print(report.sqlite_table(table.results))
     print(
         f"\nMedians of {reps} repetitions; ratio = turnstore / raw sqlite3 with turnstore's pragmas "
         f"(lower is better; ×1.00 = no overhead); turnstore / default = turnstore over raw sqlite3 at "
-        f"SQLite's default pragmas (rollback journal, synchronous=FULL)."
+        f"SQLite's default pragmas (rollback journal, synchronous=FULL); turnstore / minimal table = over "
+        f"raw sqlite3 appending to a messages table with two indexes and no session touch."
     )
     for section in sections:
         print()
         print(section.render())
     print(f"\nTotal runtime {elapsed:.1f} s; load average at the end: {load_average()}.")
-    for name, stats in profiles:
-        print_profile(name, stats)
+    for table in tables:
+        for name, stats in table.profiles:
+            print_profile(f"{name} ({table.mix})", stats)
 
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         shared = {
             "environment": {**env, "load_average_end": load_average()},
-            "sizes": sizes.__dict__,
             "reps": reps,
             "total_seconds": round(elapsed, 2),
         }
-        main_table = {
-            "table": "sqlite",
-            "title": "SQLite: turnstore sync vs raw sqlite3",
-            "floor": "raw",
-            "systems": report.SQLITE_SYSTEMS,
-            **shared,
-            "write_workload": {
-                "sessions": len(work.session_ids),
-                "loops": len(work.loops),
-                "turns": len(work.turns),
-                "messages": work.message_count,
-            },
-            "info": info,
-            "rows": report.rows(results, {"turnstore": ["raw", "raw_default"], "raw_default": ["raw"]}),
-        }
-        written = [args.json]
-        args.json.write_text(json.dumps(main_table, indent=2) + "\n", encoding="utf-8")
+        written = []
+        for table in tables:
+            main_table = {
+                "table": "sqlite",
+                "mix": table.mix,
+                "title": "SQLite: turnstore sync vs raw sqlite3",
+                "floor": "raw",
+                "systems": report.SQLITE_SYSTEMS,
+                **shared,
+                "sizes": table.sizes.__dict__,
+                "write_workload": {
+                    "sessions": len(table.work.session_ids),
+                    "loops": len(table.work.loops),
+                    "turns": len(table.work.turns),
+                    "messages": table.work.message_count,
+                },
+                "info": table.info,
+                "rows": report.rows(
+                    table.results,
+                    {"turnstore": ["raw", "raw_default", "raw_min"], "raw_default": ["raw"], "raw_min": ["raw"]},
+                ),
+            }
+            path = report.mix_path(args.json, table.mix)
+            path.write_text(json.dumps(main_table, indent=2) + "\n", encoding="utf-8")
+            written.append(path)
         for section in sections:
-            table = report.section_json(section, shared)
-            path = report.sibling(args.json, table["table"])
-            path.write_text(json.dumps(table, indent=2) + "\n", encoding="utf-8")
+            table_json = report.section_json(section, {**shared, "sizes": sizes_for("tool", args.quick).__dict__})
+            path = report.sibling(args.json, table_json["table"])
+            path.write_text(json.dumps(table_json, indent=2) + "\n", encoding="utf-8")
             written.append(path)
         print(f"\nwrote {', '.join(map(str, written))}")
     return 0

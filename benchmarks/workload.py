@@ -20,6 +20,15 @@ as it is built) carries a base64 PNG of 50-200 KB (the base64 text) after its
 text, as a screenshot pasted into a prompt or read by a tool. Their bytes come
 from a random stream of their own, so the rest of the workload is the same
 with or without them.
+
+Three message mixes (``build(..., mix=...)``, :data:`MIXES`):
+
+* ``tool`` (the default): the tool-heavy turns above.
+* ``small``: a chat without tools: a user message and an assistant reply with
+  usage (no thinking), each ≈300 bytes of stored JSON.
+* ``image``: a computer-use agent: the tool-heavy turns, at least one tool call
+  per turn, and a screenshot (a base64 PNG of 100-500 KB) in ``SCREENSHOT_SHARE``
+  of the tool results.
 """
 
 from __future__ import annotations
@@ -175,6 +184,17 @@ _TOOLS = ("read_file", "grep", "bash", "edit_file", "list_dir")
 
 IMAGE_EVERY = 60  # one user / tool-result message in this many carries an image
 IMAGE_BYTES = (50_000, 200_000)  # size of the base64 text
+SCREENSHOT_BYTES = (100_000, 500_000)  # the image mix's screenshots: size of the base64 text
+SCREENSHOT_SHARE = 0.75  # the image mix: the share of tool results that carry a screenshot
+
+MIXES = ("small", "tool", "image")
+"""The message mixes :func:`build` makes, as the benchmarks' ``--mix`` names them."""
+
+MIX_TITLES = {
+    "small": "small chat messages (≈300 B, no tools)",
+    "tool": "tool-heavy turns",
+    "image": "image-heavy agent (a 100-500 KB screenshot in most tool results)",
+}
 _PNG_HEADER = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"
 
 
@@ -293,21 +313,32 @@ class Workload:
 
 
 class _Images:
-    """Places and draws the workload's images: every IMAGE_EVERY-th user or tool-result message gets one."""
+    """Places and draws the workload's images.
 
-    def __init__(self, seed: int, enabled: bool) -> None:
+    Every IMAGE_EVERY-th user or tool-result message gets one (``enabled``);
+    with ``screenshots``, SCREENSHOT_SHARE of the tool results get a larger one instead.
+    """
+
+    def __init__(self, seed: int, enabled: bool, screenshots: bool = False) -> None:
         self.rng = random.Random(seed ^ 0x1A6E)
         self.enabled = enabled
+        self.screenshots = screenshots
         self.count = 0
 
-    def content(self, text: str) -> list[Any]:
+    def content(self, text: str, tool_result: bool = False) -> list[Any]:
         self.count += 1
         blocks: list[Any] = [TextContent(text=text)]
-        if self.enabled and self.count % IMAGE_EVERY == IMAGE_EVERY // 2:
-            size = self.rng.randint(*IMAGE_BYTES) // 4 * 3  # raw bytes whose base64 text is that long
-            data = base64.b64encode(_PNG_HEADER + self.rng.randbytes(size - len(_PNG_HEADER))).decode()
-            blocks.append(ImageContent(data=data, mime_type="image/png"))
+        if self.screenshots:
+            if tool_result and self.rng.random() < SCREENSHOT_SHARE:
+                blocks.append(self._image(SCREENSHOT_BYTES))
+        elif self.enabled and self.count % IMAGE_EVERY == IMAGE_EVERY // 2:
+            blocks.append(self._image(IMAGE_BYTES))
         return blocks
+
+    def _image(self, sizes: tuple[int, int]) -> ImageContent:
+        size = self.rng.randint(*sizes) // 4 * 3  # raw bytes whose base64 text is that long
+        data = base64.b64encode(_PNG_HEADER + self.rng.randbytes(size - len(_PNG_HEADER))).decode()
+        return ImageContent(data=data, mime_type="image/png")
 
 
 class _Clock:
@@ -326,15 +357,20 @@ def _make_turn(
     plan: LoopPlan,
     turn_index: int,
     first: bool,
+    mix: str = "tool",
 ) -> Turn:
     turn_id = TurnId(loop_id=plan.loop_id, turn_index=turn_index)
+    if mix == "small":
+        return _small_turn(rng, clock, plan, turn_id)
     models: list[Any] = []
     prompt = _prose(rng, rng.randint(120, 500) if first else rng.randint(40, 220))
     models.append(UserMessage(content=images.content(prompt), timestamp=clock.tick(rng, 500, 20_000), turn=turn_id))
 
+    counts = (1, 2, 3) if mix == "image" else (0, 1, 2, 3)  # a computer-use agent acts every turn
+    weights = (4, 2, 1) if mix == "image" else (3, 4, 2, 1)
     calls = [
         ToolCallContent(id=_tool_call_id(rng), name=tool, arguments=_arguments(rng, tool))
-        for tool in (rng.choice(_TOOLS) for _ in range(rng.choices((0, 1, 2, 3), weights=(3, 4, 2, 1))[0]))
+        for tool in (rng.choice(_TOOLS) for _ in range(rng.choices(counts, weights=weights)[0]))
     ]
     signature = base64.b64encode(rng.randbytes(150)).decode()  # 200 characters
     content: list[Any] = [
@@ -359,7 +395,7 @@ def _make_turn(
             ToolResultMessage(
                 tool_call_id=call.id,
                 tool_name=call.name,
-                content=images.content(output),
+                content=images.content(output, tool_result=True),
                 is_error=rng.random() < 0.05,
                 timestamp=clock.tick(rng, 50, 3_000),
                 turn=turn_id,
@@ -367,6 +403,28 @@ def _make_turn(
         )
     dicts = [model.model_dump(mode="json") for model in models]
     return Turn(plan.session_id, plan.loop_id, turn_index, models, dicts)
+
+
+def _small_turn(rng: random.Random, clock: _Clock, plan: LoopPlan, turn_id: TurnId) -> Turn:
+    """A chat turn without tools: a short prompt and a short reply with usage, ≈300 bytes each as stored."""
+    models: list[Any] = [
+        UserMessage(
+            content=[TextContent(text=_prose(rng, rng.randint(20, 150)))],
+            timestamp=clock.tick(rng, 500, 20_000),
+            turn=turn_id,
+        ),
+        AssistantMessage(
+            content=[TextContent(text=_prose(rng, rng.randint(10, 90)))],
+            stop_reason=StopReason.STOP,
+            model=plan.model,
+            provider=plan.provider,
+            usage=_usage(rng, turn_id.turn_index),
+            timestamp=clock.tick(rng, 2_000, 30_000),
+            turn=turn_id,
+        ),
+    ]
+    dicts = [model.model_dump(mode="json") for model in models]
+    return Turn(plan.session_id, plan.loop_id, turn_id.turn_index, models, dicts)
 
 
 def build(
@@ -378,6 +436,7 @@ def build(
     prefix: str = "",
     min_messages_per_session: int = 0,
     images: bool = False,
+    mix: str = "tool",
 ) -> Workload:
     """A workload of ``sessions`` x ``loops_per_session`` x ``turns_per_loop`` turns.
 
@@ -385,11 +444,14 @@ def build(
     over the sessions, each session's loops one after another. With
     ``min_messages_per_session``, a session's last loop keeps getting turns
     until the session holds at least that many messages. With ``images``,
-    one user or tool-result message in ``IMAGE_EVERY`` carries a base64 image.
+    one user or tool-result message in ``IMAGE_EVERY`` carries a base64 image
+    (the tool mix only). ``mix`` is one of :data:`MIXES`.
     """
+    if mix not in MIXES:
+        raise ValueError(f"unknown message mix {mix!r}: one of {', '.join(MIXES)}")
     rng = random.Random(seed)
     clock = _Clock()
-    drawer = _Images(seed, enabled=images)
+    drawer = _Images(seed, enabled=images and mix == "tool", screenshots=mix == "image")
     work = Workload()
     per_session: list[list[Turn]] = []
     for s in range(sessions):
@@ -406,7 +468,7 @@ def build(
             k = 0
             last_loop = n == loops_per_session - 1
             while k < turns_per_loop or (last_loop and count < min_messages_per_session):
-                turn = _make_turn(rng, clock, drawer, plan, k, first=k == 0)
+                turn = _make_turn(rng, clock, drawer, plan, k, first=k == 0, mix=mix)
                 turns.append(turn)
                 count += len(turn.models)
                 k += 1

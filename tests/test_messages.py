@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import random
 import threading
 import time
 from pathlib import Path
@@ -13,10 +14,13 @@ import pytest
 from factories import assistant, extension, tool_result, user
 from helpers import SONNET
 
+import turnstore.repositories.message_tail as message_tail
 import turnstore.repositories.messages as messages_module
+import turnstore.repositories.rows as rows_module
 from turnstore import (
     AssistantMessage,
     ExtensionMessage,
+    ImageContent,
     InvalidArgument,
     InvalidMessage,
     LimitExceeded,
@@ -29,6 +33,8 @@ from turnstore import (
     StopReason,
     Store,
     StoredMessage,
+    TextContent,
+    ToolResultMessage,
     TurnId,
     TurnIdMismatch,
     TurnNotFound,
@@ -1340,3 +1346,89 @@ def test_sources_refuse_a_bad_count_and_an_unknown_loop(store: Store, loop_id: s
             read(loop_id, last=last)
         with pytest.raises(LoopNotFound):
             read("no such loop")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_last_is_the_tail_of_the_context_of_a_random_loop(
+    store: Store, session_id: str, loop_id: str, seed: int
+) -> None:
+    """Turns with parallel calls, results missing or out of place, failed turns and extension
+    messages: for every n, last() is the context's tail (the newest rows alone, or with the few
+    older ones read beside them, or the path walked: each must give the same)."""
+    rng = random.Random(seed)
+    count = 0
+    for k in range(14):
+        messages: list[Any] = [user(f"u{k}")]
+        calls = tuple(f"c{k}.{j}" for j in range(rng.choice((0, 1, 1, 2, 3))))
+        stop = rng.choice((StopReason.STOP,) * 5 + (StopReason.ERROR, StopReason.ABORTED))
+        messages.append(assistant(f"a{k}", calls=calls, stop=stop))
+        answered = [call for call in calls if rng.random() < 0.8]
+        rng.shuffle(answered)
+        messages += [tool_result(call, f"r{call}") for call in answered]
+        if rng.random() < 0.2:
+            messages.append(tool_result(f"stray{k}", "orphan"))
+        if rng.random() < 0.2:
+            messages.append(extension("ui"))
+        if rng.random() < 0.3:
+            messages.append(assistant(f"b{k}"))
+        store.messages.append_turn(loop_id, k, messages)
+        count += len(messages)
+    context = store.messages.context(loop_id)
+    for n in range(1, count + 2):
+        window = store.messages.last(session_id, n)
+        tail = context[max(len(context) - n, 0) :]
+        while tail and tail[0].role == "toolResult":
+            tail = tail[1:]
+        assert window == tail, n
+
+
+def test_last_validates_only_the_newest_n_rows_when_they_decide_the_tail(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chat without tools: the newest n rows are the tail, so the few rows read beyond them are never validated."""
+    store = Store(tmp_path / "store.db")
+    session_id = store.sessions.create().session_id
+    loop_id = store.loops.start(session_id).loop_id
+    for k in range(30):
+        store.messages.append_turn(loop_id, k, [user(f"u{k}"), assistant(f"a{k}")])
+    validated: list[int] = []
+    parse = message_tail.parse_rows
+
+    def counting(texts: Any) -> list[Any]:
+        parsed = parse(texts)
+        validated.append(len(parsed))
+        return parsed
+
+    monkeypatch.setattr(message_tail, "parse_rows", counting)
+    assert texts(store.messages.last(session_id, 20)) == texts(store.messages.context(loop_id)[-20:])
+    assert validated == [20]
+    store.close()
+
+
+@pytest.mark.parametrize("join_limit", [0, 10**9])
+def test_reads_give_the_same_messages_whether_validated_one_by_one_or_as_one_array(
+    store: Store, session_id: str, loop_id: str, monkeypatch: pytest.MonkeyPatch, join_limit: int
+) -> None:
+    """Stored texts longer in all than rows.JOIN_LIMIT are validated one by one (never joined into one
+    large string); shorter ones as one JSON array. Either way a read gives back what was written."""
+    screenshot = ImageContent(data="iVBORw0KGgo" + "A" * 200_000, mime_type="image/png")
+    written = [
+        user("look"),
+        assistant("reading", calls=("c1",)),
+        ToolResultMessage(
+            tool_call_id="c1",
+            tool_name="screen",
+            content=[TextContent(text="shot"), screenshot],
+            is_error=False,
+            timestamp=3_000,
+        ),
+        assistant("done"),
+    ]
+    store.messages.append_turn(loop_id, 0, written)
+    monkeypatch.setattr(rows_module, "JOIN_LIMIT", join_limit)
+    dumped = [m.model_dump() for m in store.messages.loop(loop_id)]
+    assert dumped == [
+        m.model_copy(update={"turn": TurnId(loop_id=loop_id, turn_index=0)}).model_dump() for m in written
+    ]
+    assert [m.model_dump() for m in store.messages.last(session_id, 4)] == dumped
+    assert [m.model_dump() for m in store.messages.turn(loop_id, 0).messages] == dumped

@@ -36,7 +36,15 @@ def newest_tail(db: Database, session_id: str, n: int) -> list[Any] | None:
     loop_id, _kind, _text = rows[0]
     if not all(row_loop == loop_id and kind != ctx.COMPACTION_SUMMARY for row_loop, kind, _text in rows):
         return None
-    messages = ctx.provider_safe(reversed(parse_rows(text for _loop, _kind, text in rows)))
+    # The newest n rows alone decide the tail when their context holds n messages: what the older
+    # rows could add (tool results of an older call at the front, their synthetic results) comes
+    # before the last n. So the older rows are validated only when that falls short.
+    newest = parse_rows(text for _loop, _kind, text in rows[:n])
+    messages = ctx.provider_safe(reversed(newest))
+    if len(messages) >= n:
+        return messages
+    if len(rows) > n:
+        messages = ctx.provider_safe(reversed(newest + parse_rows(text for _loop, _kind, text in rows[n:])))
     # Fewer rows than asked for: the session holds no other row, so no ancestor adds to the context.
     return messages if len(messages) >= n or len(rows) < limit else None
 

@@ -57,7 +57,16 @@ _NO_USAGE: dict[str, Any] = dict.fromkeys((*USAGE_COLUMNS, "cost"))
 
 
 def parse_rows(texts: Iterable[str]) -> list[Any]:
-    """Validate stored message JSON texts in one pass (one JSON array: no per-message call)."""
+    """Validate stored message JSON texts, each once.
+
+    Short texts are validated in one pass over one JSON array (no call per
+    message); once they add up to more than :data:`JOIN_LIMIT` characters
+    (images, files), each is validated on its own, so the texts are never
+    copied into one large string, which costs more than the calls it saves.
+    """
+    texts = list(texts)
+    if sum(map(len, texts)) > JOIN_LIMIT:
+        return [_VALIDATE_JSON(text) for text in texts]
     messages: list[Any] = AGENT_MESSAGES.validate_json("[" + ",".join(texts) + "]")
     return messages
 
@@ -68,6 +77,10 @@ def tool_calls(text: str) -> Iterator[tuple[str, str]]:
     for block in content if isinstance(content, list) else ():
         if isinstance(block, dict) and block.get("type") == "toolCall":
             yield block["id"], block["name"]
+
+
+JOIN_LIMIT = 128 * 1024
+"""Total characters of stored texts :func:`parse_rows` still validates as one JSON array."""
 
 
 def stored_message(row: Iterable[Any]) -> StoredMessage:
