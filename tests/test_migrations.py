@@ -28,7 +28,7 @@ from turnstore import Store, migrate
 from turnstore.engine import create_engine, resolve_url
 
 REPO = Path(__file__).resolve().parents[1]
-TABLES = {"sessions", "loops", "messages", "imports", "staging"}
+TABLES = {"sessions", "loops", "messages", "imports", "staging", "media", "session_media"}
 
 
 @pytest.fixture

@@ -8,7 +8,9 @@ from typing import Any
 from .. import context as ctx
 from .. import queries as q
 from ..database import Database
+from ..media import MediaMode
 from ..models import MAX_INT
+from .media import restore
 from .rows import parse_rows
 
 __all__ = ["TAIL_SLACK", "newest_tail", "path_tail"]
@@ -17,7 +19,7 @@ TAIL_SLACK = 8
 """Rows ``store.messages.last()`` reads beyond ``n`` in its one-statement case."""
 
 
-def newest_tail(db: Database, session_id: str, n: int) -> list[Any] | None:
+def newest_tail(db: Database, session_id: str, n: int, mode: MediaMode = "inline") -> list[Any] | None:
     """The context tail of the newest loop from the session's newest ``n`` rows alone, or None.
 
     Every loop's path ends with all of the loop's own rows, so when the
@@ -36,12 +38,15 @@ def newest_tail(db: Database, session_id: str, n: int) -> list[Any] | None:
     loop_id, _kind, _text = rows[0]
     if not all(row_loop == loop_id and kind != ctx.COMPACTION_SUMMARY for row_loop, kind, _text in rows):
         return None
+    rows = restore(db, rows, (2,), mode)
     messages = ctx.provider_safe(reversed(parse_rows(text for _loop, _kind, text in rows)))
     # Fewer rows than asked for: the session holds no other row, so no ancestor adds to the context.
     return messages if len(messages) >= n or len(rows) < limit else None
 
 
-def path_tail(db: Database, session_id: str, pieces: Sequence[ctx.Piece], n: int) -> list[Any]:
+def path_tail(
+    db: Database, session_id: str, pieces: Sequence[ctx.Piece], n: int, mode: MediaMode = "inline"
+) -> list[Any]:
     """At least the last ``n`` context messages of a path (all of it when shorter), read newest first.
 
     The context of the messages read back from the end is a tail of the
@@ -52,7 +57,7 @@ def path_tail(db: Database, session_id: str, pieces: Sequence[ctx.Piece], n: int
     newest_first: list[Any] = []
     messages: list[Any] = []
     for piece in reversed(pieces):
-        for batch in _backwards(db, session_id, piece, n):
+        for batch in _backwards(db, session_id, piece, n, mode):
             newest_first.extend(batch)
             messages = ctx.provider_safe(reversed(newest_first))
             if len(messages) >= n:
@@ -60,11 +65,12 @@ def path_tail(db: Database, session_id: str, pieces: Sequence[ctx.Piece], n: int
     return messages
 
 
-def _backwards(db: Database, session_id: str, piece: ctx.Piece, limit: int) -> Iterator[list[Any]]:
+def _backwards(db: Database, session_id: str, piece: ctx.Piece, limit: int, mode: MediaMode) -> Iterator[list[Any]]:
     """A piece's messages, newest first, in batches of ``limit`` rows, then twice as many each time."""
     if piece.summaries:
         rows = db.fetchall(q.compaction_summaries(), {"loop_id": piece.loop_id})
-        yield list(reversed(parse_rows(text for *_columns, text in filter(piece.admits, rows))))
+        admitted = restore(db, list(filter(piece.admits, rows)), (4,), mode)
+        yield list(reversed(parse_rows(text for *_columns, text in admitted)))
         return
     params: dict[str, Any] = {
         "session_id": session_id,
@@ -75,7 +81,7 @@ def _backwards(db: Database, session_id: str, piece: ctx.Piece, limit: int) -> I
     }
     while True:
         rows = db.fetchall(q.loop_messages_backwards(piece.summaries is False), params)
-        yield parse_rows(text for _id, text in rows)
+        yield parse_rows(text for _id, text in restore(db, rows, (1,), mode))
         if len(rows) < params["limit"]:
             return
         oldest, _text = rows[-1]
