@@ -438,3 +438,60 @@ def test_0004_adds_the_staging_table_to_a_store_with_data_and_takes_it_away(engi
     assert migrate.check(engine) == []
     with Store(db_path, auto_upgrade=False) as store:
         assert store.sessions.get(session_id).title == "kept" and store.sessions.count() == 1
+
+
+def test_0006_moves_media_of_a_store_with_data_out_of_line_and_back(engine: sa.Engine, db_path: Path) -> None:
+    """Rows written at 0004 (an image twice, in a message and its source; an escaped solidus; more rows
+    than one batch) read back byte for byte after the upgrade, and the downgrade puts every text back."""
+    import base64
+
+    from turnstore.media import MARK
+
+    migrate.upgrade(engine, "0004")
+    image = base64.b64encode(bytes(range(256)) * 100).decode()
+    with_image = (
+        '{"role":"user","content":[{"type":"image","data":"' + image + '","mimeType":"image/png"}],"timestamp":1}'
+    )
+    rows = [(with_image, '{"url":"data:image/png;base64,' + image + '"}'), (with_image, None)]
+    rows += [
+        ('{"role":"user","content":[{"type":"text","text":"a\\\\/b ' + str(i) + '"}],"timestamp":2}', "x\\/y")
+        for i in range(250)
+    ]
+    rows.append((with_image, with_image))
+    connection = sqlite3.connect(db_path)
+    with connection:
+        when = "2026-01-01 00:00:00.000000"
+        connection.execute("INSERT INTO sessions (session_id, created_at, updated_at) VALUES ('s', ?, ?)", (when, when))
+        connection.execute(
+            "INSERT INTO loops (loop_id, session_id, continuation_kind, status, started_at) "
+            "VALUES ('l', 's', 'initial', 'running', ?)",
+            (when,),
+        )
+        connection.executemany(
+            "INSERT INTO messages (session_id, loop_id, seq, role, message, source) VALUES ('s', 'l', ?, 'user', ?, ?)",
+            [(seq, message, source) for seq, (message, source) in enumerate(rows)],
+        )
+    connection.close()
+
+    def raw() -> list[tuple[str, str | None]]:
+        reader = sqlite3.connect(db_path)
+        try:
+            return reader.execute("SELECT message, source FROM messages ORDER BY id").fetchall()
+        finally:
+            reader.close()
+
+    migrate.upgrade(engine)
+    assert migrate.check(engine) == []
+    stored = raw()
+    assert image not in "".join(f"{message}{source}" for message, source in stored)
+    assert stored[2] == ('{"role":"user","content":[{"type":"text","text":"a\\\\/\\/b 0"}],"timestamp":2}', "x\\/\\/y")
+    reader = sqlite3.connect(db_path)
+    assert reader.execute("SELECT count(*), min(length(data)) FROM media").fetchone() == (1, len(image))
+    assert reader.execute("SELECT session_id FROM session_media").fetchall() == [("s",)]
+    reader.close()
+    with Store(db_path, auto_upgrade=False) as store:
+        assert [(row.message, row.source) for row in store.messages.rows("s")] == rows
+        assert store.messages.loop("l", media="omit")[0].content[0].data == ""  # type: ignore[union-attr]
+    migrate.downgrade(engine, "0004")
+    assert raw() == rows and not any(MARK + "m" in message for message, _ in raw())
+    assert {"media", "session_media"}.isdisjoint(table_names(db_path))
