@@ -311,3 +311,34 @@ def test_messages_without_media_are_stored_as_given(store: Store, loop_id: str, 
     store.messages.append(message, loop_id=loop_id, turn_index=0)
     (row,) = store.messages.rows(session_id, media="omit")
     assert row.message == stored_text({**message, "turnId": {"loopId": loop_id, "turnIndex": 0}})
+
+
+# --- the command line -----------------------------------------------------------------
+
+
+def test_cli_show_and_export_take_a_media_mode(tmp_path: Path) -> None:
+    from cli_runner import run_cli
+
+    image = screenshot(9)
+    db = tmp_path / "cli.db"
+    with Store(db) as store:
+        session = store.sessions.create().session_id
+        loop = store.loops.start(session).loop_id
+        store.messages.append(image_message(loop, image))
+        full = store.export(session)
+    digest = hashlib.sha256(image.encode()).hexdigest()
+    shown = run_cli("--db", db, "show", session, "--json", "--media", "omit")
+    assert shown.code == 0
+    (message,) = shown.json()["loops"][0]["messages"]
+    assert message["message"]["content"][1] == {"type": "image", "data": "", "mimeType": "image/png"}
+    assert image in run_cli("--db", db, "show", session, "--json").out
+    exported = run_cli("--db", db, "export", session, "--format", "turnstore", "--media", "ref")
+    assert exported.code == 0 and image not in exported.out and REF_PREFIX + digest in exported.out
+    assert run_cli("--db", db, "export", session, "--format", "turnstore").out == full
+    refused = run_cli("--db", db, "export", session, "--media", "none")
+    assert refused.code != 0 and "none" in refused.err and len(refused.err.strip().splitlines()) <= 3
+
+
+def test_export_refuses_a_bad_media_mode(store: Store, session_id: str) -> None:
+    with pytest.raises(InvalidArgument, match="media"):
+        store.export(session_id, media="all")  # type: ignore[arg-type]
