@@ -134,15 +134,22 @@ def join(text: str, mode: MediaMode, fetch: Callable[[str], str]) -> str:
 
     ``fetch`` gives the run of a digest (``inline`` only).
     """
+    return "".join(pieces(text, mode, fetch))
 
-    def replace(match: re.Match[str]) -> str:
+
+def pieces(text: str, mode: MediaMode, fetch: Callable[[str], str]) -> list[str]:
+    """:func:`join`'s text as the pieces it is made of (for a caller that joins many texts at once)."""
+    parts: list[str] = []
+    last = 0
+    for match in _TOKEN.finditer(text):
+        parts.append(text[last : match.start()])
+        last = match.end()
         digest = match.group(1)
         if digest is None:
-            return MARK
-        if mode == "inline":
-            return fetch(digest)
-        if mode == "omit":
-            return ""
-        return REF_PREFIX + digest
-
-    return _TOKEN.sub(replace, text)
+            parts.append(MARK)
+        elif mode == "inline":
+            parts.append(fetch(digest))
+        elif mode == "ref":
+            parts.append(REF_PREFIX + digest)
+    parts.append(text[last:])
+    return parts

@@ -16,8 +16,10 @@ inserts it again with the data it holds.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import cache
+from itertools import repeat
+from operator import contains
 from typing import Any, cast
 
 import sqlalchemy as sa
@@ -25,10 +27,11 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from ..database import Database
 from ..errors import InvalidArgument, MediaNotFound
-from ..media import MARK, MEDIA_MODES, MediaMode, join, split
+from ..media import MARK, MEDIA_MODES, MediaMode, join, pieces, split
 from ..schema import loops, media, session_media
+from .rows import parse_parts, parse_rows
 
-__all__ = ["check_mode", "fetch", "link_loop", "link_session", "put", "release", "restore", "split_row"]
+__all__ = ["check_mode", "fetch", "link_loop", "link_session", "parse", "put", "release", "restore", "split_row"]
 
 bp = sa.bindparam
 
@@ -158,12 +161,29 @@ def fetch(db: Database, digest: str) -> str:
     return str(data)
 
 
-def restore(db: Database, rows: list[Any], columns: tuple[int, ...], mode: MediaMode = "inline") -> list[Any]:
-    """``rows`` with the texts in ``columns`` as written (or per ``mode``); the same list when none refers to media.
+def parse(db: Database, texts: list[str], mode: MediaMode = "inline") -> list[Any]:
+    """:func:`~.rows.parse_rows` of stored texts, as written (or per ``mode``).
 
-    Only a text holding ``\\/`` is looked at; each digest is read once per call.
+    Texts that refer to media are not put together one by one: the array
+    validated is joined once from all their pieces, so a screenshot's data is
+    copied once on its way to the parser, as when it was stored inline.
     """
-    changed: list[Any] | None = None
+    if not any(map(contains, texts, repeat(MARK))):  # at C speed: a long history without media pays little
+        return parse_rows(texts)
+    lookup = _fetcher(db)
+    parts = ["["]
+    for text in texts:
+        if MARK in text:
+            parts += pieces(text, mode, lookup)
+        else:
+            parts.append(text)
+        parts.append(",")
+    parts[-1] = "]"
+    return parse_parts(parts)
+
+
+def _fetcher(db: Database) -> Callable[[str], str]:
+    """:func:`fetch`, each digest read once."""
     fetched: dict[str, str] = {}
 
     def lookup(digest: str) -> str:
@@ -172,6 +192,16 @@ def restore(db: Database, rows: list[Any], columns: tuple[int, ...], mode: Media
             data = fetched[digest] = fetch(db, digest)
         return data
 
+    return lookup
+
+
+def restore(db: Database, rows: list[Any], columns: tuple[int, ...], mode: MediaMode = "inline") -> list[Any]:
+    """``rows`` with the texts in ``columns`` as written (or per ``mode``); the same list when none refers to media.
+
+    Only a text holding ``\\/`` is looked at; each digest is read once per call.
+    """
+    changed: list[Any] | None = None
+    lookup = _fetcher(db)
     for index, row in enumerate(rows):
         for column in columns:
             text = row[column]

@@ -10,8 +10,7 @@ from .. import queries as q
 from ..database import Database
 from ..media import MediaMode
 from ..models import MAX_INT
-from .media import restore
-from .rows import parse_rows
+from .media import parse
 
 __all__ = ["TAIL_SLACK", "newest_tail", "path_tail"]
 
@@ -38,8 +37,7 @@ def newest_tail(db: Database, session_id: str, n: int, mode: MediaMode = "inline
     loop_id, _kind, _text = rows[0]
     if not all(row_loop == loop_id and kind != ctx.COMPACTION_SUMMARY for row_loop, kind, _text in rows):
         return None
-    rows = restore(db, rows, (2,), mode)
-    messages = ctx.provider_safe(reversed(parse_rows(text for _loop, _kind, text in rows)))
+    messages = ctx.provider_safe(reversed(parse(db, [text for _loop, _kind, text in rows], mode)))
     # Fewer rows than asked for: the session holds no other row, so no ancestor adds to the context.
     return messages if len(messages) >= n or len(rows) < limit else None
 
@@ -69,8 +67,7 @@ def _backwards(db: Database, session_id: str, piece: ctx.Piece, limit: int, mode
     """A piece's messages, newest first, in batches of ``limit`` rows, then twice as many each time."""
     if piece.summaries:
         rows = db.fetchall(q.compaction_summaries(), {"loop_id": piece.loop_id})
-        admitted = restore(db, list(filter(piece.admits, rows)), (4,), mode)
-        yield list(reversed(parse_rows(text for *_columns, text in admitted)))
+        yield list(reversed(parse(db, [text for *_columns, text in filter(piece.admits, rows)], mode)))
         return
     params: dict[str, Any] = {
         "session_id": session_id,
@@ -81,7 +78,7 @@ def _backwards(db: Database, session_id: str, piece: ctx.Piece, limit: int, mode
     }
     while True:
         rows = db.fetchall(q.loop_messages_backwards(piece.summaries is False), params)
-        yield parse_rows(text for _id, text in restore(db, rows, (1,), mode))
+        yield parse(db, [text for _id, text in rows], mode)
         if len(rows) < params["limit"]:
             return
         oldest, _text = rows[-1]

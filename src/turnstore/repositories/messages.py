@@ -43,7 +43,6 @@ from .rows import (
     MAX_TURN_INDEX,
     ExportRow,
     SourceRow,
-    parse_rows,
     path_stored_message,
     row_params,
     stored_message,
@@ -365,11 +364,11 @@ class MessageRepository:
             TurnNotFound: the loop has no message in that turn.
         """
         rows = self._db.fetchall(q.turn_messages(), {"loop_id": loop_id, "turn_index": turn_index})
-        rows = out_of_line.restore(self._db, rows, (0,))
         if not rows:
             self._require_loop(loop_id)
             raise TurnNotFound(f"loop {loop_id!r} has no turn {turn_index}")
-        return Turn(loop_id=loop_id, turn_index=turn_index, messages=parse_rows(text for (text,) in rows))
+        messages = out_of_line.parse(self._db, [text for (text,) in rows])
+        return Turn(loop_id=loop_id, turn_index=turn_index, messages=messages)
 
     def turns(self, loop_id: str, start: int = 0, stop: int | None = None) -> list[Turn]:
         """Turns ``start <= k < stop`` of a loop (``stop=None``: to the end), in order.
@@ -380,11 +379,11 @@ class MessageRepository:
         params: dict[str, Any] = {"loop_id": loop_id, "start": start}
         if stop is not None:
             params["stop"] = stop
-        rows = out_of_line.restore(self._db, self._db.fetchall(q.turn_range_messages(stop is not None), params), (1,))
+        rows = self._db.fetchall(q.turn_range_messages(stop is not None), params)
         if not rows:
             self._require_loop(loop_id)
             return []
-        parsed = parse_rows(text for _turn_index, text in rows)
+        parsed = out_of_line.parse(self._db, [text for _turn_index, text in rows])
         turns: list[Turn] = []
         current: list[Any] = []
         for (index, _), message in zip(rows, parsed):
@@ -408,10 +407,10 @@ class MessageRepository:
             InvalidArgument: ``media`` is not a media mode.
         """
         mode = check_mode(media)
-        rows = self._restore(self._db.fetchall(q.loop_messages(), {"loop_id": loop_id}), (0,), mode)
+        rows = self._db.fetchall(q.loop_messages(), {"loop_id": loop_id})
         if not rows:
             self._require_loop(loop_id)
-        return parse_rows(text for (text,) in rows)
+        return out_of_line.parse(self._db, [text for (text,) in rows], mode)
 
     def last(
         self,

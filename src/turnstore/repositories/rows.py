@@ -32,6 +32,7 @@ __all__ = [
     "SessionSources",
     "SourceRow",
     "loop_from_row",
+    "parse_parts",
     "parse_rows",
     "row_params",
     "session_from_row",
@@ -58,6 +59,12 @@ _NO_USAGE: dict[str, Any] = dict.fromkeys((*USAGE_COLUMNS, "cost"))
 def parse_rows(texts: Iterable[str]) -> list[Any]:
     """Validate stored message JSON texts in one pass (one JSON array: no per-message call)."""
     messages: list[Any] = AGENT_MESSAGES.validate_json("[" + ",".join(texts) + "]")
+    return messages
+
+
+def parse_parts(parts: list[str]) -> list[Any]:
+    """Validate a JSON array of messages given as the pieces of its text (joined once, however many)."""
+    messages: list[Any] = AGENT_MESSAGES.validate_json("".join(parts))
     return messages
 
 
