@@ -144,6 +144,11 @@ def test_every_read_gives_the_original_text_back(store: Store, loop_id: str, ses
     assert store.messages.last(session_id, 5) == [got.message]
     assert store.messages.turn(loop_id, 0).messages == [got.message]
     assert store.messages.sources(loop_id)[0].source == source
+    assert store.messages.sources(loop_id, last=1)[0].source == source
+    assert store.messages.path(loop_id)[0].source == source
+    assert store.messages.path(loop_id)[0].message == got.message
+    assert store.messages.turns(loop_id)[0].messages == [got.message]
+    assert store.messages.context(loop_id) == [got.message]
     assert [line for line in store.export(session_id).splitlines() if image in line]  # type: ignore[union-attr]
 
 
