@@ -279,9 +279,9 @@ def test_deleting_a_session_while_another_appends_the_same_media_loses_nothing(
     """A delete that frees shared media races an append that refers to it; the live message keeps its bytes."""
     if backend.endswith("async"):
         pytest.skip("the race is the sync code's (the async store runs it in a worker thread)")
-    image = screenshot(8)
     keeper = store.loops.start(store.sessions.create().session_id).loop_id
-    for round_ in range(6):
+    images = [screenshot(100 + number) for number in range(6)]
+    for round_, image in enumerate(images):  # a new screenshot each round: the keeper holds no reference to it yet
         doomed_session = store.sessions.create().session_id
         doomed = store.loops.start(doomed_session).loop_id
         store.messages.append(image_message(doomed, image))
@@ -308,7 +308,8 @@ def test_deleting_a_session_while_another_appends_the_same_media_loses_nothing(
                 store.messages.append(image_message(keeper, image, turn=round_))
             thread.join()
             assert errors == []
-    assert [m.content[1].data == image for m in store.messages.loop(keeper)] == [True] * 6  # type: ignore[union-attr]
+        kept = [m.content[1].data for m in store.messages.loop(keeper)]  # type: ignore[union-attr]
+        assert kept == images[: round_ + 1]
 
 
 def test_messages_without_media_are_stored_as_given(store: Store, loop_id: str, session_id: str) -> None:
