@@ -348,3 +348,41 @@ def test_cli_show_and_export_take_a_media_mode(tmp_path: Path) -> None:
 def test_export_refuses_a_bad_media_mode(store: Store, session_id: str) -> None:
     with pytest.raises(InvalidArgument, match="media"):
         store.export(session_id, media="all")  # type: ignore[arg-type]
+
+
+def test_a_staged_import_that_fails_mid_way_leaves_no_media(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sqlite3
+    from collections.abc import Iterator
+
+    from turnstore.repositories import imports as writer
+    from turnstore.repositories import staging
+
+    images = [screenshot(20 + number) for number in range(3)]
+    with Store(tmp_path / "a.db") as first:
+        session = first.sessions.create().session_id
+        loop = first.loops.start(session).loop_id
+        for image in images:
+            first.messages.append(image_message(loop, image))
+        exported = first.export(session)
+    assert isinstance(exported, str)
+    path = tmp_path / "s.jsonl"
+    path.write_text(exported)
+    monkeypatch.setattr(staging, "STAGED_SESSION_MESSAGES", 0)
+    monkeypatch.setattr(staging, "BATCH_MESSAGES", 1)
+    original = writer._message_batches
+
+    def failing(bundle: Any, limits: Any) -> Iterator[list[dict[str, Any]]]:
+        for number, batch in enumerate(original(bundle, limits)):
+            yield batch
+            if number == 0:  # after the first batch is written (all three messages, a part at a time)
+                raise KeyboardInterrupt
+
+    monkeypatch.setattr(writer, "_message_batches", failing)
+    with Store(tmp_path / "b.db") as second, pytest.raises(KeyboardInterrupt):
+        second.import_("turnstore", path)
+    reader = sqlite3.connect(tmp_path / "b.db")
+    try:
+        counts = [reader.execute(f"SELECT count(*) FROM {table}").fetchone()[0] for table in ("media", "session_media")]
+    finally:
+        reader.close()
+    assert counts == [0, 0]
