@@ -29,6 +29,7 @@ SUITES: dict[str, tuple[str, list[str], str]] = {
         [],
         "OpenAI Agents SDK sessions: TurnstoreSession vs SQLiteSession (+ Advanced)",
     ),
+    "media": ("media.py", [], "image-heavy sessions: file size, appends and last(50) with media out of line"),
     "startup": ("startup.py", [], "import turnstore and `turnstore sessions`: how fast they start"),
     "serve": ("serve.py", [], "turnstore serve: a 5,000-message session page, the sessions list of a 1M store"),
     "report": ("report.py", [], "docs/performance.md (and its plot) from the result files"),

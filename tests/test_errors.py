@@ -17,6 +17,7 @@ from turnstore.errors import (
     InvalidRecord,
     LimitExceeded,
     LoopNotFound,
+    MediaNotFound,
     MessageNotFound,
     NotFound,
     SchemaError,
@@ -34,7 +35,7 @@ ALL_ERRORS = [getattr(errors, name) for name in errors.__all__]
 
 
 def test_all_lists_every_error() -> None:
-    assert len(ALL_ERRORS) == 25
+    assert len(ALL_ERRORS) == 26
     assert all(isinstance(cls, type) and issubclass(cls, Exception) for cls in ALL_ERRORS)
 
 
@@ -44,7 +45,7 @@ def test_every_error_is_a_turnstore_error(cls: type[Exception]) -> None:
     assert getattr(turnstore, cls.__name__) is cls
 
 
-@pytest.mark.parametrize("cls", [SessionNotFound, LoopNotFound, TurnNotFound, MessageNotFound])
+@pytest.mark.parametrize("cls", [SessionNotFound, LoopNotFound, TurnNotFound, MessageNotFound, MediaNotFound])
 def test_not_found_errors_are_lookup_errors(cls: type[Exception]) -> None:
     assert issubclass(cls, NotFound)
     assert issubclass(cls, LookupError)

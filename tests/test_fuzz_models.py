@@ -51,7 +51,8 @@ from pydantic import ValidationError
 
 from turnstore import InvalidMessage, TurnId, TurnstoreError, parse_message
 from turnstore.models import AGENT_MESSAGE
-from turnstore.repositories.messages import READ_DEPTH, dump_message, parse_rows
+from turnstore.repositories.messages import READ_DEPTH, dump_message
+from turnstore.repositories.rows import parse_rows
 
 LOOP = "3f1c9a2e-7b4d-4c1e-9a55-0d2f6b8e1a77.anthropic.claude-sonnet-4-5.thinking.1"
 

@@ -16,7 +16,9 @@ import sqlite3
 import stat
 import threading
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -28,7 +30,7 @@ from turnstore import Store, migrate
 from turnstore.engine import create_engine, resolve_url
 
 REPO = Path(__file__).resolve().parents[1]
-TABLES = {"sessions", "loops", "messages", "imports", "staging"}
+TABLES = {"sessions", "loops", "messages", "imports", "staging", "media", "session_media"}
 
 
 @pytest.fixture
@@ -438,3 +440,82 @@ def test_0004_adds_the_staging_table_to_a_store_with_data_and_takes_it_away(engi
     assert migrate.check(engine) == []
     with Store(db_path, auto_upgrade=False) as store:
         assert store.sessions.get(session_id).title == "kept" and store.sessions.count() == 1
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def empty_url(request: pytest.FixtureRequest, db_path: Path) -> str:
+    """A new, unmigrated database of each backend."""
+    if request.param == "sqlite":
+        return str(db_path)
+    return str(request.getfixturevalue("postgres").new_database())
+
+
+def test_0006_moves_media_of_a_store_with_data_out_of_line_and_back(empty_url: str) -> None:
+    """Rows written at 0004 (an image twice, in a message and its source; an escaped solidus; more rows
+    than one batch) read back byte for byte after the upgrade, and the downgrade puts every text back."""
+    import base64
+
+    from turnstore.media import MARK
+
+    engine = create_engine(empty_url)
+    migrate.upgrade(engine, "0004")
+    image = base64.b64encode(bytes(range(256)) * 100).decode()
+    with_image = (
+        '{"role":"user","content":[{"type":"image","data":"' + image + '","mimeType":"image/png"}],"timestamp":1}'
+    )
+    rows = [(with_image, '{"url":"data:image/png;base64,' + image + '"}'), (with_image, None)]
+    rows += [
+        ('{"role":"user","content":[{"type":"text","text":"a\\\\/b ' + str(i) + '"}],"timestamp":2}', "x\\/y")
+        for i in range(250)
+    ]
+    rows.append((with_image, with_image))
+    json_value = "CAST(:message AS JSON)" if engine.dialect.name == "postgresql" else ":message"
+    with engine.begin() as connection:
+        # How each backend's timestamp column takes a time (turnstore's Database.bind_time).
+        when: Any = "2026-01-01 00:00:00.000000"
+        if engine.dialect.name == "postgresql":
+            when = datetime(2026, 1, 1, tzinfo=timezone.utc)
+        connection.execute(
+            sa.text("INSERT INTO sessions (session_id, created_at, updated_at) VALUES ('s', :when, :when)"),
+            {"when": when},
+        )
+        connection.execute(
+            sa.text(
+                "INSERT INTO loops (loop_id, session_id, continuation_kind, status, started_at) "
+                "VALUES ('l', 's', 'initial', 'running', (SELECT created_at FROM sessions))"
+            )
+        )
+        connection.execute(
+            sa.text(
+                "INSERT INTO messages (session_id, loop_id, seq, role, message, source) "
+                f"VALUES ('s', 'l', :seq, 'user', {json_value}, :source)"
+            ),
+            [{"seq": seq, "message": message, "source": source} for seq, (message, source) in enumerate(rows)],
+        )
+
+    def raw(query: str) -> list[tuple[Any, ...]]:
+        with engine.connect() as connection:
+            return [tuple(row) for row in connection.execute(sa.text(query))]
+
+    def texts() -> list[tuple[Any, ...]]:
+        return raw("SELECT CAST(message AS TEXT), source FROM messages ORDER BY id")
+
+    try:
+        migrate.upgrade(engine)
+        assert migrate.check(engine) == []
+        stored = texts()
+        assert image not in "".join(f"{message}{source}" for message, source in stored)
+        assert stored[2] == (
+            '{"role":"user","content":[{"type":"text","text":"a\\\\/\\/b 0"}],"timestamp":2}',
+            "x\\/\\/y",
+        )
+        assert raw("SELECT count(*), min(length(data)) FROM media") == [(1, len(image))]
+        assert raw("SELECT session_id FROM session_media") == [("s",)]
+        with Store(empty_url, auto_upgrade=False) as store:
+            assert [(row.message, row.source) for row in store.messages.rows("s")] == rows
+            assert store.messages.loop("l", media="omit")[0].content[0].data == ""  # type: ignore[union-attr]
+        migrate.downgrade(engine, "0004")
+        assert texts() == rows and not any(MARK + "m" in message for message, _ in texts())
+        assert {"media", "session_media"}.isdisjoint(sa.inspect(engine).get_table_names())
+    finally:
+        engine.dispose()

@@ -29,6 +29,7 @@ from .errors import (
     InvalidRecord,
     LimitExceeded,
     LoopNotFound,
+    MediaNotFound,
     MessageNotFound,
     NotAStore,
     NotFound,
@@ -50,6 +51,7 @@ from .errors import (
 if TYPE_CHECKING:
     from .aio import AsyncStore
     from .limits import Limits
+    from .media import MediaMode
     from .models import (
         AgentMessage,
         AssistantMessage,
@@ -104,6 +106,7 @@ _LAZY: dict[str, str] = {
     "Loop": ".records",
     "LoopConfig": ".records",
     "LoopStatus": ".records",
+    "MediaMode": ".media",
     "Message": ".models",
     "parse_message": ".repositories",
     "PriceTable": ".usage",
@@ -154,6 +157,8 @@ __all__ = [
     "LoopConfig",
     "LoopNotFound",
     "LoopStatus",
+    "MediaMode",
+    "MediaNotFound",
     "Message",
     "MessageNotFound",
     "NotAStore",

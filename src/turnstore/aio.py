@@ -43,6 +43,7 @@ from .store import Store
 if TYPE_CHECKING:
     from .importers import ImportReport
     from .limits import Limits
+    from .media import MediaMode
     from .usage import PriceTable
 
 __all__ = [
@@ -536,10 +537,15 @@ class AsyncStore:
         return await self._workers.call(run, on_cancel=stop.set)
 
     async def export(
-        self, session_id: str, format: str = "turnstore", file: str | os.PathLike[str] | IO[str] | None = None
+        self,
+        session_id: str,
+        format: str = "turnstore",
+        file: str | os.PathLike[str] | IO[str] | None = None,
+        *,
+        media: MediaMode = "inline",
     ) -> str | None:
         """Export one session; see :meth:`turnstore.Store.export`."""
-        return await self._workers.run(self._store.export, session_id, format, file)
+        return await self._workers.run(self._store.export, session_id, format, file, media=media)
 
     async def run(self, function: Callable[Concatenate[Store, P], T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """``function(store.sync, *args, **kwargs)`` on a worker thread, like every call of this store.

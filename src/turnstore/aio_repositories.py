@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from .aio import _Workers
+    from .media import MediaMode
     from .models import ExtensionMessage, Message, TurnId, Usage
     from .records import ContinuationKind, Loop, LoopConfig, Session, SessionSummary, StoredMessage, Turn
     from .repositories.message_input import MessageInput
@@ -332,9 +333,9 @@ class AsyncMessageRepository:
         """Async twin of :meth:`MessageRepository.turns <turnstore.repositories.messages.MessageRepository.turns>`."""
         return await self._workers.call(functools.partial(self._sync.turns, loop_id, start, stop))
 
-    async def loop(self, loop_id: str) -> list[Message | ExtensionMessage]:
+    async def loop(self, loop_id: str, *, media: MediaMode = "inline") -> list[Message | ExtensionMessage]:
         """Async twin of :meth:`MessageRepository.loop <turnstore.repositories.messages.MessageRepository.loop>`."""
-        return await self._workers.call(functools.partial(self._sync.loop, loop_id))
+        return await self._workers.call(functools.partial(self._sync.loop, loop_id, media=media))
 
     async def last(
         self,
@@ -344,29 +345,46 @@ class AsyncMessageRepository:
         loop_id: str | None = None,
         model: str | None = None,
         provider: str | None = None,
+        media: MediaMode = "inline",
     ) -> list[Message]:
         """Async twin of :meth:`MessageRepository.last <turnstore.repositories.messages.MessageRepository.last>`."""
         return await self._workers.call(
-            functools.partial(self._sync.last, session_id, n, loop_id=loop_id, model=model, provider=provider)
+            functools.partial(
+                self._sync.last,
+                session_id,
+                n,
+                loop_id=loop_id,
+                model=model,
+                provider=provider,
+                media=media,
+            )
         )
 
-    async def context(self, loop_id: str, *, model: str | None = None, provider: str | None = None) -> list[Message]:
+    async def context(
+        self, loop_id: str, *, model: str | None = None, provider: str | None = None, media: MediaMode = "inline"
+    ) -> list[Message]:
         """Async twin of :meth:`MessageRepository.context <turnstore.repositories.messages.MessageRepository.context>`."""
-        return await self._workers.call(functools.partial(self._sync.context, loop_id, model=model, provider=provider))
+        return await self._workers.call(
+            functools.partial(self._sync.context, loop_id, model=model, provider=provider, media=media)
+        )
 
     async def path(self, loop_id: str) -> list[StoredMessage]:
         """Async twin of :meth:`MessageRepository.path <turnstore.repositories.messages.MessageRepository.path>`."""
         return await self._workers.call(functools.partial(self._sync.path, loop_id))
 
-    async def get(self, message_id: int) -> StoredMessage:
+    async def get(self, message_id: int, *, media: MediaMode = "inline") -> StoredMessage:
         """Async twin of :meth:`MessageRepository.get <turnstore.repositories.messages.MessageRepository.get>`."""
-        return await self._workers.call(functools.partial(self._sync.get, message_id))
+        return await self._workers.call(functools.partial(self._sync.get, message_id, media=media))
+
+    async def media(self, digest: str) -> str:
+        """Async twin of :meth:`MessageRepository.media <turnstore.repositories.messages.MessageRepository.media>`."""
+        return await self._workers.call(functools.partial(self._sync.media, digest))
 
     async def records(
-        self, session_id: str | None = None, *, loop_id: str | None = None
+        self, session_id: str | None = None, *, loop_id: str | None = None, media: MediaMode = "inline"
     ) -> AsyncGenerator[StoredMessage, None]:
         """Async twin of :meth:`MessageRepository.records <turnstore.repositories.messages.MessageRepository.records>`: its items, read in batches on one worker."""
-        stream = self._workers.stream(functools.partial(self._sync.records, session_id, loop_id=loop_id))
+        stream = self._workers.stream(functools.partial(self._sync.records, session_id, loop_id=loop_id, media=media))
         try:
             while batch := await stream.batch():
                 for item in batch:
@@ -374,9 +392,9 @@ class AsyncMessageRepository:
         finally:
             await stream.close()
 
-    async def rows(self, session_id: str) -> AsyncGenerator[ExportRow, None]:
+    async def rows(self, session_id: str, *, media: MediaMode = "inline") -> AsyncGenerator[ExportRow, None]:
         """Async twin of :meth:`MessageRepository.rows <turnstore.repositories.messages.MessageRepository.rows>`: its items, read in batches on one worker."""
-        stream = self._workers.stream(functools.partial(self._sync.rows, session_id))
+        stream = self._workers.stream(functools.partial(self._sync.rows, session_id, media=media))
         try:
             while batch := await stream.batch():
                 for item in batch:

@@ -10,7 +10,8 @@ The hierarchy::
     │   ├── SessionNotFound
     │   ├── LoopNotFound
     │   ├── TurnNotFound
-    │   └── MessageNotFound
+    │   ├── MessageNotFound
+    │   └── MediaNotFound
     ├── AlreadyExists
     ├── LimitExceeded           a value is over a configured size limit
     ├── SchemaError
@@ -45,6 +46,7 @@ __all__ = [
     "InvalidRecord",
     "LimitExceeded",
     "LoopNotFound",
+    "MediaNotFound",
     "MessageNotFound",
     "NotAStore",
     "NotFound",
@@ -120,6 +122,10 @@ class TurnNotFound(NotFound):
 
 class MessageNotFound(NotFound):
     """No message has this id."""
+
+
+class MediaNotFound(NotFound):
+    """No media has this digest (``store.messages.media()``), or a stored reference lost its data."""
 
 
 class AlreadyExists(TurnstoreError):

@@ -25,8 +25,10 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from .errors import ExportFailed
+from .media import MediaMode
 from .records import LoopConfig
 from .repositories._shared import loads
+from .repositories.media import check_mode
 from .repositories.rows import USAGE_FIELDS, ExportRow
 
 if TYPE_CHECKING:
@@ -94,15 +96,16 @@ def _block_to_phi_core(block: dict[str, Any]) -> dict[str, Any]:
 class _Exporter:
     """One session being exported, read through the store's repositories: its rows, loops and sources."""
 
-    def __init__(self, store: Store, session_id: str) -> None:
+    def __init__(self, store: Store, session_id: str, media: MediaMode = "inline") -> None:
         self.store = store
         self.session_id = session_id
+        self.media = media
         self.session = store.sessions.get(session_id)
         self.sources = store.sessions.sources(session_id)
         self.source_format = self.sources.source_format
 
     def rows(self) -> Iterator[ExportRow]:
-        return self.store.messages.rows(self.session_id)
+        return self.store.messages.rows(self.session_id, media=self.media)
 
     def phi_core_message(self, row: ExportRow) -> dict[str, Any]:
         # The canonical JSON of an imported phi-core record equals the record by value;
@@ -110,16 +113,20 @@ class _Exporter:
         return to_phi_core(json.loads(row.message))
 
 
-def iter_export(store: Store, session_id: str, fmt: str) -> Iterator[str]:
+def iter_export(store: Store, session_id: str, fmt: str, *, media: MediaMode = "inline") -> Iterator[str]:
     """The export of one session as chunks of text, streamed (a session is never held whole).
+
+    ``media``: how media kept out of line is written (:data:`turnstore.MediaMode`).
 
     Raises:
         SessionNotFound: no such session.
         ValueError: unknown format.
+        InvalidArgument: ``media`` is not a media mode.
     """
     if fmt not in EXPORT_FORMATS:
         raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")
-    exporter = _Exporter(store, session_id)
+    check_mode(media)
+    exporter = _Exporter(store, session_id, media)
     if fmt == "phi-core":
         return _phi_core_array(exporter)
     if fmt == "phi-core-session":

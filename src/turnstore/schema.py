@@ -11,6 +11,8 @@ Three tables, one per level of an agent's history:
 * ``messages`` — one row per message, in a global order (``id``) and a
   per-loop order (``seq``, unique and gap-free), with the message's JSON,
   typed usage columns and, for imports, the verbatim source record.
+* ``media`` — long base64 data moved out of message texts, once per SHA-256,
+  and ``session_media``, which sessions refer to which (see :mod:`turnstore.media`).
 
 Every hot query filters on ``session_id`` or on a key that implies it
 (``loop_id``), and each has an index that serves it; the two partial
@@ -24,7 +26,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-__all__ = ["imports", "loops", "messages", "metadata", "sessions", "staging"]
+__all__ = ["imports", "loops", "media", "messages", "metadata", "session_media", "sessions", "staging"]
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -256,3 +258,25 @@ staging = sa.Table(
     sa.Column("heartbeat_at", Timestamp, nullable=False),
 )
 """Sessions being written in batches and not yet published (see :mod:`turnstore.repositories.staging`)."""
+
+media = sa.Table(
+    "media",
+    metadata,
+    # SHA-256 (hex) of the base64 text (migration 0006): equal data is stored once, whichever sessions hold it.
+    sa.Column("sha256", sa.String, primary_key=True),
+    # The base64 run exactly as it stood in the message text (text, not bytes: it goes back into that text).
+    sa.Column("data", sa.Text, nullable=False),
+)
+"""Media out of line: each long base64 run of a stored text, once (see :mod:`turnstore.media`)."""
+
+session_media = sa.Table(
+    "session_media",
+    metadata,
+    # Plain values, deleted explicitly with the session (as the other tables), then the media no
+    # other session refers to.
+    sa.Column("session_id", sa.String, primary_key=True),
+    sa.Column("sha256", sa.String, primary_key=True),
+    # Whether any other session still refers to a digest, when a session goes.
+    sa.Index(None, "sha256"),
+)
+"""Which session's messages refer to which media: a session's media is freed with it unless another refers to it."""

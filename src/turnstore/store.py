@@ -28,6 +28,7 @@ from .usage import DEFAULT_PRICES, PriceTable
 
 if TYPE_CHECKING:
     from .importers import ImportReport
+    from .media import MediaMode
 
 __all__ = ["Store", "TransactionSteps"]
 
@@ -152,21 +153,30 @@ class Store:
         )
 
     def export(
-        self, session_id: str, format: str = "turnstore", file: str | os.PathLike[str] | IO[str] | None = None
+        self,
+        session_id: str,
+        format: str = "turnstore",
+        file: str | os.PathLike[str] | IO[str] | None = None,
+        *,
+        media: MediaMode = "inline",
     ) -> str | None:
         """Export one session as ``phi-core``, ``phi-core-session`` or ``turnstore`` (lossless JSONL).
 
         Writes to ``file`` (a path or a text file object) when given, streaming;
         otherwise returns the text. A path gets a new file, mode 0600, put in
         place only when complete (:func:`~turnstore.export.write_export`).
+        ``media="omit"`` or ``"ref"`` leaves the data of media kept out of line
+        out of the export (see :data:`turnstore.MediaMode`); such an export is no
+        longer lossless.
 
         Raises:
             SessionNotFound: no such session.
             ExportFailed: the file at ``file`` could not be written (it is left as it was).
+            InvalidArgument: ``media`` is not a media mode.
         """
         from .export import iter_export, write_export
 
-        chunks = iter_export(self, session_id, format)
+        chunks = iter_export(self, session_id, format, media=media)
         if file is None:
             return "".join(chunks)
         if isinstance(file, (str, os.PathLike)):

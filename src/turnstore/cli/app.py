@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 import click
 
+from ..media import MEDIA_MODES
 from ..store import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -58,6 +59,17 @@ def shared_options(command: F) -> F:
         "--db", metavar="URL", expose_value=False, callback=_set_db, help="Database URL or SQLite file path."
     )(command)
     return command
+
+
+def media_option(command: F) -> F:
+    """``--media inline|omit|ref``: how media kept out of line is shown or written (:data:`turnstore.MediaMode`)."""
+    return click.option(
+        "--media",
+        type=click.Choice(MEDIA_MODES),
+        default="inline",
+        show_default=True,
+        help="inline: media data as stored; omit: left out (an image's data is empty); ref: media:sha256:<digest>.",
+    )(command)
 
 
 def pass_settings(command: F) -> F:

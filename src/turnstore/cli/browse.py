@@ -10,6 +10,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from ..errors import InvalidMessage
+from ..media import MediaMode
 from ..models import (
     AssistantMessage,
     ExtensionMessage,
@@ -20,7 +21,7 @@ from ..models import (
     ToolResultMessage,
 )
 from ..records import Loop, StoredMessage
-from .app import Settings, cli, pass_settings, shared_options
+from .app import Settings, cli, media_option, pass_settings, shared_options
 from .output import console, print_json, short, text
 
 
@@ -76,9 +77,10 @@ def sessions(settings: Settings, limit: int, offset: int, agent_id: str | None) 
 @click.argument("session_id")
 @click.option("--loop", "loop_id", default=None, help="Only this loop.")
 @click.option("--turn", "turn_index", type=int, default=None, help="Only this turn (of --loop, or of the only loop).")
+@media_option
 @shared_options
 @pass_settings
-def show(settings: Settings, session_id: str, loop_id: str | None, turn_index: int | None) -> None:
+def show(settings: Settings, session_id: str, loop_id: str | None, turn_index: int | None, media: MediaMode) -> None:
     """Show a session's loops and messages."""
     store = settings.store(read_only=True)
     session = store.sessions.get(session_id)
@@ -92,7 +94,7 @@ def show(settings: Settings, session_id: str, loop_id: str | None, turn_index: i
         raise click.UsageError("--turn needs --loop when the session has several loops")
     messages: dict[str, list[StoredMessage]] = {loop.loop_id: [] for loop in loops}
     for loop in loops:
-        for stored in store.messages.records(loop_id=loop.loop_id):
+        for stored in store.messages.records(loop_id=loop.loop_id, media=media):
             if turn_index is None or stored.turn_index == turn_index:
                 messages[loop.loop_id].append(stored)
     if settings.json:

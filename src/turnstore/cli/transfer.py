@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 import click
 
 from ..export import EXPORT_FORMATS
-from .app import Settings, cli, pass_settings, shared_options
+from ..media import MediaMode
+from .app import Settings, cli, media_option, pass_settings, shared_options
 from .escaping import visible
 from .output import JsonSafeWriter, print_json
 
@@ -148,9 +149,10 @@ def _print_report(report: ImportReport) -> None:
     default=None,
     help="Write here instead of stdout: a new file, mode 0600, in place only when complete.",
 )
+@media_option
 @shared_options
 @pass_settings
-def export(settings: Settings, session_id: str, fmt: str, output: Path | None) -> None:
+def export(settings: Settings, session_id: str, fmt: str, output: Path | None, media: MediaMode) -> None:
     """Export one session (streamed; large sessions are never held in memory).
 
     Every format names the session, so importing the file gives back the same
@@ -159,8 +161,8 @@ def export(settings: Settings, session_id: str, fmt: str, output: Path | None) -
     store = settings.store(read_only=True)
     store.sessions.get(session_id)  # a clear error before any output
     if output is not None:
-        store.export(session_id, fmt, output)
+        store.export(session_id, fmt, output, media=media)
     else:
         stream = JsonSafeWriter(sys.stdout)
-        store.export(session_id, fmt, stream)  # type: ignore[arg-type]
+        store.export(session_id, fmt, stream, media=media)  # type: ignore[arg-type]
         stream.flush()

@@ -24,8 +24,9 @@ from ..database import Database
 from ..errors import AlreadyExists, InvalidMessage, InvalidRecord
 from ..importers.base import LoopRow, MessageRow, RecordError, SessionBundle, SpilledMessage
 from ..limits import Limits, check_json, check_text
+from ..media import split
 from ..records import LoopConfig
-from . import staging
+from . import media, staging
 from ._shared import Settings, dumps, utcnow
 from .import_writes import ImportWrites
 from .message_json import dump_message
@@ -197,6 +198,7 @@ def _write(
         if replacing and owner is None:
             for statement in q.delete_session():
                 db.execute(statement, {"session_id": bundle.session_id})
+            media.release(db, bundle.session_id)
         if not (replacing and owner is not None):  # a staged replace inserts it once the old rows are gone
             _insert_session(db, bundle, created, updated)
         if owner is not None:  # the rest in short transactions of their own, the session hidden meanwhile
@@ -283,10 +285,35 @@ def _insert_messages(db: Database, rows: list[dict[str, Any]]) -> None:
     for every ``None`` it binds before binding NULL, and such rows are most
     of an imported session. PostgreSQL's driver sends all rows in one batch.
     """
+    rows, found, links = _media_out(rows)
+    if found:
+        media.put(db, found)
     if not db.is_sqlite:
         db.executemany(q.insert_message_at(), rows)
-        return
-    db.execute_each(q.insert_message_at(), q.insert_message_at(without_nulls=True), rows, _is_bare)
+    else:
+        db.execute_each(q.insert_message_at(), q.insert_message_at(without_nulls=True), rows, _is_bare)
+    if links:
+        media.link_session(db, links)
+
+
+def _media_out(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, str], set[tuple[str, str]]]:
+    """The rows with their media moved out (each changed row copied), the media, and each (session, digest)."""
+    found: dict[str, str] = {}
+    links: set[tuple[str, str]] = set()
+    out = rows
+    for index, row in enumerate(rows):
+        message, source = row["message"], row["source"]
+        stored, more = split(message)
+        stored_source, from_source = split(source) if source is not None else (None, {})
+        if stored is message and stored_source is source:  # the text is stored as it is (no split copies it)
+            continue
+        if out is rows:
+            out = list(rows)
+        out[index] = {**row, "message": stored, "source": stored_source}
+        for digests in (more, from_source):
+            found.update(digests)
+            links.update((row["session_id"], digest) for digest in digests)
+    return out, found, links
 
 
 def _is_bare(params: dict[str, Any]) -> bool:

@@ -8,8 +8,9 @@ from typing import Any
 from .. import context as ctx
 from .. import queries as q
 from ..database import Database
+from ..media import MediaMode
 from ..models import MAX_INT
-from .rows import parse_rows
+from .media import parse
 
 __all__ = ["TAIL_SLACK", "newest_tail", "path_tail"]
 
@@ -17,7 +18,7 @@ TAIL_SLACK = 8
 """Rows ``store.messages.last()`` reads beyond ``n`` in its one-statement case."""
 
 
-def newest_tail(db: Database, session_id: str, n: int) -> list[Any] | None:
+def newest_tail(db: Database, session_id: str, n: int, mode: MediaMode = "inline") -> list[Any] | None:
     """The context tail of the newest loop from the session's newest ``n`` rows alone, or None.
 
     Every loop's path ends with all of the loop's own rows, so when the
@@ -39,17 +40,19 @@ def newest_tail(db: Database, session_id: str, n: int) -> list[Any] | None:
     # The newest n rows alone decide the tail when their context holds n messages: what the older
     # rows could add (tool results of an older call at the front, their synthetic results) comes
     # before the last n. So the older rows are validated only when that falls short.
-    newest = parse_rows(text for _loop, _kind, text in rows[:n])
+    newest = parse(db, [text for _loop, _kind, text in rows[:n]], mode)
     messages = ctx.provider_safe(reversed(newest))
     if len(messages) >= n:
         return messages
     if len(rows) > n:
-        messages = ctx.provider_safe(reversed(newest + parse_rows(text for _loop, _kind, text in rows[n:])))
+        messages = ctx.provider_safe(reversed(newest + parse(db, [text for _loop, _kind, text in rows[n:]], mode)))
     # Fewer rows than asked for: the session holds no other row, so no ancestor adds to the context.
     return messages if len(messages) >= n or len(rows) < limit else None
 
 
-def path_tail(db: Database, session_id: str, pieces: Sequence[ctx.Piece], n: int) -> list[Any]:
+def path_tail(
+    db: Database, session_id: str, pieces: Sequence[ctx.Piece], n: int, mode: MediaMode = "inline"
+) -> list[Any]:
     """At least the last ``n`` context messages of a path (all of it when shorter), read newest first.
 
     The context of the messages read back from the end is a tail of the
@@ -60,7 +63,7 @@ def path_tail(db: Database, session_id: str, pieces: Sequence[ctx.Piece], n: int
     newest_first: list[Any] = []
     messages: list[Any] = []
     for piece in reversed(pieces):
-        for batch in _backwards(db, session_id, piece, n):
+        for batch in _backwards(db, session_id, piece, n, mode):
             newest_first.extend(batch)
             messages = ctx.provider_safe(reversed(newest_first))
             if len(messages) >= n:
@@ -68,11 +71,11 @@ def path_tail(db: Database, session_id: str, pieces: Sequence[ctx.Piece], n: int
     return messages
 
 
-def _backwards(db: Database, session_id: str, piece: ctx.Piece, limit: int) -> Iterator[list[Any]]:
+def _backwards(db: Database, session_id: str, piece: ctx.Piece, limit: int, mode: MediaMode) -> Iterator[list[Any]]:
     """A piece's messages, newest first, in batches of ``limit`` rows, then twice as many each time."""
     if piece.summaries:
         rows = db.fetchall(q.compaction_summaries(), {"loop_id": piece.loop_id})
-        yield list(reversed(parse_rows(text for *_columns, text in filter(piece.admits, rows))))
+        yield list(reversed(parse(db, [text for *_columns, text in filter(piece.admits, rows)], mode)))
         return
     params: dict[str, Any] = {
         "session_id": session_id,
@@ -83,7 +86,7 @@ def _backwards(db: Database, session_id: str, piece: ctx.Piece, limit: int) -> I
     }
     while True:
         rows = db.fetchall(q.loop_messages_backwards(piece.summaries is False), params)
-        yield parse_rows(text for _id, text in rows)
+        yield parse(db, [text for _id, text in rows], mode)
         if len(rows) < params["limit"]:
             return
         oldest, _text = rows[-1]

@@ -23,6 +23,7 @@ from ..errors import (
     TurnNotFound,
     TurnstoreError,
 )
+from ..media import REF_PREFIX, MediaMode
 from ..models import (
     ExtensionMessage,
     Message,
@@ -31,8 +32,10 @@ from ..models import (
     now_ms,
 )
 from ..records import ContinuationKind, Loop, LoopConfig, StoredMessage, Turn
+from . import media as out_of_line
 from ._shared import Settings, utcnow
 from .loops import LoopRepository, is_message_id
+from .media import check_mode
 from .message_input import MessageInput, parse_message, turn_json
 from .message_json import READ_DEPTH, dump_message
 from .message_tail import newest_tail, path_tail
@@ -40,7 +43,6 @@ from .rows import (
     MAX_TURN_INDEX,
     ExportRow,
     SourceRow,
-    parse_rows,
     path_stored_message,
     row_params,
     stored_message,
@@ -100,17 +102,23 @@ class MessageRepository:
             LimitExceeded: the message or its source is over ``max_message_bytes``.
             LoopNotFound: no such loop.
         """
-        params = self._prepare(message, loop_id, turn_index, usage, timestamp, source)
+        params, found = self._prepare(message, loop_id, turn_index, usage, timestamp, source)
         if usage is not None and params["model"] is None:
             params["model"], params["provider"] = model, provider
         statement = q.insert_message(not self._db.is_sqlite)
         touch = (q.touch_session_of_loop(), self._touch_params(params["loop_id"]))
         try:
-            if self._db.is_sqlite:
+            if self._db.is_sqlite and not found:
                 return self._db.insert(statement, params, touch)
             with self._db.write():
-                self._lock_loop(params["loop_id"], params["turn_index"])
-                return self._db.insert(statement, params, touch)
+                if self._db.is_postgresql:
+                    self._lock_loop(params["loop_id"], params["turn_index"])
+                if not found:
+                    return self._db.insert(statement, params, touch)
+                out_of_line.put(self._db, found)
+                message_id = self._db.insert(statement, params, touch)
+                out_of_line.link_loop(self._db, params["loop_id"], found)
+                return message_id
         except self._db.IntegrityError as error:
             raise self._integrity(error, params["loop_id"], params["turn_index"]) from None
 
@@ -138,14 +146,14 @@ class MessageRepository:
             LimitExceeded: a message or source is over ``max_message_bytes``.
             LoopNotFound: no such loop.
         """
-        rows = self._prepare_turn(loop_id, turn_index, messages, sources, usage_known)
+        rows, found = self._prepare_turn(loop_id, turn_index, messages, sources, usage_known)
         if not rows:
             return []
         try:
             with self._db.write():
                 if self._db.is_postgresql:
                     self._lock_loop(loop_id, turn_index)
-                return self._insert_turn(loop_id, rows)
+                return self._insert_turn(loop_id, rows, found)
         except self._db.IntegrityError as error:
             raise self._integrity(error, loop_id, turn_index) from None
 
@@ -183,9 +191,9 @@ class MessageRepository:
                     raise error
                 last = state[2]  # type: ignore[index]
                 turn = 0 if last is None else last + 1 if new_turn else last
-                rows = self._prepare_turn(loop_id, turn, messages, sources, usage_known)
+                rows, found = self._prepare_turn(loop_id, turn, messages, sources, usage_known)
                 if rows:
-                    self._insert_turn(loop_id, rows)
+                    self._insert_turn(loop_id, rows, found)
         except self._db.IntegrityError as error:
             raise self._integrity(error, loop_id, turn) from None
         return TurnId(loop_id=loop_id, turn_index=turn)
@@ -197,17 +205,24 @@ class MessageRepository:
         messages: Sequence[MessageInput],
         sources: Sequence[str | None] | None,
         usage_known: bool,
-    ) -> list[dict[str, Any]]:
-        """The rows of a turn's messages, every one validated (nothing is written)."""
-        return [
-            self._prepare(message, loop_id, turn_index, None, None, source, usage_known)
-            for message, source in zip(messages, _one_per_message(sources, len(messages)))
-        ]
+    ) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        """The rows of a turn's messages, every one validated, and the media they hold (nothing is written)."""
+        rows: list[dict[str, Any]] = []
+        found: dict[str, str] = {}
+        for message, source in zip(messages, _one_per_message(sources, len(messages))):
+            params, more = self._prepare(message, loop_id, turn_index, None, None, source, usage_known)
+            rows.append(params)
+            found.update(more)
+        return rows, found
 
-    def _insert_turn(self, loop_id: str, rows: list[dict[str, Any]]) -> list[int]:
-        """Insert prepared rows of one loop and touch its session, inside the caller's write transaction."""
+    def _insert_turn(self, loop_id: str, rows: list[dict[str, Any]], found: dict[str, str]) -> list[int]:
+        """Insert prepared rows of one loop, their media first, and touch its session, in the caller's write transaction."""
         statement = q.insert_message(not self._db.is_sqlite)
+        if found:
+            out_of_line.put(self._db, found)
         ids = [self._db.insert(statement, params) for params in rows]
+        if found:
+            out_of_line.link_loop(self._db, loop_id, found)
         self._db.execute(q.touch_session_of_loop(), self._touch_params(loop_id))
         return ids
 
@@ -320,7 +335,8 @@ class MessageRepository:
         timestamp: int | None,
         source: str | None = None,
         usage_known: bool = True,
-    ) -> dict[str, Any]:
+    ) -> tuple[dict[str, Any], dict[str, str]]:
+        """The row to insert, its media moved out, and that media by digest."""
         if source is not None:
             if not isinstance(source, str):
                 raise InvalidArgument(
@@ -373,7 +389,7 @@ class MessageRepository:
         dated = now_ms() if timestamp is None else timestamp  # 0 is a time (1970-01-01), not a missing one
         params = row_params(model, text, loop_id, turn_index, usage, source, timestamp=dated, usage_known=usage_known)
         limits.check_row(params)
-        return params
+        return params, out_of_line.split_row(params)
 
     def _touch_params(self, loop_id: str) -> dict[str, Any]:
         return {"loop_id": loop_id, "updated_at": self._db.bind_time(utcnow())}
@@ -411,7 +427,8 @@ class MessageRepository:
         if not rows:
             self._require_loop(loop_id)
             raise TurnNotFound(f"loop {loop_id!r} has no turn {turn_index}")
-        return Turn(loop_id=loop_id, turn_index=turn_index, messages=parse_rows(text for (text,) in rows))
+        messages = out_of_line.parse(self._db, [text for (text,) in rows])
+        return Turn(loop_id=loop_id, turn_index=turn_index, messages=messages)
 
     def turns(self, loop_id: str, start: int = 0, stop: int | None = None) -> list[Turn]:
         """Turns ``start <= k < stop`` of a loop (``stop=None``: to the end), in order.
@@ -426,7 +443,7 @@ class MessageRepository:
         if not rows:
             self._require_loop(loop_id)
             return []
-        parsed = parse_rows(text for _turn_index, text in rows)
+        parsed = out_of_line.parse(self._db, [text for _turn_index, text in rows])
         turns: list[Turn] = []
         current: list[Any] = []
         for (index, _), message in zip(rows, parsed):
@@ -439,16 +456,21 @@ class MessageRepository:
         turns.append(Turn(loop_id=loop_id, turn_index=current[0], messages=current[1:]))
         return turns
 
-    def loop(self, loop_id: str) -> list[Message | ExtensionMessage]:
+    def loop(self, loop_id: str, *, media: MediaMode = "inline") -> list[Message | ExtensionMessage]:
         """Every message of a loop, in order (extension messages included).
+
+        ``media``: ``"inline"`` (default) returns every message as written; ``"omit"`` or
+        ``"ref"`` leave the data of media kept out of line out (see :data:`turnstore.MediaMode`).
 
         Raises:
             LoopNotFound: no such loop.
+            InvalidArgument: ``media`` is not a media mode.
         """
+        mode = check_mode(media)
         rows = self._db.fetchall(q.loop_messages(), {"loop_id": loop_id})
         if not rows:
             self._require_loop(loop_id)
-        return parse_rows(text for (text,) in rows)
+        return out_of_line.parse(self._db, [text for (text,) in rows], mode)
 
     def last(
         self,
@@ -458,6 +480,7 @@ class MessageRepository:
         loop_id: str | None = None,
         model: str | None = None,
         provider: str | None = None,
+        media: MediaMode = "inline",
     ) -> list[Message]:
         """The last ``n`` messages of the session's current path, oldest first, ready to send.
 
@@ -467,15 +490,21 @@ class MessageRepository:
         tool result cut from its call at the front (so it may hold fewer
         than ``n``). Reads the path backwards, only as far as the tail needs.
 
+        ``media="omit"`` leaves the data of media kept out of line out (an image part
+        reads ``"data":""``) and never reads it: a screenshot-heavy history costs what
+        its text costs. ``"ref"`` names each by digest (see :data:`turnstore.MediaMode`).
+
         Raises:
-            InvalidArgument: ``n`` is not a non-negative integer; ``provider`` without ``model``.
+            InvalidArgument: ``n`` is not a non-negative integer; ``provider`` without ``model``;
+                ``media`` is not a media mode.
             SessionNotFound: no such session.
             LoopNotFound: ``loop_id`` is not a loop of that session.
         """
         _check_count(n)
         _check_model(model, provider)
+        mode = check_mode(media)
         if loop_id is None and n > 0:
-            messages = newest_tail(self._db, session_id, n)
+            messages = newest_tail(self._db, session_id, n, mode)
             if messages is not None:
                 return ctx.for_model(ctx.tail(messages, n), model, provider)
         with self._db.read():
@@ -495,10 +524,12 @@ class MessageRepository:
                 raise LoopNotFound(f"loop {loop_id!r} not found in session {session_id!r}")
             if n == 0:
                 return []
-            messages = path_tail(self._db, session_id, ctx.path_pieces(tuple(tree), loop_id), n)
+            messages = path_tail(self._db, session_id, ctx.path_pieces(tuple(tree), loop_id), n, mode)
         return ctx.for_model(ctx.tail(messages, n), model, provider)
 
-    def context(self, loop_id: str, *, model: str | None = None, provider: str | None = None) -> list[Message]:
+    def context(
+        self, loop_id: str, *, model: str | None = None, provider: str | None = None, media: MediaMode = "inline"
+    ) -> list[Message]:
         """What the next model call of ``loop_id`` should see, in a form every provider accepts.
 
         The ancestors' messages up to each fork point, then the loop's own;
@@ -514,15 +545,20 @@ class MessageRepository:
         thinking as text and lose that model's signatures; messages of the
         same model are returned byte for byte. See ``docs/context.md``.
 
+        ``media``: as in :meth:`last` (``"omit"``: media data left out, never read).
+
         Raises:
             LoopNotFound: no such loop.
-            InvalidArgument: ``provider`` without ``model``, or either not a string.
+            InvalidArgument: ``provider`` without ``model``, or either not a string;
+                ``media`` is not a media mode.
         """
         _check_model(model, provider)
+        mode = check_mode(media)
         with self._db.read():
             session_id, segments, min_id = self._locate(loop_id)
             rows = self._db.fetchall(q.context_messages(), {"session_id": session_id, "min_id": min_id})
-        return ctx.for_model(ctx.assemble(segments, rows), model, provider)
+            chosen = self._restore(ctx.choose(ctx.pieces(segments), rows), (4,), mode)
+        return ctx.for_model(ctx.provider_safe(ctx.to_messages(chosen)), model, provider)
 
     def path(self, loop_id: str) -> list[StoredMessage]:
         """The stored messages ``context(loop_id)`` is built from, in context order, extension messages included.
@@ -536,7 +572,8 @@ class MessageRepository:
         with self._db.read():
             session_id, segments, min_id = self._locate(loop_id)
             rows = self._db.fetchall(q.path_messages(), {"session_id": session_id, "min_id": min_id})
-        return [path_stored_message(row) for row in ctx.choose(ctx.pieces(segments), rows)]
+            chosen = out_of_line.restore(self._db, ctx.choose(ctx.pieces(segments), rows), (4, 8))
+        return [path_stored_message(row) for row in chosen]
 
     def _locate(self, loop_id: str) -> tuple[str, list[ctx.Segment], int]:
         """A loop's session, the segments of its path and the smallest message id they can hold."""
@@ -552,23 +589,45 @@ class MessageRepository:
         tree = ctx.loop_nodes(self._db.fetchall(q.loop_tree(), {"session_id": session_id}))
         return ctx.plan(tree, loop_id)
 
-    def get(self, message_id: int) -> StoredMessage:
-        """One stored message by id, with its loop, turn and seq.
+    def get(self, message_id: int, *, media: MediaMode = "inline") -> StoredMessage:
+        """One stored message by id, with its loop, turn and seq (``media``: as in :meth:`last`).
 
         Raises:
             MessageNotFound: no such message.
+            InvalidArgument: ``media`` is not a media mode.
         """
+        mode = check_mode(media)
         row = self._db.fetchone(q.get_message(), {"id": message_id})
         if row is None:
             raise MessageNotFound(f"message {message_id} not found")
+        (row,) = self._restore([row], (5, 6), mode)
         return stored_message(row)
 
-    def records(self, session_id: str | None = None, *, loop_id: str | None = None) -> Iterator[StoredMessage]:
+    def media(self, digest: str) -> str:
+        """The base64 data of a media reference (``media:sha256:<digest>``, as ``media="ref"`` reads it).
+
+        Raises:
+            MediaNotFound: no media has this digest.
+        """
+        if isinstance(digest, str) and digest.startswith(REF_PREFIX):
+            digest = digest[len(REF_PREFIX) :]
+        return out_of_line.fetch(self._db, digest)
+
+    def _restore(self, rows: list[Any], columns: tuple[int, ...], mode: MediaMode) -> list[Any]:
+        return out_of_line.restore(self._db, rows, columns, mode)
+
+    def records(
+        self, session_id: str | None = None, *, loop_id: str | None = None, media: MediaMode = "inline"
+    ) -> Iterator[StoredMessage]:
         """Stream a session's (or a loop's) stored messages in order, without loading them all.
+
+        ``media``: as in :meth:`last`, for the message and its source.
 
         Raises:
             SessionNotFound / LoopNotFound: no such session or loop.
+            InvalidArgument: ``media`` is not a media mode.
         """
+        mode = check_mode(media)
         if (session_id is None) == (loop_id is None):
             raise InvalidMessage("records() takes a session_id or a loop_id", [("session_id", "one of two")])
         if loop_id is not None:
@@ -577,19 +636,21 @@ class MessageRepository:
         else:
             self._require_session(session_id)  # type: ignore[arg-type]
             cursor = self._db.execute(q.stored_messages(False), {"session_id": session_id})
-        return _stream(cursor)
+        return _stream(self._db, cursor, mode)
 
-    def rows(self, session_id: str) -> Iterator[ExportRow]:
+    def rows(self, session_id: str, *, media: MediaMode = "inline") -> Iterator[ExportRow]:
         """Stream a session's message rows as stored, in order: JSON text, usage columns, source (what exports write).
 
         Unlike :meth:`records`, nothing is parsed: the message is its stored
-        JSON text, byte for byte.
+        JSON text, byte for byte (``media``: as in :meth:`last`, for the message and its source).
 
         Raises:
             SessionNotFound: no such session.
+            InvalidArgument: ``media`` is not a media mode.
         """
+        mode = check_mode(media)
         self._require_session(session_id)
-        return _export_rows(self._db.execute(q.export_messages(), {"session_id": session_id}))
+        return _export_rows(self._db, self._db.execute(q.export_messages(), {"session_id": session_id}), mode)
 
     def sources(self, loop_id: str, *, last: int | None = None) -> list[SourceRow]:
         """A loop's messages as ids, turn indexes and verbatim sources, oldest first; ``last``: only the last ``last``.
@@ -602,7 +663,7 @@ class MessageRepository:
             InvalidArgument: ``last`` is not a non-negative integer.
             LoopNotFound: no such loop.
         """
-        rows = self._loop_rows(q.loop_message_sources, loop_id, last)
+        rows = self._loop_rows(q.loop_message_sources, loop_id, last, 2)
         return [SourceRow(message_id, turn_index, source) for message_id, turn_index, source in rows]
 
     def source_texts(self, loop_id: str, *, last: int | None = None) -> list[str]:
@@ -615,20 +676,24 @@ class MessageRepository:
             InvalidArgument: ``last`` is not a non-negative integer.
             LoopNotFound: no such loop.
         """
-        return [text for (text,) in self._loop_rows(q.loop_source_texts, loop_id, last)]
+        return [text for (text,) in self._loop_rows(q.loop_source_texts, loop_id, last, 0)]
 
-    def _loop_rows(self, query: Callable[[bool], Any], loop_id: str, last: int | None) -> list[tuple[Any, ...]]:
-        """The rows ``query`` selects of a loop, in order; ``last``: only the last ``last`` (``query(True)`` gives
-        them newest first, with a ``:limit``)."""
+    def _loop_rows(
+        self, query: Callable[[bool], Any], loop_id: str, last: int | None, source_column: int
+    ) -> list[tuple[Any, ...]]:
+        """The rows ``query`` selects of a loop, in order, their sources (at ``source_column``) as written;
+        ``last``: only the last ``last`` (``query(True)`` gives them newest first, with a ``:limit``)."""
         if last is not None:
             _check_count(last)
         with self._db.read():
             self._require_loop(loop_id)
             if last is None:
-                return self._db.fetchall(query(False), {"loop_id": loop_id})
-            if last == 0:
+                rows = self._db.fetchall(query(False), {"loop_id": loop_id})
+            elif last == 0:
                 return []
-            return self._db.fetchall(query(True), {"loop_id": loop_id, "limit": last})[::-1]
+            else:
+                rows = self._db.fetchall(query(True), {"loop_id": loop_id, "limit": last})[::-1]
+            return out_of_line.restore(self._db, rows, (source_column,))
 
     def tool_names(self, session_id: str, call_ids: Iterable[str]) -> dict[str, str]:
         """The names of the tool calls with these ids in a session's assistant messages (the newest call of an id).
@@ -708,14 +773,14 @@ NAMES_BATCH = 16
 """Assistant messages :meth:`MessageRepository.tool_names` reads at a time: a call is most often among the newest."""
 
 
-def _export_rows(cursor: Any) -> Iterator[ExportRow]:
+def _export_rows(db: Database, cursor: Any, mode: MediaMode) -> Iterator[ExportRow]:
     while batch := cursor.fetchmany(STREAM_BATCH):
-        yield from map(ExportRow._make, batch)
+        yield from map(ExportRow._make, out_of_line.restore(db, batch, (5, 6), mode))
 
 
-def _stream(cursor: Any) -> Iterator[StoredMessage]:
+def _stream(db: Database, cursor: Any, mode: MediaMode) -> Iterator[StoredMessage]:
     while True:
-        models = [stored_message(row) for row in cursor.fetchmany(STREAM_BATCH)]
+        models = [stored_message(row) for row in out_of_line.restore(db, cursor.fetchmany(STREAM_BATCH), (5, 6), mode)]
         if not models:
             return
         yield from models

@@ -32,6 +32,7 @@ __all__ = [
     "SessionSources",
     "SourceRow",
     "loop_from_row",
+    "parse_parts",
     "parse_rows",
     "row_params",
     "session_from_row",
@@ -81,6 +82,12 @@ def tool_calls(text: str) -> Iterator[tuple[str, str]]:
 
 JOIN_LIMIT = 128 * 1024
 """Total characters of stored texts :func:`parse_rows` still validates as one JSON array."""
+
+
+def parse_parts(parts: list[str]) -> list[Any]:
+    """Validate a JSON array of messages given as the pieces of its text (joined once, however many)."""
+    messages: list[Any] = AGENT_MESSAGES.validate_json("".join(parts))
+    return messages
 
 
 def stored_message(row: Iterable[Any]) -> StoredMessage:

@@ -12,6 +12,7 @@ from ..database import Database
 from ..errors import AlreadyExists, InvalidArgument, SessionNotFound
 from ..limits import check_json, check_text
 from ..records import Session, SessionSummary
+from . import media
 from ._shared import Settings, dumps, utcnow
 from .rows import SessionSources, session_from_row, summary_from_row
 
@@ -230,7 +231,7 @@ class SessionRepository:
         return self.get(session_id)
 
     def delete(self, session_id: str) -> None:
-        """Delete a session with all its loops and messages.
+        """Delete a session with all its loops and messages, and the media no other session refers to.
 
         Raises:
             SessionNotFound: no such session.
@@ -240,6 +241,7 @@ class SessionRepository:
                 cursor = self._db.execute(statement, {"session_id": session_id})
             if cursor.rowcount == 0:
                 raise SessionNotFound(f"session {session_id!r} not found")
+            media.release(self._db, session_id)
 
     def _session(self, row: tuple[Any, ...]) -> Session:
         return session_from_row(row, self._db.load_time)

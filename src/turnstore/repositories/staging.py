@@ -39,6 +39,7 @@ import sqlalchemy as sa
 from ..database import Database
 from ..errors import AlreadyExists, TurnstoreError
 from ..schema import imports, loops, messages, sessions, staging
+from . import media
 
 __all__ = [
     "LEASE",
@@ -263,6 +264,7 @@ def removal_steps(db: Database, session_id: str) -> Iterator[Callable[[], None]]
     def rest() -> None:
         for statement in _delete_rest():
             db.execute(statement, {"session_id": session_id})
+        media.release(db, session_id)
 
     yield rest
 
@@ -339,6 +341,7 @@ def abandon(db: Database, session_id: str, owner: str) -> None:
                 continue
             for statement in _delete_rest():
                 db.execute(statement, {"session_id": session_id})
+            media.release(db, session_id)
             db.execute(_delete(), {"session_id": session_id, "owner": owner})
             return
 
