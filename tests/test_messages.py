@@ -1392,14 +1392,14 @@ def test_last_validates_only_the_newest_n_rows_when_they_decide_the_tail(
     for k in range(30):
         store.messages.append_turn(loop_id, k, [user(f"u{k}"), assistant(f"a{k}")])
     validated: list[int] = []
-    parse = message_tail.parse_rows
+    parse = message_tail.parse
 
-    def counting(texts: Any) -> list[Any]:
-        parsed = parse(texts)
+    def counting(db: Any, texts: Any, mode: Any = "inline") -> list[Any]:
+        parsed = parse(db, texts, mode)
         validated.append(len(parsed))
         return parsed
 
-    monkeypatch.setattr(message_tail, "parse_rows", counting)
+    monkeypatch.setattr(message_tail, "parse", counting)
     assert texts(store.messages.last(session_id, 20)) == texts(store.messages.context(loop_id)[-20:])
     assert validated == [20]
     store.close()
