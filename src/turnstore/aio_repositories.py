@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from .aio import _Workers
     from .models import ExtensionMessage, Message, Usage
-    from .records import ContinuationKind, Loop, LoopConfig, Session, SessionSummary, StoredMessage, Turn
+    from .records import ContinuationKind, Loop, LoopConfig, SearchHit, Session, SessionSummary, StoredMessage, Turn
     from .repositories.message_input import MessageInput
     from .repositories.rows import ExportRow, SessionSources, SourceRow
     from .repositories.sessions import _Unset
@@ -349,6 +349,39 @@ class AsyncMessageRepository:
     async def sources(self, loop_id: str, *, last: int | None = None) -> list[SourceRow]:
         """Async twin of :meth:`MessageRepository.sources <turnstore.repositories.messages.MessageRepository.sources>`."""
         return await self._workers.call(functools.partial(self._sync.sources, loop_id, last=last))
+
+    async def search(
+        self,
+        query: str,
+        *,
+        session_id: str | None = None,
+        loop_id: str | None = None,
+        role: str | None = None,
+        tool_name: str | None = None,
+        since: datetime | int | None = None,
+        until: datetime | int | None = None,
+        limit: int = 20,
+        offset: int = 0,
+        thinking: bool = True,
+        match: str = "all",
+    ) -> list[SearchHit]:
+        """Async twin of :meth:`MessageRepository.search <turnstore.repositories.messages.MessageRepository.search>`."""
+        return await self._workers.call(
+            functools.partial(
+                self._sync.search,
+                query,
+                session_id=session_id,
+                loop_id=loop_id,
+                role=role,
+                tool_name=tool_name,
+                since=since,
+                until=until,
+                limit=limit,
+                offset=offset,
+                thinking=thinking,
+                match=match,
+            )
+        )
 
 
 class AsyncUsageRepository:
