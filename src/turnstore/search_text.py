@@ -60,6 +60,7 @@ MAX_INDEXED_CHARS = 100_000
 """Characters of words indexed per message and column; PostgreSQL refuses a ``tsvector`` over 1 MB."""
 
 _ASCII_WORD = re.compile(r"[A-Za-z0-9]+")
+_ASCII_SEPARATORS = str.maketrans({chr(point): " " for point in range(128) if not chr(point).isalnum()})
 _MARKS = "\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"
 _RUN = re.compile(rf"[^\W_][^\W_{_MARKS}]*(?:[{_MARKS}]+[^\W_]*)*")
 """A run of letters and digits in original text, combining marks included (``cafe\u0301`` is one run)."""
@@ -96,7 +97,11 @@ def fold_run(run: str) -> list[str]:
 def words(text: str) -> list[str]:
     """The folded words of ``text``, in order."""
     if text.isascii():
-        return [word[:MAX_WORD] for word in _ASCII_WORD.findall(text.lower())]
+        # str.translate and split: twice as fast as a regular expression's findall (appends pay for this).
+        found = text.lower().translate(_ASCII_SEPARATORS).split()
+        if found and max(map(len, found)) > MAX_WORD:
+            found = [word[:MAX_WORD] for word in found]
+        return found
     found: list[str] = []
     for run in _RUN.findall(text):
         found.extend(fold_run(run))
