@@ -98,10 +98,10 @@ def words(text: str) -> list[str]:
     """The folded words of ``text``, in order."""
     if text.isascii():
         # str.translate and split: twice as fast as a regular expression's findall (appends pay for this).
-        found = text.lower().translate(_ASCII_SEPARATORS).split()
-        if found and max(map(len, found)) > MAX_WORD:
-            found = [word[:MAX_WORD] for word in found]
-        return found
+        plain = text.lower().translate(_ASCII_SEPARATORS).split()
+        if plain and max(map(len, plain)) > MAX_WORD:
+            return [word[:MAX_WORD] for word in plain]
+        return plain
     found: list[str] = []
     for run in _RUN.findall(text):
         found.extend(fold_run(run))
