@@ -84,4 +84,4 @@ def cli(ctx: click.Context) -> None:
     ctx.call_on_close(settings.close)
 
 
-from . import browse, db, demo, transfer, usage  # noqa: E402,F401  (registers the commands)
+from . import browse, db, demo, search, transfer, usage  # noqa: E402,F401  (registers the commands)
