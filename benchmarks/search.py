@@ -223,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("/tmp/turnstore-search-bench"), help="work folder")
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--prepare-only", action="store_true", help="only write the exports (no timing)")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
     if options.child:
@@ -232,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"sessions": options.sessions, "load_average_start": os.getloadavg()}
     files = searchable_exports(options.sessions, out)
+    if options.prepare_only:
+        return 0
     this = Path(__file__).resolve().parents[1] / "src"
     on_db = out / "on.db"
     for path in out.glob("on.db*"):

@@ -4,6 +4,7 @@ and ``turnstore show`` taking a hit to its turn. Stored text is hostile: nothing
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -138,3 +139,12 @@ def test_a_hit_leads_to_its_turn_with_show(db: dict[str, Any]) -> None:
     assert [m["id"] for m in loop["messages"]][hit["seq"]] == hit["message_id"]
     # The one-loop session needs no --loop.
     assert run_cli("--db", db["path"], "show", hit["session_id"], "--turn", "0", "--json").json() == shown.json()
+
+
+def test_db_upgrade_prints_the_backfill_progress(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    shutil.copyfile(Path(__file__).parent / "fixtures" / "schema" / "0004.db", path)
+    result = run_cli("--db", path, "db", "upgrade")
+    assert result.code == 0, result
+    assert "indexed 57 of 57 messages" in result.err
+    assert run_cli("--db", path, "search", "parser", "--json").out.count("\n") >= 2
