@@ -416,3 +416,13 @@ def test_the_index_holds_exactly_the_stored_messages(sqlite_store: Store, tmp_pa
         stored = connection.exec_driver_sql("SELECT count(*) FROM messages WHERE search_text IS NOT NULL").scalar()
     assert indexed == stored == 3
     assert json.dumps([hit.snippet for hit in store.messages.search("seven")]) == '["seven", "seven"]'
+
+
+def test_a_very_long_message_is_stored_and_its_first_words_indexed(store: Any, loop_id: str) -> None:
+    words = [f"w{n:06d}q{chr(0x4E00 + n % 20_000)}" for n in range(15_000)]  # distinct words, CJK among them
+    text = " ".join(words)
+    message = assistant(text, thinking=text)
+    store.messages.append(message, loop_id=loop_id, turn_index=0)
+    assert [hit.role for hit in store.messages.search(words[0][:8])] == ["assistant"]
+    assert store.messages.search(words[-1][:8]) == []  # past the indexed part
+    assert store.messages.get(1).message.text() == text

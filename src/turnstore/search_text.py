@@ -56,7 +56,7 @@ __all__ = [
 MAX_WORD = 64
 """Longest word stored or searched for, in characters (longer ones are cut to this)."""
 
-MAX_INDEXED_CHARS = 100_000
+MAX_INDEXED_CHARS = 50_000
 """Characters of words indexed per message and column; PostgreSQL refuses a ``tsvector`` over 1 MB."""
 
 _ASCII_WORD = re.compile(r"[A-Za-z0-9]+")
