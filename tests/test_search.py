@@ -185,6 +185,8 @@ def test_filters_by_session_loop_role_and_tool(store: Any, chat: dict[str, Any])
         ["toolResult", "assistant"],
     )
     assert store.messages.search("deploy", tool_name="read") == []
+    # The tool filter narrows the match, never widens it: the call of bash does not hold "permission".
+    assert [hit.role for hit in store.messages.search("permission", tool_name="bash")] == ["toolResult"]
     assert store.messages.search("deploy", session_id="missing\x00") == []
 
 

@@ -629,7 +629,8 @@ def search_messages(postgresql_: bool, filters: tuple[str, ...]) -> sa.Select[An
         elif name == "until":
             conditions.append(messages.c.timestamp < bp("until"))
         elif name == "tool_name":
-            conditions.append(sa.text(_TOOL_FILTER[postgresql_]).bindparams(bp("tool_name")))
+            # Parenthesized: text is not, and an OR beside the match's AND would escape it.
+            conditions.append(sa.text(f"({_TOOL_FILTER[postgresql_]})").bindparams(bp("tool_name")))
         else:
             conditions.append(messages.c[name] == bp(name))
     return (

@@ -280,7 +280,7 @@ indexes. A query uses this same expression (:func:`search_vector`), or the index
 
 def search_vector() -> Any:
     """:data:`SEARCH_VECTOR_SQL` as a column expression of ``messages``."""
-    return sa.literal_column(SEARCH_VECTOR_SQL.replace("search_", "messages.search_"))
+    return sa.literal_column("(" + SEARCH_VECTOR_SQL.replace("search_", "messages.search_") + ")")
 
 
 def owned_by_metadata(name: str | None, type_: str, parent_names: Any) -> bool:
