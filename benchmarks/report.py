@@ -34,6 +34,7 @@ TABLES = {
     "postgres": "PostgreSQL: turnstore vs raw psycopg",
     "peers": "turnstore vs other agent-framework stores",
     "scale": "Scale: the same session in a small and a large store",
+    "search": "Full-text search over a 1M-message store",
     "import": "Importing a pi session",
     "startup": "Starting: import turnstore, and turnstore sessions",
 }
@@ -381,6 +382,23 @@ def scale_facts(data: dict[str, Any]) -> list[str]:
     return [item for line in lines for item in ("", line)]
 
 
+def search_facts(data: dict[str, Any]) -> list[str]:
+    """Build, migration and file size figures of a search run (``benchmarks/search.py``), as Markdown lines."""
+    lines: list[str] = []
+    built, off, migration = data.get("build_on"), data.get("build_off"), data.get("migration")
+    if built and off:
+        lines.append(
+            f"Building the store by import: {built['seconds']:.0f} s with the index, {off['seconds']:.0f} s without; "
+            f"file {built['bytes'] / 2**20:,.0f} MiB vs {off['bytes'] / 2**20:,.0f} MiB (x{data.get('size_ratio', 0):.2f})."
+        )
+    if migration:
+        lines.append(
+            f"Migration 0007 on the store built without it: {migration['seconds']:.0f} s, "
+            f"peak RSS {migration['peak_rss_mb']:,.0f} MB."
+        )
+    return ["", *lines] if lines else []
+
+
 def scale_ratios(data: dict[str, Any]) -> dict[tuple[str, str], float]:
     """scale.json's ratios as {(op, cache): ratio}: flat ``{op: r}`` or per cache ``{"warm": {op: r}, ...}``."""
     ratios = data.get("ratios")
@@ -584,6 +602,8 @@ def document(tables: dict[str, Table], notes: list[str], png: Path | None, md: P
             ]
         if name == "scale":
             out += scale_facts(table.data)
+        if name == "search":
+            out += search_facts(table.data)
         if name == "sqlite":
             row = table.row("import", "turnstore")
             if row is not None:

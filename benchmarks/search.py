@@ -216,6 +216,31 @@ def time_searches(db: Path, reps: int) -> dict[str, Any]:
     }
 
 
+def report_rows(results: dict[str, Any], reps: int) -> dict[str, Any]:
+    """The results as a table for ``report.py``: the searches, then appends and imports with the index on and off."""
+    rows = [
+        {
+            "op": name,
+            "label": f"search: {name} (`{found['query']}`)",
+            "system": "turnstore",
+            "median_us": found["median_ms"] * 1000,
+        }
+        for name, found in results["search"].items()
+    ]
+    for op, key, scale in (("append", "append_us", 1), ("import 10k", "import_10k_s", 1e6)):
+        for system in ("on", "off"):
+            if key in results:
+                rows.append(
+                    {
+                        "op": op,
+                        "system": f"index {system}",
+                        "median_us": results[key][system] * scale,
+                        "unit": "per call",
+                    }
+                )
+    return {"table": "search", "floor": "index off", "reps": reps, "rows": rows}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=100, help="sessions of 10,000 messages (default 100: 1M)")
@@ -268,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     print("searching...", file=sys.stderr, flush=True)
     results["search"] = time_searches(on_db, options.reps)
     results["load_average_end"] = os.getloadavg()
+    results.update(report_rows(results, options.reps))
     results["peak_rss_parent_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
     text = json.dumps(results, indent=2)
     print(text)
