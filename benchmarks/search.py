@@ -266,17 +266,23 @@ def main(argv: list[str] | None = None) -> int:
         path.unlink()
     print("building the store with the index...", file=sys.stderr, flush=True)
     results["build_on"] = run_child(this, "import", str(on_db), *map(str, files))
+    print("searching...", file=sys.stderr, flush=True)
+    results["search"] = time_searches(on_db, options.reps)
+    save(results, options)
     if options.against is not None:
         off_db = out / "off.db"
         for path in out.glob("off.db*"):
             path.unlink()
         print("building the store without it...", file=sys.stderr, flush=True)
         results["build_off"] = run_child(options.against, "import", str(off_db), *map(str, files))
+        results["size_ratio"] = round(results["build_on"]["bytes"] / results["build_off"]["bytes"], 3)
         print("upgrading that store (the migration's backfill)...", file=sys.stderr, flush=True)
         results["migration"] = run_child(this, "upgrade", str(off_db))
+        save(results, options)
         appends: dict[str, list[float]] = {"on": [], "off": []}
         imports: dict[str, list[float]] = {"on": [], "off": []}
         for round_ in range(ROUNDS):
+            print(f"appends and imports, round {round_ + 1} of {ROUNDS}...", file=sys.stderr, flush=True)
             for name, src in (("on", this), ("off", options.against))[:: 1 if round_ % 2 == 0 else -1]:
                 fresh = out / f"ab-{name}.db"
                 for path in out.glob(f"ab-{name}.db*"):
@@ -289,18 +295,19 @@ def main(argv: list[str] | None = None) -> int:
         results["append_ratio"] = round(results["append_us"]["on"] / results["append_us"]["off"], 3)
         results["import_10k_s"] = {name: round(statistics.median(values), 3) for name, values in imports.items()}
         results["import_ratio"] = round(results["import_10k_s"]["on"] / results["import_10k_s"]["off"], 3)
-        results["size_ratio"] = round(results["build_on"]["bytes"] / results["build_off"]["bytes"], 3)
-    print("searching...", file=sys.stderr, flush=True)
-    results["search"] = time_searches(on_db, options.reps)
     results["load_average_end"] = os.getloadavg()
-    results.update(report_rows(results, options.reps))
     results["peak_rss_parent_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
-    text = json.dumps(results, indent=2)
-    print(text)
+    print(save(results, options))
+    return 0
+
+
+def save(results: dict[str, Any], options: argparse.Namespace) -> str:
+    """Write what is measured so far to ``--json`` (each phase adds to it); the JSON text."""
+    text = json.dumps({**results, **report_rows(results, options.reps)}, indent=2)
     if options.json:
         options.json.parent.mkdir(parents=True, exist_ok=True)
         options.json.write_text(text + "\n")
-    return 0
+    return text
 
 
 if __name__ == "__main__":
