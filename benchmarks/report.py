@@ -385,16 +385,17 @@ def scale_facts(data: dict[str, Any]) -> list[str]:
 def search_facts(data: dict[str, Any]) -> list[str]:
     """Build, migration and file size figures of a search run (``benchmarks/search.py``), as Markdown lines."""
     lines: list[str] = []
-    built, off, migration = data.get("build_on"), data.get("build_off"), data.get("migration")
-    if built and off:
+    off, migration, sizes = data.get("build_off"), data.get("migration"), data.get("import_10k_bytes")
+    if off and migration:
         lines.append(
-            f"Building the store by import: {built['seconds']:.0f} s with the index, {off['seconds']:.0f} s without; "
-            f"file {built['bytes'] / 2**20:,.0f} MiB vs {off['bytes'] / 2**20:,.0f} MiB (x{data.get('size_ratio', 0):.2f})."
+            f"Migration 0007 on the {off['messages']:,}-message store built without it: {migration['seconds']:.0f} s, "
+            f"peak RSS {migration['peak_rss_mb']:,.0f} MB; file {off['bytes'] / 2**20:,.0f} MiB before, "
+            f"{migration['bytes'] / 2**20:,.0f} MiB after."
         )
-    if migration:
+    if sizes:
         lines.append(
-            f"Migration 0007 on the store built without it: {migration['seconds']:.0f} s, "
-            f"peak RSS {migration['peak_rss_mb']:,.0f} MB."
+            f"A 10,000-message session imported into a new store: {sizes['on'] / 2**20:,.1f} MiB with the index, "
+            f"{sizes['off'] / 2**20:,.1f} MiB without (x{data.get('size_ratio', 0):.2f})."
         )
     return ["", *lines] if lines else []
 

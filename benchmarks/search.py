@@ -14,14 +14,16 @@ Measured, with medians over ``--reps`` repetitions:
 
 * **search** on the large store, interleaved query by query: two words, a phrase,
   a prefix, the common two words, and a two-word query in one session;
-* **build**: the same exports imported by this checkout (index on) and by
-  ``--against`` (another checkout's ``src``: without the index), in subprocesses;
-  their times and file sizes;
-* **migration**: the store built by ``--against`` upgraded by this checkout
-  (``migrate.upgrade``, which backfills the index), its time and the peak RSS of the process;
+* **build**: the exports imported by ``--against`` (another checkout's ``src``:
+  without the index), in a subprocess;
+* **migration**: that store upgraded by this checkout (``migrate.upgrade``, which
+  backfills the index), its time and the peak RSS of the process; the searches
+  then run on the upgraded store (without ``--against``: on a store this checkout
+  builds by import);
 * **appends**: ``messages.append`` of workload messages to a fresh store, this
   checkout and ``--against`` alternating in subprocesses, median per append;
-* **import**: one 10,000-message session imported into a fresh store, alternating the same way.
+* **import**: one 10,000-message session imported into a fresh store, alternating the
+  same way; the two files' sizes give the file size growth.
 
     python benchmarks/search.py --against ../main/src [--sessions 100] [--reps 15] [--out DIR] [--json FILE]
 
@@ -261,26 +263,28 @@ def main(argv: list[str] | None = None) -> int:
     if options.prepare_only:
         return 0
     this = Path(__file__).resolve().parents[1] / "src"
-    on_db = out / "on.db"
-    for path in out.glob("on.db*"):
-        path.unlink()
-    print("building the store with the index...", file=sys.stderr, flush=True)
-    results["build_on"] = run_child(this, "import", str(on_db), *map(str, files))
+    if options.against is None:  # this checkout only: build the indexed store by import, then search it
+        on_db = out / "on.db"
+        for path in out.glob("on.db*"):
+            path.unlink()
+        print("building the store with the index...", file=sys.stderr, flush=True)
+        results["build_on"] = run_child(this, "import", str(on_db), *map(str, files))
+    else:  # the store as the other checkout builds it, then upgraded: the migration's cost, and the store to search
+        on_db = out / "off.db"
+        for path in out.glob("off.db*"):
+            path.unlink()
+        print("building the store without the index...", file=sys.stderr, flush=True)
+        results["build_off"] = run_child(options.against, "import", str(on_db), *map(str, files))
+        print("upgrading it (the migration's backfill)...", file=sys.stderr, flush=True)
+        results["migration"] = run_child(this, "upgrade", str(on_db))
+        results["migrated_size_ratio"] = round(results["migration"]["bytes"] / results["build_off"]["bytes"], 3)
     print("searching...", file=sys.stderr, flush=True)
     results["search"] = time_searches(on_db, options.reps)
     save(results, options)
     if options.against is not None:
-        off_db = out / "off.db"
-        for path in out.glob("off.db*"):
-            path.unlink()
-        print("building the store without it...", file=sys.stderr, flush=True)
-        results["build_off"] = run_child(options.against, "import", str(off_db), *map(str, files))
-        results["size_ratio"] = round(results["build_on"]["bytes"] / results["build_off"]["bytes"], 3)
-        print("upgrading that store (the migration's backfill)...", file=sys.stderr, flush=True)
-        results["migration"] = run_child(this, "upgrade", str(off_db))
-        save(results, options)
         appends: dict[str, list[float]] = {"on": [], "off": []}
         imports: dict[str, list[float]] = {"on": [], "off": []}
+        sizes: dict[str, int] = {}
         for round_ in range(ROUNDS):
             print(f"appends and imports, round {round_ + 1} of {ROUNDS}...", file=sys.stderr, flush=True)
             for name, src in (("on", this), ("off", options.against))[:: 1 if round_ % 2 == 0 else -1]:
@@ -290,11 +294,15 @@ def main(argv: list[str] | None = None) -> int:
                 appends[name].append(run_child(src, "append", str(fresh), str(files[0]))["median_us"])
                 for path in out.glob(f"ab-{name}.db*"):
                     path.unlink()
-                imports[name].append(run_child(src, "import", str(fresh), str(files[0]))["seconds"])
+                imported = run_child(src, "import", str(fresh), str(files[0]))
+                imports[name].append(imported["seconds"])
+                sizes[name] = imported["bytes"]
         results["append_us"] = {name: round(statistics.median(values), 1) for name, values in appends.items()}
         results["append_ratio"] = round(results["append_us"]["on"] / results["append_us"]["off"], 3)
         results["import_10k_s"] = {name: round(statistics.median(values), 3) for name, values in imports.items()}
         results["import_ratio"] = round(results["import_10k_s"]["on"] / results["import_10k_s"]["off"], 3)
+        results["import_10k_bytes"] = sizes
+        results["size_ratio"] = round(sizes["on"] / sizes["off"], 3)
     results["load_average_end"] = os.getloadavg()
     results["peak_rss_parent_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
     print(save(results, options))
