@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import click
 from sqlalchemy.engine import Engine
@@ -32,7 +32,8 @@ def _engine(settings: Settings, *, read_only: bool) -> Engine:
 
 @contextmanager
 def _progress_on_stderr() -> Iterator[None]:
-    """Print what a long migration logs to ``turnstore.migrate`` (a backfill's progress) on stderr, while it runs."""
+    """Print what a long migration logs to ``turnstore.migrate`` (a backfill's progress) on stderr, while it runs
+    (not with ``--json``, whose output is the one JSON document)."""
     logger = logging.getLogger("turnstore.migrate")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
@@ -54,7 +55,7 @@ def upgrade(settings: Settings) -> None:
     engine = _engine(settings, read_only=False)
     try:
         before = migrate.current(engine)
-        with _progress_on_stderr():
+        with nullcontext() if settings.json else _progress_on_stderr():
             migrate.upgrade(engine)
         after = migrate.current(engine)
     finally:
