@@ -22,6 +22,7 @@ SUITES: dict[str, tuple[str, list[str], str]] = {
     "peers": ("peers.py", [], "turnstore vs the session stores agent frameworks ship (its own virtualenv)"),
     "scale": ("scale.py", [], "does turnstore stay fast when the store holds 1M messages"),
     "index-costs": ("index_costs.py", [], "what each index on messages and the session touch cost an append"),
+    "search": ("search.py", [], "full-text search over 1M messages; the index's cost on appends, imports, file size"),
     "import-pi": ("import_pi.py", [], "import throughput: a 10,000-message pi session vs a raw sqlite3 floor"),
     "import-memory": ("import_memory.py", [], "peak memory of large imports, with appenders running"),
     "integrations": (

@@ -48,6 +48,7 @@ TABLES = {
     **{mix_key("peers", mix): f"turnstore vs other agent-framework stores — {title}" for mix, title in MIXES.items()},
     "scale": "Scale: the same session in a small and a large store",
     "index_costs": "What each index on messages and the session touch cost an append (small chat messages)",
+    "search": "Full-text search over a 1M-message store",
     "import": "Importing a pi session",
     "startup": "Starting: import turnstore, and turnstore sessions",
 }
@@ -396,6 +397,24 @@ def scale_facts(data: dict[str, Any]) -> list[str]:
     return [item for line in lines for item in ("", line)]
 
 
+def search_facts(data: dict[str, Any]) -> list[str]:
+    """Build, migration and file size figures of a search run (``benchmarks/search.py``), as Markdown lines."""
+    lines: list[str] = []
+    off, migration, sizes = data.get("build_off"), data.get("migration"), data.get("import_10k_bytes")
+    if off and migration:
+        lines.append(
+            f"Migration 0007 on the {off['messages']:,}-message store built without it: {migration['seconds']:.0f} s, "
+            f"peak RSS {migration['peak_rss_mb']:,.0f} MB; file {off['bytes'] / 2**20:,.0f} MiB before, "
+            f"{migration['bytes'] / 2**20:,.0f} MiB after."
+        )
+    if sizes:
+        lines.append(
+            f"A 10,000-message session imported into a new store: {sizes['on'] / 2**20:,.1f} MiB with the index, "
+            f"{sizes['off'] / 2**20:,.1f} MiB without (x{data.get('size_ratio', 0):.2f})."
+        )
+    return ["", *lines] if lines else []
+
+
 def scale_ratios(data: dict[str, Any]) -> dict[tuple[str, str], float]:
     """scale.json's ratios as {(op, cache): ratio}: flat ``{op: r}`` or per cache ``{"warm": {op: r}, ...}``."""
     ratios = data.get("ratios")
@@ -654,6 +673,8 @@ def document(tables: dict[str, Table], notes: list[str], png: Path | None, md: P
             ]
         if name == "scale":
             out += scale_facts(table.data)
+        if name == "search":
+            out += search_facts(table.data)
         if name.startswith("sqlite"):
             row = table.row("import", "turnstore")
             if row is not None:

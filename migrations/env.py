@@ -16,7 +16,7 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from turnstore.schema import metadata
+from turnstore.schema import metadata, owned_by_metadata
 
 config = context.config
 
@@ -28,6 +28,7 @@ def _configure_and_run(connection: Connection) -> None:
         # SQLite alters tables by move-and-copy; named constraints make that safe.
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
+        include_name=owned_by_metadata,
     )
     with context.begin_transaction():
         context.run_migrations()

@@ -80,6 +80,7 @@ HUMAN_COMMANDS = [
     ["usage", "--by", "model"],
     ["usage", "--by", "session"],
     ["usage", "--by", "loop", "--session", SESSION],
+    ["search", "markup"],
 ]
 
 

@@ -35,7 +35,7 @@ ALL_ERRORS = [getattr(errors, name) for name in errors.__all__]
 
 
 def test_all_lists_every_error() -> None:
-    assert len(ALL_ERRORS) == 26
+    assert len(ALL_ERRORS) == 28
     assert all(isinstance(cls, type) and issubclass(cls, Exception) for cls in ALL_ERRORS)
 
 
@@ -225,3 +225,11 @@ def test_cli_names_a_url_with_bytes_that_are_not_utf8_in_one_line() -> None:
     result = run_cli("--db", "postgresql://postgres:secret@127.0.0.1:5432/te\udcffst", "sessions")
     assert result.code == 1
     assert result.err == "error: url: the database URL's database name holds bytes that are not UTF-8\n"
+
+
+def test_search_errors_sit_in_the_tree() -> None:
+    assert issubclass(turnstore.InvalidQuery, turnstore.InvalidArgument)
+    assert turnstore.InvalidQuery("unbalanced quote").argument == "query"
+    assert str(turnstore.InvalidQuery("unbalanced quote")) == "query: unbalanced quote"
+    assert issubclass(turnstore.SearchUnavailable, TurnstoreError)
+    assert not issubclass(turnstore.SearchUnavailable, ValueError)

@@ -12,6 +12,7 @@ import multiprocessing
 import os
 import re
 import shlex
+import shutil
 import sqlite3
 import stat
 import threading
@@ -43,9 +44,15 @@ def engine(db_path: Path) -> Iterator[sa.Engine]:
 
 def table_names(path: Path) -> set[str]:
     """The tables in a SQLite file, read with a plain sqlite3 connection."""
+    return sqlite_names(path, "table")
+
+
+def sqlite_names(path: Path, *types: str) -> set[str]:
+    """Names of the objects of these types (table, trigger, index) in a SQLite file, read with plain sqlite3."""
     connection = sqlite3.connect(path)
     try:
-        rows = connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+        marks = ", ".join("?" * len(types))
+        rows = connection.execute(f"SELECT name FROM sqlite_master WHERE type IN ({marks})", types).fetchall()
     finally:
         connection.close()
     return {name for (name,) in rows}
@@ -517,5 +524,84 @@ def test_0006_moves_media_of_a_store_with_data_out_of_line_and_back(empty_url: s
         migrate.downgrade(engine, "0004")
         assert texts() == rows and not any(MARK + "m" in message for message, _ in texts())
         assert {"media", "session_media"}.isdisjoint(sa.inspect(engine).get_table_names())
+
+
+# --- 0007: full-text search --------------------------------------------------------------
+
+FIXTURE_0004 = REPO / "tests" / "fixtures" / "schema" / "0004.db"
+
+
+def sqlite_objects(path: Path) -> set[str]:
+    """Names of the tables and triggers in a SQLite file."""
+    return sqlite_names(path, "table", "trigger")
+
+
+def message_columns(engine: sa.Engine) -> set[str]:
+    return {column["name"] for column in sa.inspect(engine).get_columns("messages")}
+
+
+def test_0007_indexes_a_store_written_at_0004_and_downgrades_cleanly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "store.db"
+    shutil.copyfile(FIXTURE_0004, path)
+    with caplog.at_level("INFO", logger="turnstore.migrate"), Store(path) as store:  # 0004 -> head on open
+        messages = sum(1 for session in store.sessions.list() for _ in store.messages.records(session.session_id))
+        assert [hit.snippet for hit in store.messages.search('"escaped quotes"')] == [
+            "src/parser.ts:12: // TODO: escaped quotes"
+        ]
+        assert {hit.role for hit in store.messages.search("parser")} >= {"assistant", "toolResult"}
+        assert store.messages.search("reasoning", thinking=False) == []
+        assert len(store.messages.search("reasoning")) >= 1
+    assert f"indexed {messages} of {messages} messages" in caplog.text
+    assert {"message_search", "message_search_insert", "message_search_delete"} <= sqlite_objects(path)
+
+    engine = create_engine(str(path))
+    try:
+        migrate.downgrade(engine, "0004")
+        assert not {name for name in sqlite_objects(path) if name.startswith("message_search")}
+        assert {"search_text", "search_thinking"}.isdisjoint(message_columns(engine))
+        with engine.connect() as connection:
+            assert connection.exec_driver_sql("SELECT count(*) FROM messages").scalar() == messages
+        migrate.upgrade(engine)
+        assert migrate.check(engine) == []
+    finally:
+        engine.dispose()
+    with Store(path, auto_upgrade=False) as store:
+        assert len(store.messages.search("parser")) >= 2
+
+
+def test_0007_up_and_down_on_postgresql_with_data(postgres: Any) -> None:
+    url = postgres.new_database()
+    with Store(url) as store:
+        loop_id = store.loops.start(store.sessions.create().session_id).loop_id
+        store.messages.append_turn(loop_id, 0, [user("the quarterly report"), assistant("reasoning done")])
+    engine = create_engine(url)
+    try:
+        migrate.downgrade(engine, "0004")
+        assert {"search_text", "search_thinking"}.isdisjoint(message_columns(engine))
+        assert "ix_messages_search" not in {index["name"] for index in sa.inspect(engine).get_indexes("messages")}
+        migrate.upgrade(engine)  # the backfill indexes the two messages written before
+        assert "ix_messages_search" in {index["name"] for index in sa.inspect(engine).get_indexes("messages")}
+        assert migrate.check(engine) == []
+    finally:
+        engine.dispose()
+    with Store(url, auto_upgrade=False) as store:
+        assert [hit.snippet for hit in store.messages.search("quarterly")] == ["the quarterly report"]
+        assert len(store.messages.search("report reasoning", match="any")) == 2
+
+
+def test_0007_on_a_sqlite_without_fts5_adds_the_columns_only(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from turnstore.repositories import search as search_module
+
+    monkeypatch.setattr(search_module, "fts5_available", lambda connection: False)
+    Store(db_path).close()
+    assert not {name for name in sqlite_objects(db_path) if name.startswith("message_search")}
+    engine = create_engine(str(db_path))
+    try:
+        assert {"search_text", "search_thinking"} <= message_columns(engine)
+        assert migrate.check(engine) == []
+        migrate.downgrade(engine, "0004")  # nothing to drop but the columns
+        assert {"search_text", "search_thinking"}.isdisjoint(message_columns(engine))
     finally:
         engine.dispose()

@@ -168,3 +168,23 @@ def test_last_reads_a_loop_backwards_without_a_sort_on_sqlite(tmp_path: Any) -> 
         for without_summaries in (False, True):
             lines = _sqlite_plan(store, q.loop_messages_backwards(without_summaries), params)
             assert not any("TEMP B-TREE" in line for line in lines), lines
+
+
+@pytest.mark.parametrize("filters", [(), ("session_id", "role", "tool_name", "since")])
+def test_search_reads_the_full_text_index(sync_store: Store, filters: tuple[str, ...]) -> None:
+    """SQLite: FTS5 gives the rowids, each message is found by its primary key; PostgreSQL: the GIN index."""
+    params: dict[str, Any] = {"limit": 20, "offset": 0, "session_id": "s", "role": "user", "tool_name": "bash"}
+    params["since"] = 0
+    if sync_store.dialect == "sqlite":
+        params["query"] = '("deploy" AND "fail" *)'
+        lines = _sqlite_plan(sync_store, q.search_messages(False, filters), params)
+        assert any(line.startswith("SCAN message_search VIRTUAL TABLE") for line in lines), lines
+        assert any(line.startswith("SEARCH messages USING INTEGER PRIMARY KEY") for line in lines), lines
+        assert not any(line.startswith("SCAN messages") for line in lines), lines
+    else:
+        params["query"] = "('deploy' & 'fail':*)"
+        nodes = _postgres_plan(sync_store, q.search_messages(True, filters), params)
+        if not filters:  # with a session to look in, the planner may read that session's rows instead
+            assert any(node.get("Index Name") == "ix_messages_search" for node in nodes), nodes
+        scans = [node for node in nodes if node.get("Node Type") == "Seq Scan"]
+        assert not [node.get("Relation Name") for node in scans if node.get("Relation Name") == "messages"]

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from .aio import _Workers
     from .media import MediaMode
     from .models import ExtensionMessage, Message, TurnId, Usage
-    from .records import ContinuationKind, Loop, LoopConfig, Session, SessionSummary, StoredMessage, Turn
+    from .records import ContinuationKind, Loop, LoopConfig, SearchHit, Session, SessionSummary, StoredMessage, Turn
     from .repositories.message_input import MessageInput
     from .repositories.rows import ExportRow, SessionSources, SourceRow
     from .repositories.sessions import _Unset
@@ -413,6 +413,39 @@ class AsyncMessageRepository:
     async def tool_names(self, session_id: str, call_ids: Iterable[str]) -> dict[str, str]:
         """Async twin of :meth:`MessageRepository.tool_names <turnstore.repositories.messages.MessageRepository.tool_names>`."""
         return await self._workers.call(functools.partial(self._sync.tool_names, session_id, call_ids))
+
+    async def search(
+        self,
+        query: str,
+        *,
+        session_id: str | None = None,
+        loop_id: str | None = None,
+        role: str | None = None,
+        tool_name: str | None = None,
+        since: datetime | int | None = None,
+        until: datetime | int | None = None,
+        limit: int = 20,
+        offset: int = 0,
+        thinking: bool = True,
+        match: str = "all",
+    ) -> list[SearchHit]:
+        """Async twin of :meth:`MessageRepository.search <turnstore.repositories.messages.MessageRepository.search>`."""
+        return await self._workers.call(
+            functools.partial(
+                self._sync.search,
+                query,
+                session_id=session_id,
+                loop_id=loop_id,
+                role=role,
+                tool_name=tool_name,
+                since=since,
+                until=until,
+                limit=limit,
+                offset=offset,
+                thinking=thinking,
+                match=match,
+            )
+        )
 
 
 class AsyncUsageRepository:

@@ -6,6 +6,7 @@ The hierarchy::
     ├── InvalidMessage          a message (or a loop/session value) fails validation
     │   └── TurnIdMismatch      a message's turnId disagrees with where it is appended
     ├── InvalidArgument         an argument that is not a message is wrong (names it)
+    │   └── InvalidQuery        a search query that cannot be searched for (says why)
     ├── NotFound                (also a LookupError)
     │   ├── SessionNotFound
     │   ├── LoopNotFound
@@ -18,6 +19,7 @@ The hierarchy::
     │   ├── SchemaOutOfDate     the database needs ``turnstore db upgrade``
     │   ├── SchemaTooNew        the database was written by a newer turnstore
     │   └── NotAStore           the file or database is not a turnstore store; it is left alone
+    ├── SearchUnavailable       full-text search is missing from this SQLite build (no FTS5)
     ├── StoreBusy               the database stayed locked past the retry budget
     ├── ExportFailed            an export file could not be written (names the file and why)
     ├── StorageError            the database cannot be opened, read or written (I/O error)
@@ -43,6 +45,7 @@ __all__ = [
     "InvalidArgument",
     "InvalidMessage",
     "InvalidPrices",
+    "InvalidQuery",
     "InvalidRecord",
     "LimitExceeded",
     "LoopNotFound",
@@ -54,6 +57,7 @@ __all__ = [
     "SchemaError",
     "SchemaOutOfDate",
     "SchemaTooNew",
+    "SearchUnavailable",
     "SessionNotFound",
     "StorageError",
     "StorageFull",
@@ -102,6 +106,23 @@ class InvalidArgument(TurnstoreError, ValueError):
     def __init__(self, argument: str, message: str) -> None:
         super().__init__(f"{argument}: {message}")
         self.argument = argument
+
+
+class InvalidQuery(InvalidArgument):
+    """A search query that cannot be searched for: an unbalanced quote, no word to find, too long.
+
+    Nothing was searched; the message says what to change.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__("query", message)
+
+
+class SearchUnavailable(TurnstoreError):
+    """Full-text search cannot run here: the SQLite library Python uses was built without FTS5.
+
+    Everything else works; the searchable text is still recorded with each message.
+    """
 
 
 class NotFound(TurnstoreError, LookupError):

@@ -45,7 +45,7 @@ __all__ = [
     "upgrade",
 ]
 
-HEAD = "0006"
+HEAD = "0007"
 """The newest revision in ``migrations/versions``, named here so that opening a store at head
 needs no Alembic; a test checks it against the scripts' own head."""
 
@@ -135,10 +135,10 @@ def check(engine: Engine) -> list[object]:
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
 
-    from .schema import metadata
+    from .schema import metadata, owned_by_metadata
 
     with engine.connect() as connection:
-        context = MigrationContext.configure(connection, opts={"compare_type": True})
+        context = MigrationContext.configure(connection, opts={"compare_type": True, "include_name": owned_by_metadata})
         return list(compare_metadata(context, metadata))
 
 

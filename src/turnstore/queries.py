@@ -12,8 +12,9 @@ from functools import cache
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 
-from .schema import USAGE_COLUMNS, imports, loops, messages, sessions, staging
+from .schema import SEARCH_TABLE, USAGE_COLUMNS, imports, loops, messages, search_vector, sessions, staging
 
 bp = sa.bindparam
 
@@ -313,6 +314,8 @@ MESSAGE_VALUES = (
     "stop_reason",
     "timestamp",
     "source",
+    "search_text",
+    "search_thinking",
 )
 
 
@@ -356,7 +359,9 @@ def insert_message_at(without_nulls: bool = False) -> sa.Insert:
     return sa.insert(messages).values({name: bp(name) for name in names})
 
 
-MESSAGE_NULL_COLUMNS = frozenset((*USAGE_COLUMNS, "cost", "model", "provider", "stop_reason", "kind"))
+MESSAGE_NULL_COLUMNS = frozenset(
+    (*USAGE_COLUMNS, "cost", "model", "provider", "stop_reason", "kind", "search_thinking")
+)
 """The message columns that :func:`insert_message_at` leaves out with ``without_nulls``."""
 
 
@@ -625,6 +630,87 @@ def export_messages() -> sa.Select[Any]:
         .where(messages.c.session_id == bp("session_id"))
         .order_by(messages.c.id)
     )
+
+
+# --- full-text search (see turnstore.repositories.search) -----------------------
+
+SEARCH_FILTERS = ("session_id", "loop_id", "role", "tool_name", "since", "until")
+"""The optional filters of :func:`search_messages`, in the order its cache key names them."""
+
+_TOOL_FILTER = {
+    # One CASE, not an OR: an OR beside MATCH makes SQLite plan the FTS5 lookup where it cannot run.
+    False: (
+        "CASE messages.role WHEN 'toolResult' THEN json_extract(messages.message, '$.toolName') = :tool_name "
+        "WHEN 'assistant' THEN EXISTS (SELECT 1 FROM json_each(messages.message, '$.content') AS block "
+        "WHERE json_extract(block.value, '$.type') = 'toolCall' AND json_extract(block.value, '$.name') = :tool_name) "
+        "ELSE 0 END"
+    ),
+    True: (
+        "(messages.role = 'toolResult' AND messages.message ->> 'toolName' = :tool_name) OR "
+        "(messages.role = 'assistant' AND EXISTS (SELECT 1 FROM json_array_elements(CASE WHEN "
+        "json_typeof(messages.message -> 'content') = 'array' THEN messages.message -> 'content' ELSE '[]'::json END) "
+        "AS block WHERE block ->> 'type' = 'toolCall' AND block ->> 'name' = :tool_name))"
+    ),
+}
+"""A message that calls the tool :tool_name (an assistant message) or answers it (a tool result)."""
+
+
+@cache
+def search_messages(postgresql_: bool, filters: tuple[str, ...]) -> sa.Select[Any]:
+    """Messages matching ``:query`` (FTS5 MATCH text, or ``tsquery`` text on PostgreSQL), best first.
+
+    ``filters`` names the optional conditions bound (see :data:`SEARCH_FILTERS`).
+    Ties go to the newer message.
+    """
+    conditions: list[Any] = [visible(messages.c.session_id)]
+    if postgresql_:
+        tsquery = sa.cast(bp("query"), postgresql.TSQUERY)
+        vector = search_vector()
+        rank: Any = sa.func.ts_rank(vector, tsquery)
+        source: Any = messages
+        conditions.append(vector.op("@@")(tsquery))
+        order: list[Any] = [rank.desc()]
+    else:
+        fts = sa.table(SEARCH_TABLE, sa.column("rowid"), sa.column("rank"))
+        rank = -fts.c.rank
+        source = fts.join(messages, messages.c.id == fts.c.rowid)
+        conditions.append(sa.literal_column(SEARCH_TABLE).op("MATCH")(bp("query")))
+        order = [fts.c.rank]
+    for name in filters:
+        if name == "since":
+            conditions.append(messages.c.timestamp >= bp("since"))
+        elif name == "until":
+            conditions.append(messages.c.timestamp < bp("until"))
+        elif name == "tool_name":
+            # Parenthesized: text is not, and an OR beside the match's AND would escape it.
+            conditions.append(sa.text(f"({_TOOL_FILTER[postgresql_]})").bindparams(bp("tool_name")))
+        else:
+            conditions.append(messages.c[name] == bp(name))
+    return (
+        sa.select(
+            messages.c.id,
+            messages.c.session_id,
+            messages.c.loop_id,
+            messages.c.turn_index,
+            messages.c.seq,
+            messages.c.role,
+            messages.c.kind,
+            messages.c.timestamp,
+            messages.c.message,
+            rank.label("rank"),
+        )
+        .select_from(source)
+        .where(*conditions)
+        .order_by(*order, messages.c.id.desc())
+        .limit(bp("limit"))
+        .offset(bp("offset"))
+    )
+
+
+@cache
+def search_table_exists() -> sa.TextClause:
+    """SQLite: the FTS5 table :name, if it exists."""
+    return sa.text("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = :name")
 
 
 # --- imports --------------------------------------------------------------------

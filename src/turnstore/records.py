@@ -19,6 +19,7 @@ __all__ = [
     "Loop",
     "LoopConfig",
     "LoopStatus",
+    "SearchHit",
     "Session",
     "SessionSummary",
     "StoredMessage",
@@ -148,6 +149,33 @@ class StoredMessage(Record):
     message: AgentMessage
     source: str | None = None
     """The verbatim source record, for imported messages."""
+
+
+class SearchHit(Record):
+    """A message that matched a full-text search: where it is, a highlighted snippet, and its rank.
+
+    ``snippet`` is a short piece of the message's text around what matched, on
+    one line (runs of whitespace are single spaces); ``highlights`` are the
+    ``[start, end)`` character ranges of matched words in it. ``rank`` is
+    higher for a better match (SQLite: minus FTS5's bm25; PostgreSQL:
+    ``ts_rank``); ranks compare within one result list, not across backends.
+    Open the hit's turn with ``store.messages.turn(hit.loop_id, hit.turn_index)``
+    (``turnstore show SESSION --turn N`` on the command line).
+    """
+
+    session_id: str
+    loop_id: str
+    turn_index: int | None
+    message_id: int
+    seq: int
+    role: str
+    kind: str | None = None
+    """An extension message's kind, else None."""
+    timestamp: int | None = None
+    """Unix milliseconds."""
+    snippet: str
+    highlights: list[tuple[int, int]]
+    rank: float
 
 
 class Turn(Record):

@@ -166,6 +166,11 @@ messages = sa.Table(
     sa.Column("timestamp", sa.BigInteger, nullable=True),
     # The verbatim source record of an imported message, or the one an app gave ``append(source=...)``; else NULL.
     sa.Column("source", sa.Text, nullable=True),
+    # Full-text search (migration 0007): the message's searchable words, folded and joined by
+    # spaces (turnstore.search_text), thinking apart; NULL when it has none. SQLite indexes them
+    # in the FTS5 table ``message_search``, PostgreSQL in the GIN index ``ix_messages_search``.
+    sa.Column("search_text", sa.Text, nullable=True),
+    sa.Column("search_thinking", sa.Text, nullable=True),
     # Per-loop order, and the guarantee that seq is never taken twice.
     sa.UniqueConstraint("loop_id", "seq"),
     # last(session, n) and session scans in global order.
@@ -280,3 +285,32 @@ session_media = sa.Table(
     sa.Index(None, "sha256"),
 )
 """Which session's messages refer to which media: a session's media is freed with it unless another refers to it."""
+
+
+SEARCH_TABLE = "message_search"
+"""SQLite: the FTS5 table over ``messages.search_text`` and ``search_thinking`` (external content, rowid = message
+id), kept by triggers on ``messages``; it and its shadow tables (``message_search_*``) are not in :data:`metadata`."""
+
+
+SEARCH_INDEX = "ix_messages_search"
+"""PostgreSQL: the GIN index over :func:`search_vector` (made by migration 0007; not in :data:`metadata`)."""
+
+SEARCH_VECTOR_SQL = (
+    "setweight(to_tsvector('simple'::regconfig, coalesce(search_text, '')), 'A') || "
+    "setweight(to_tsvector('simple'::regconfig, coalesce(search_thinking, '')), 'B')"
+)
+"""PostgreSQL: a message row's ``tsvector``, text at weight A and thinking at B: what ``ix_messages_search``
+indexes. A query uses this same expression (:func:`search_vector`), or the index cannot serve it."""
+
+
+def search_vector() -> Any:
+    """:data:`SEARCH_VECTOR_SQL` as a column expression of ``messages``."""
+    return sa.literal_column("(" + SEARCH_VECTOR_SQL.replace("search_", "messages.search_") + ")")
+
+
+def owned_by_metadata(name: str | None, type_: str, parent_names: Any) -> bool:
+    """Whether a database object is described by :data:`metadata` (Alembic's ``include_name``): not the search
+    index objects, which only the migration makes (an FTS5 virtual table and an expression index)."""
+    if type_ == "table" and name is not None and name.startswith(SEARCH_TABLE):
+        return False
+    return not (type_ == "index" and name == SEARCH_INDEX)

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+
 import click
 from sqlalchemy.engine import Engine
 
@@ -25,6 +30,23 @@ def _engine(settings: Settings, *, read_only: bool) -> Engine:
     return open_engine(settings.db, read_only=read_only)
 
 
+@contextmanager
+def _progress_on_stderr() -> Iterator[None]:
+    """Print what a long migration logs to ``turnstore.migrate`` (a backfill's progress) on stderr, while it runs
+    (not with ``--json``, whose output is the one JSON document)."""
+    logger = logging.getLogger("turnstore.migrate")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 @db.command()
 @shared_options
 @pass_settings
@@ -33,7 +55,8 @@ def upgrade(settings: Settings) -> None:
     engine = _engine(settings, read_only=False)
     try:
         before = migrate.current(engine)
-        migrate.upgrade(engine)
+        with nullcontext() if settings.json else _progress_on_stderr():
+            migrate.upgrade(engine)
         after = migrate.current(engine)
     finally:
         engine.dispose()

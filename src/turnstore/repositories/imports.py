@@ -326,6 +326,7 @@ def _is_bare(params: dict[str, Any]) -> bool:
         and params["kind"] is None
         and params["stop_reason"] is None
         and params["provider"] is None
+        and params["search_thinking"] is None
     )
 
 

@@ -7,6 +7,7 @@ is :mod:`.message_tail`; rows become models in :mod:`.rows`.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from .. import context as ctx
@@ -31,7 +32,7 @@ from ..models import (
     Usage,
     now_ms,
 )
-from ..records import ContinuationKind, Loop, LoopConfig, StoredMessage, Turn
+from ..records import ContinuationKind, Loop, LoopConfig, SearchHit, StoredMessage, Turn
 from . import media as out_of_line
 from ._shared import Settings, utcnow
 from .loops import LoopRepository, is_message_id
@@ -48,6 +49,7 @@ from .rows import (
     stored_message,
     tool_calls,
 )
+from .search import search as search_messages
 
 __all__ = ["READ_DEPTH", "MessageInput", "MessageRepository", "dump_message", "parse_message"]
 
@@ -717,6 +719,51 @@ class MessageRepository:
         finally:
             cursor.close()
         return names
+
+    def search(
+        self,
+        query: str,
+        *,
+        session_id: str | None = None,
+        loop_id: str | None = None,
+        role: str | None = None,
+        tool_name: str | None = None,
+        since: datetime | int | None = None,
+        until: datetime | int | None = None,
+        limit: int = 20,
+        offset: int = 0,
+        thinking: bool = True,
+        match: str = "all",
+    ) -> list[SearchHit]:
+        """Messages of every session whose text matches ``query``, best match first.
+
+        Syntax (``docs/search.md``): words (all must match, any order),
+        ``"exact phrases"``, ``-excluded`` words or phrases, ``prefix*``;
+        case, accents and width are ignored, and CJK text is found by any
+        substring. Searched: user and assistant text, thinking, tool-call names
+        and arguments, tool results, extension message text; never image or
+        file data or signatures. Sessions still being imported are left out.
+
+        Args:
+            query: what to find.
+            session_id, loop_id: only messages of this session or loop.
+            role: only messages of this role (``user``, ``assistant``, ``toolResult``, ``extension``, ``system``).
+            tool_name: only tool calls of this tool (assistant messages) and its results.
+            since, until: only messages from ``since`` (inclusive) to ``until`` (exclusive): a
+                datetime (naive means UTC) or unix milliseconds.
+            limit, offset: a page of the results (``limit`` from 1 to 1,000).
+            thinking: ``False`` leaves thinking out: a message matches on its other text only.
+            match: ``"all"``: a message must hold every word and phrase; ``"any"``: at least one
+                (those holding more rank higher). Exclusions apply either way.
+
+        Raises:
+            InvalidQuery: the query cannot be searched for (says why); nothing is searched.
+            InvalidArgument: a filter, ``limit`` or ``offset`` is not valid.
+            SearchUnavailable: SQLite without FTS5.
+        """
+        filters: dict[str, Any] = {"session_id": session_id, "loop_id": loop_id, "role": role, "tool_name": tool_name}
+        filters.update(since=since, until=until)
+        return search_messages(self._db, query, filters, limit=limit, offset=offset, thinking=thinking, match=match)
 
     def _require_loop(self, loop_id: str) -> None:
         if self._db.scalar(q.loop_session(), {"loop_id": loop_id}) is None:

@@ -22,19 +22,23 @@ from ..models import (
     Message,
     Usage,
 )
-from ..records import Loop, Session, SessionSummary, StoredMessage
+from ..records import Loop, SearchHit, Session, SessionSummary, StoredMessage
 from ..schema import USAGE_COLUMNS
+from ..search_text import index_columns
 from ._shared import loads
 
 __all__ = [
     "MAX_TURN_INDEX",
     "ExportRow",
     "SessionSources",
+    "SEARCH_MESSAGE_COLUMN",
+    "SEARCH_PLACE",
     "SourceRow",
     "loop_from_row",
     "parse_parts",
     "parse_rows",
     "row_params",
+    "search_hit",
     "session_from_row",
     "stored_message",
     "summary_from_row",
@@ -132,6 +136,22 @@ _SET = object.__setattr__
 _VALIDATE_JSON = AGENT_MESSAGE.validate_json
 _STORED_FIELDS = set(StoredMessage.model_fields)
 """Every field of a stored message is set: one set, shared (never changed in place: pydantic copies before updating)."""
+
+
+SEARCH_MESSAGE_COLUMN = 8
+"""Where a row of ``queries.search_messages`` holds the message JSON (parsed with the others in one pass)."""
+
+
+SEARCH_PLACE = ("message_id", "session_id", "loop_id", "turn_index", "seq", "role", "kind", "timestamp")
+"""The first columns of a ``queries.search_messages`` row, by :class:`SearchHit` field name (then message and rank)."""
+
+
+def search_hit(row: Iterable[Any], snippet: str, highlights: list[tuple[int, int]]) -> SearchHit:
+    """A :class:`SearchHit` from a row of ``queries.search_messages`` and the snippet made from its message."""
+    *place, _message, rank = row
+    if len(place) != len(SEARCH_PLACE):
+        raise ValueError(f"a search row has {len(place) + 2} columns, not {len(SEARCH_PLACE) + 2}")
+    return SearchHit(**dict(zip(SEARCH_PLACE, place)), snippet=snippet, highlights=highlights, rank=float(rank))
 
 
 class SessionSources(NamedTuple):
@@ -252,6 +272,7 @@ def row_params(
     params["stop_reason"] = stop_reason
     params["timestamp"] = stamp
     params["source"] = source
+    params["search_text"], params["search_thinking"] = index_columns(model)
     return params
 
 

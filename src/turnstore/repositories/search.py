@@ -1,0 +1,159 @@
+"""``store.messages.search``: full-text search over every stored message, on SQLite (FTS5) and PostgreSQL.
+
+The words searched are those :mod:`turnstore.search_text` stored with each
+message when it was written (every write path builds its rows with
+:func:`~turnstore.repositories.rows.row_params`); the query is parsed by
+:mod:`turnstore.search_query` and bound as one parameter. Staged sessions
+(still being imported) are left out, like from every read. Snippets are made
+here, in Python, from the matched messages' own text: the same on both
+backends, and never from SQL text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+import sqlalchemy as sa
+
+from .. import queries as q
+from ..database import Database
+from ..errors import InvalidArgument, SearchUnavailable
+from ..records import SearchHit
+from ..schema import SEARCH_TABLE
+from ..search_query import Term, parse_query
+from ..search_text import Pieces, pieces, word_spans
+from .rows import SEARCH_MESSAGE_COLUMN, parse_rows, search_hit
+
+__all__ = ["MAX_LIMIT", "ROLES", "SNIPPET_CHARS", "fts5_available", "search", "snippet"]
+
+MAX_LIMIT = 1_000
+"""Most hits one call returns."""
+
+ROLES = frozenset({"user", "assistant", "toolResult", "extension", "system"})
+
+SNIPPET_CHARS = 160
+"""Longest snippet, in characters (an ellipsis at a cut end comes on top)."""
+
+_SPACES = re.compile(r"\s+")
+
+
+def fts5_available(connection: Any) -> bool:
+    """Whether the SQLite library of ``connection`` (a SQLAlchemy connection) has FTS5; migration 0007 asks."""
+    return bool(connection.scalar(sa.text("SELECT sqlite_compileoption_used('ENABLE_FTS5')")))
+
+
+def search(
+    db: Database,
+    query: str,
+    filters: Mapping[str, Any],
+    *,
+    limit: int,
+    offset: int,
+    thinking: bool,
+    match: str,
+) -> list[SearchHit]:
+    """See :meth:`turnstore.repositories.messages.MessageRepository.search`; ``filters`` holds its filter
+    arguments by name (None: not given)."""
+    parsed = parse_query(query)
+    _check_count("limit", limit, 1, MAX_LIMIT)
+    _check_count("offset", offset, 0, 2**31 - 1)
+    role, since, until = filters.get("role"), filters.get("since"), filters.get("until")
+    if match not in ("all", "any"):
+        raise InvalidArgument("match", f'must be "all" (every word) or "any" (at least one), got {match!r}')
+    if role is not None and role not in ROLES:
+        raise InvalidArgument("role", f"must be one of {', '.join(sorted(ROLES))}, got {role!r}")
+    texts = {name: filters.get(name) for name in ("session_id", "loop_id", "tool_name")}
+    for name, value in texts.items():
+        if value is not None and not isinstance(value, str):
+            raise InvalidArgument(name, f"must be a string, not {type(value).__name__}")
+        if isinstance(value, str) and "\x00" in value:
+            return []  # no stored id or name holds NUL (PostgreSQL cannot even compare one)
+    params: dict[str, Any] = {
+        **{name: value for name, value in texts.items() if value is not None},
+        "limit": limit,
+        "offset": offset,
+    }
+    if role is not None:
+        params["role"] = role
+    if since is not None:
+        params["since"] = _ms("since", since)
+    if until is not None:
+        params["until"] = _ms("until", until)
+    given = tuple(name for name in q.SEARCH_FILTERS if name in params)
+    if db.is_sqlite:
+        if not _has_index(db):
+            raise SearchUnavailable(
+                "full-text search needs SQLite's FTS5, which the SQLite library this Python uses lacks "
+                "(or the store was upgraded with one that lacked it); everything else works"
+            )
+        params["query"] = parsed.to_fts5(thinking=thinking, every=match == "all")
+    else:
+        params["query"] = parsed.to_tsquery(thinking=thinking, every=match == "all")
+    rows = db.fetchall(q.search_messages(db.is_postgresql, given), params)
+    if not rows:
+        return []
+    messages = parse_rows(row[SEARCH_MESSAGE_COLUMN] for row in rows)
+    return [
+        search_hit(row, *snippet(pieces(message), parsed.included, thinking=thinking))
+        for row, message in zip(rows, messages)
+    ]
+
+
+def snippet(found: Pieces, terms: Sequence[Term], *, thinking: bool = True) -> tuple[str, list[tuple[int, int]]]:
+    """The piece of text that holds the most of ``terms``' words, cut to :data:`SNIPPET_CHARS` around the first
+    match, on one line; with the ``[start, end)`` ranges of the matched words in it."""
+    exact = {word for term in terms for word in (term.words[:-1] if term.prefix else term.words)}
+    prefixes = tuple(term.words[-1] for term in terms if term.prefix)
+    texts, thought = found
+    best: tuple[int, str, list[tuple[int, int]]] = (-1, "", [])
+    for text in (*texts, *thought) if thinking else texts:
+        line = _SPACES.sub(" ", text).strip()
+        spans: list[tuple[int, int]] = []
+        seen: set[str] = set()
+        for start, end, words in word_spans(line):
+            hits = [word for word in words if word in exact or (prefixes and word.startswith(prefixes))]
+            if hits:
+                spans.append((start, end))
+                seen.update(hits)
+        if len(seen) > best[0]:
+            best = (len(seen), line, spans)
+    _, line, spans = best
+    if len(line) <= SNIPPET_CHARS:
+        return line, spans
+    start = max(0, spans[0][0] - SNIPPET_CHARS // 4) if spans else 0
+    if start:
+        space = line.find(" ", start, spans[0][0] if spans else start + 1)
+        start = space + 1 if space >= 0 else start
+    end = min(len(line), start + SNIPPET_CHARS)
+    if end < len(line):
+        space = line.rfind(" ", start + 1, end)
+        end = space if space > start else end
+    prefix = "…" if start else ""
+    suffix = "…" if end < len(line) else ""
+    shift = len(prefix) - start
+    kept = [(a + shift, b + shift) for a, b in spans if a >= start and b <= end]
+    return prefix + line[start:end] + suffix, kept
+
+
+def _has_index(db: Database) -> bool:
+    """Whether the FTS5 table exists (one probe of ``sqlite_master``, asked on every search: an upgrade may make it)."""
+    return db.scalar(q.search_table_exists(), {"name": SEARCH_TABLE}) is not None
+
+
+def _check_count(name: str, value: object, low: int, high: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise InvalidArgument(name, f"must be an integer from {low} to {high}, got {value!r}")
+
+
+def _ms(name: str, value: object) -> int:
+    """A time bound as unix milliseconds (a datetime, naive taken as UTC, or milliseconds)."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return int(value.timestamp() * 1000)
+    if isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63:
+        return value
+    raise InvalidArgument(name, f"must be a datetime or unix milliseconds, got {value!r}")
