@@ -524,6 +524,8 @@ def test_0006_moves_media_of_a_store_with_data_out_of_line_and_back(empty_url: s
         migrate.downgrade(engine, "0004")
         assert texts() == rows and not any(MARK + "m" in message for message, _ in texts())
         assert {"media", "session_media"}.isdisjoint(sa.inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
 
 
 # --- 0007: full-text search --------------------------------------------------------------
