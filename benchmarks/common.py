@@ -17,7 +17,7 @@ from typing import Any
 
 import workload
 
-from turnstore import Store
+from turnstore import Store, media
 
 
 @dataclass(frozen=True)
@@ -230,18 +230,43 @@ def sqlite_columns(connection: sqlite3.Connection, table: str = "messages") -> l
     return [row[1] for row in connection.execute(f"PRAGMA table_info({table})")]
 
 
+SEARCH_COLUMNS = ("search_text", "search_thinking")
+"""turnstore's search words: left out of row comparisons, since the floors write none (their cost is turnstore's)."""
+
+
 def sqlite_rows(path: Path | str, table: str = "messages") -> list[tuple[Any, ...]]:
-    """Every column of every row of a table of a SQLite file, in rowid order."""
+    """Every column of every row of a table of a SQLite file, in rowid order, texts as written.
+
+    Message rows leave out turnstore's search words (:data:`SEARCH_COLUMNS`), and
+    texts that turnstore keeps with their media out of line come back whole
+    (``turnstore.media.join``), so a floor's rows compare equal to turnstore's.
+    """
     connection = sqlite3.connect(path)
     try:
-        columns = sqlite_columns(connection, table)
-        return connection.execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY rowid").fetchall()
+        columns = [name for name in sqlite_columns(connection, table) if name not in SEARCH_COLUMNS]
+        rows = connection.execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY rowid").fetchall()
+        has_media = connection.execute("SELECT 1 FROM sqlite_master WHERE name = 'media'").fetchone() is not None
+        if table != "messages" or not has_media:
+            return rows
+        texts = [i for i, name in enumerate(columns) if name in ("message", "source")]
+
+        def fetch(digest: str) -> str:
+            return str(connection.execute("SELECT data FROM media WHERE sha256 = ?", (digest,)).fetchone()[0])
+
+        def whole(row: tuple[Any, ...]) -> tuple[Any, ...]:
+            values = list(row)
+            for i in texts:
+                if isinstance(values[i], str):
+                    values[i] = media.join(values[i], "inline", fetch)
+            return tuple(values)
+
+        return [whole(row) for row in rows]
     finally:
         connection.close()
 
 
 def sqlite_message_rows(path: Path | str) -> list[tuple[Any, ...]]:
-    """Every column of every message row of a SQLite file, in id order."""
+    """Every column of every message row of a SQLite file, in id order (as :func:`sqlite_rows`)."""
     return sqlite_rows(path, "messages")
 
 

@@ -182,6 +182,7 @@ def bench_write(
     # Warm-up repetition, untimed; its databases are compared row by row.
     paths = {system: out / f"warmup-{op.key}-{system}.db" for system in op.systems}
     write_rep(op, paths, loops, op.systems)
+    raw.learn_search_words(paths["turnstore"])
     rows = 0
     for table in op.tables:
         rows += same_rows(f"{op.key} ({table})", {system: sqlite_rows(path, table) for system, path in paths.items()})

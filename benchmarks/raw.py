@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections import defaultdict
+from contextlib import closing
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -39,9 +40,22 @@ assert PRAGMAS == SQLITE_PRAGMAS, f"turnstore's pragmas changed: {SQLITE_PRAGMAS
 INSERT = (
     "INSERT INTO messages (session_id, loop_id, turn_index, seq, role, kind, message,"
     " input_tokens, output_tokens, reasoning_tokens, cache_read_tokens, cache_write_tokens, total_tokens,"
-    " cost, model, provider, stop_reason, timestamp, source)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " cost, model, provider, stop_reason, timestamp, source, search_text, search_thinking)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+
+SEARCH_WORDS: dict[tuple[str, int], tuple[str | None, str | None]] = {}
+"""turnstore's search words of each workload message, by (loop id, seq): learned from turnstore's own
+file of a warm-up repetition (:func:`learn_search_words`), so the floor stores and indexes the same
+words without paying for finding them (finding them is turnstore's cost)."""
+
+
+def learn_search_words(path: Path | str) -> None:
+    """Fill :data:`SEARCH_WORDS` from a database turnstore wrote."""
+    with closing(sqlite3.connect(path)) as connection:
+        rows = connection.execute("SELECT loop_id, seq, search_text, search_thinking FROM messages")
+        SEARCH_WORDS.update(((loop_id, seq), (text, thinking)) for loop_id, seq, text, thinking in rows)
+
 
 TOUCH = "UPDATE sessions SET updated_at = ? WHERE session_id = ?"
 
@@ -83,6 +97,8 @@ INSERT_LOOP = (
 _USAGE_KEYS = ("input", "output", "reasoning", "cache_read", "cache_write", "total_tokens", "cost")
 
 _NO_USAGE = (None,) * 10
+
+_NO_WORDS = (None, None)
 
 
 def connect(path: str) -> sqlite3.Connection:
@@ -183,6 +199,7 @@ class RawStore:
             *columns,
             message.get("timestamp"),
             None,
+            *SEARCH_WORDS.get((loop_id, seq), _NO_WORDS),
         )
 
     def append(self, message: dict[str, Any], session_id: str, loop_id: str, turn_index: int) -> int:
