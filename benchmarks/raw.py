@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from turnstore import media
 from turnstore.engine import SQLITE_PRAGMAS
 
 PRAGMAS = {
@@ -237,7 +238,7 @@ class RawStore:
     def last(self, session_id: str, n: int) -> list[dict[str, Any]]:
         """The session's last n messages, oldest first, as dicts."""
         rows = self.connection.execute(LAST, (session_id, n)).fetchall()
-        return [json.loads(row[0]) for row in reversed(rows)]
+        return [self._loads(row[0]) for row in reversed(rows)]
 
     def usage(self, session_id: str) -> tuple[Any, ...]:
         """(input, output, reasoning, cache_read, cache_write, total_tokens, requests) of a session."""
@@ -245,13 +246,23 @@ class RawStore:
 
     def session(self, session_id: str) -> list[tuple[Any, ...]]:
         """Every message row of a session in order: (id, session_id, loop_id, turn_index, seq, dict, source)."""
-        loads = json.loads
+        loads = self._loads
         rows = self.connection.execute(SESSION, (session_id,)).fetchall()
         return [(r[0], r[1], r[2], r[3], r[4], loads(r[5]), r[6]) for r in rows]
 
     def turn(self, loop_id: str, turn_index: int) -> list[dict[str, Any]]:
         """The messages of one turn, in order, as dicts."""
-        return [json.loads(row[0]) for row in self.connection.execute(TURN, (loop_id, turn_index)).fetchall()]
+        return [self._loads(row[0]) for row in self.connection.execute(TURN, (loop_id, turn_index)).fetchall()]
+
+    def _loads(self, text: str) -> Any:
+        """A stored message text as a dict; the read database is written by turnstore, so a text may
+        refer to media kept out of line (turnstore.media), which is put back first, as turnstore does."""
+        if media.MARK in text:
+            text = media.join(text, "inline", self._media)
+        return json.loads(text)
+
+    def _media(self, digest: str) -> str:
+        return str(self.connection.execute("SELECT data FROM media WHERE sha256 = ?", (digest,)).fetchone()[0])
 
     def usage_loop(self, loop_id: str) -> tuple[Any, ...]:
         """(input, output, reasoning, cache_read, cache_write, total_tokens, requests) of a loop."""
