@@ -362,7 +362,7 @@ def test_the_search_box_is_on_the_sessions_page_and_in_every_header(viewer: Test
     spend = get(viewer, "/spend").text
 
     assert sessions.count('action="/search"') == 2  # the header's box and the sessions page's form
-    assert re.search(r'<form class="filters search" method="get" action="/search".*?name="q"', sessions, re.S)
+    assert re.search(r'<form class="search-form" method="get" action="/search".*?name="q"', sessions, re.S)
     assert re.search(r'<form class="quick-search" method="get" action="/search".*?name="q"', spend, re.S)
 
 
@@ -370,7 +370,7 @@ def test_the_search_box_is_on_the_sessions_page_and_in_every_header(viewer: Test
 def test_search_without_a_query_is_the_form_only(viewer: TestClient, q: str) -> None:
     page = get(viewer, "/search", q=q).text
 
-    assert '<form class="filters search"' in page
+    assert '<form class="search-form"' in page
     assert "hit-link" not in page and "error-message" not in page and "No messages match" not in page
 
 
@@ -443,7 +443,7 @@ def test_a_bad_search_is_a_400_saying_why(viewer: TestClient, params: dict[str, 
     assert response.status_code == 400
     message = html.unescape(re.search(r'id="error-message">([^<]*)<', response.text).group(1))  # type: ignore[union-attr]
     assert message.startswith(said) and "\n" not in message
-    assert '<form class="filters search"' in response.text and "hit-link" not in response.text
+    assert '<form class="search-form"' in response.text and "hit-link" not in response.text
 
 
 def test_a_bad_query_shows_the_message_invalid_query_carries(viewer: TestClient, store: Any) -> None:
