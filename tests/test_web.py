@@ -534,6 +534,30 @@ def test_security_headers_on_every_response(viewer: TestClient) -> None:
     assert "no page at /nope" in responses[1].text
 
 
+def test_templates_are_compiled_when_the_app_is_made_not_by_requests(
+    store_url: str, ids: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jinja2 import Environment
+
+    compiled: list[str | None] = []
+    original = Environment.compile
+
+    def counting(self: Environment, source: Any, name: str | None = None, *args: Any, **kwargs: Any) -> Any:
+        compiled.append(name)
+        return original(self, source, name, *args, **kwargs)
+
+    monkeypatch.setattr(Environment, "compile", counting)
+    with Store(store_url, read_only=True) as read_only:
+        client = TestClient(create_app(read_only))
+        at_start = sorted(compiled)
+        compiled.clear()
+        for path, params in [("/", {}), ("/search", {"q": "prompt"}), ("/session", {"id": ids["long"]}), ("/nope", {})]:
+            client.get(path, params=params)
+
+    assert "sessions.html" in at_start and "search.html" in at_start and "_message.html" in at_start
+    assert compiled == []
+
+
 def test_templates_never_mark_content_safe() -> None:
     templates = Path(__import__("turnstore.web", fromlist=["x"]).__file__).parent / "templates"
 
