@@ -228,3 +228,31 @@ def test_hostile_message_is_shown_as_text_and_runs_nothing(page: Any, server: st
     page.click("a.context-link")
     assert SCRIPT in page.locator("main").inner_text()
     assert page.dialogs == []
+
+
+def test_search_and_follow_a_hit_to_its_turn(page: Any, server: str, shots: Path) -> None:
+    page.goto(server + "/")
+    page.fill("form.search-form input[name=q]", "test")
+    page.click("form.search-form button")
+
+    assert page.url.startswith(server + "/search?q=test")
+    hits = page.locator("li.hit")
+    assert hits.count() > 1
+    assert page.locator("li.hit mark").first.inner_text().lower() == "test"
+    snap(page, shots, "search")
+    page.fill("header form.quick-search input[name=q]", "answer 42")
+    page.press("header form.quick-search input[name=q]", "Enter")
+    page.wait_for_load_state("load")
+    assert page.locator("li.hit").count() == 1
+    assert page.locator("li.hit .snippet").inner_text() == "answer 42"
+    page.click("a.hit-link")
+    page.wait_for_load_state("load")
+
+    assert page.evaluate("location.hash") == "#turn-42"
+    turn = page.locator("section#turn-42")
+    assert turn.evaluate("node => node.matches(':target')") is True
+    assert turn.is_visible() and "answer 42" in turn.inner_text()
+    top = turn.evaluate("node => node.getBoundingClientRect().top")
+    assert -1 <= top < page.viewport_size["height"]
+    assert page.locator("h1").inner_text() == "A long loop"
+    assert page.errors == [] and page.dialogs == []

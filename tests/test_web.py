@@ -14,7 +14,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote_plus
+from urllib.parse import unquote_plus, urlencode
 
 import pytest
 from backends import selected_backends
@@ -35,10 +35,11 @@ from viewer_data import (
 pytest.importorskip("starlette", reason="the serve extra is not installed")
 from starlette.testclient import TestClient
 
-from turnstore import Store
+from turnstore import InvalidQuery, SearchUnavailable, Store
 from turnstore.cli.serve import LOCAL_HOSTS
 from turnstore.web import create_app
 from turnstore.web.security import CONTENT_SECURITY_POLICY
+from turnstore.web.views import snippet_pieces
 
 SYNC = [name for name in selected_backends() if not name.endswith("async")]
 
@@ -343,6 +344,156 @@ def test_spend_page_of_an_empty_store(store_url: str, store: Any) -> None:
     assert page.count("No usage recorded.") == 7 and "<svg" not in page
 
 
+# --- search ---------------------------------------------------------------------------
+
+
+def hit_links(page: str) -> list[str]:
+    """The hrefs of a results page's hits, in order."""
+    return [html.unescape(found) for found in re.findall(r'<a class="hit-link" href="([^"]+)"', page)]
+
+
+def expected_link(hit: Any) -> str:
+    query = urlencode({"id": hit.session_id, "loop": hit.loop_id, "from": hit.turn_index})
+    return f"/session?{query}#turn-{hit.turn_index}"
+
+
+def test_the_search_box_is_on_the_sessions_page_and_in_every_header(viewer: TestClient) -> None:
+    sessions = get(viewer, "/").text
+    spend = get(viewer, "/spend").text
+
+    assert sessions.count('action="/search"') == 2  # the header's box and the sessions page's form
+    assert re.search(r'<form class="search-form" method="get" action="/search".*?name="q"', sessions, re.S)
+    assert re.search(r'<form class="quick-search" method="get" action="/search".*?name="q"', spend, re.S)
+
+
+@pytest.mark.parametrize("q", ["", "   "])
+def test_search_without_a_query_is_the_form_only(viewer: TestClient, q: str) -> None:
+    page = get(viewer, "/search", q=q).text
+
+    assert '<form class="search-form"' in page
+    assert "hit-link" not in page and "error-message" not in page and "No messages match" not in page
+
+
+def test_search_lists_hits_best_first_linking_to_their_turns(viewer: TestClient, store: Any) -> None:
+    hits = store.messages.search("prompt", limit=20)
+    page = get(viewer, "/search", q="prompt").text
+
+    assert len(hits) == 20
+    assert hit_links(page) == [expected_link(hit) for hit in hits]
+    first = page[page.index('<li class="hit') :].split("</li>")[0]
+    assert "A long loop" in first and f"turn {hits[0].turn_index}" in first
+    assert '<span class="role">user</span>' in first
+    assert f'<div class="snippet"><mark>prompt</mark> {hits[0].turn_index}</div>' in first
+
+
+def test_each_hit_link_opens_a_page_holding_its_turn(viewer: TestClient, store: Any) -> None:
+    page = get(viewer, "/search", q="alert").text
+    links = hit_links(page)
+
+    assert len(links) == len(store.messages.search("alert")) >= 3
+    for link in links:
+        path, anchor = link.split("#")
+        target = viewer.get(path)
+        assert target.status_code == 200
+        turn = target.text[target.text.index(f'<section class="turn" id="{anchor}">') :].split("</section>")[0]
+        assert "alert" in turn
+
+
+def test_search_results_are_paged(viewer: TestClient, store: Any) -> None:
+    everything = store.messages.search("prompt", limit=100)
+    pages = [get(viewer, "/search", q="prompt", page=n).text for n in (1, 2, 3, 4)]
+
+    assert len(everything) == 45
+    assert [len(hit_links(p)) for p in pages] == [20, 20, 5, 0]
+    assert [link for p in pages for link in hit_links(p)] == [expected_link(hit) for hit in everything]
+    assert 'rel="next"' in pages[0] and 'rel="prev"' not in pages[0]
+    assert 'rel="prev"' in pages[2] and 'rel="next"' not in pages[2]
+    assert '<ol class="hits" start="21">' in pages[1]
+    assert "No messages match on page 4" in pages[3]
+    nxt = html.unescape(re.search(r'<a rel="next" href="([^"]+)"', pages[0]).group(1))  # type: ignore[union-attr]
+    assert hit_links(viewer.get(nxt).text) == hit_links(pages[1])
+
+
+def test_search_filters_by_session_and_role(viewer: TestClient, store: Any, ids: dict[str, str]) -> None:
+    by_role = get(viewer, "/search", q="alert", role="toolResult").text
+    in_session = get(viewer, "/search", q="prompt", session=ids["hostile"]).text
+    in_long = get(viewer, "/search", q="prompt", session=ids["long"], role="user").text
+
+    assert re.findall(r'<li class="hit role-(\w+)">', by_role) == ["toolResult"]
+    assert '<option value="toolResult" selected>' in by_role
+    assert "No messages match." in in_session and "hit-link" not in in_session
+    assert f'name="session" value="{html.escape(ids["hostile"])}"' in in_session
+    assert len(hit_links(in_long)) == 20
+    assert all(link.startswith("/session?id=long-session&") for link in hit_links(in_long))
+
+
+@pytest.mark.parametrize(
+    ("params", "said"),
+    [
+        ({"q": '"unbalanced'}, "query: unbalanced quote"),
+        ({"q": "-only"}, "query: "),
+        ({"q": "x" * 1001}, "query: "),
+        ({"q": "prompt", "role": "nobody"}, "role: must be one of"),
+        ({"q": "prompt", "page": "0"}, "page: must be a whole number"),
+    ],
+)
+def test_a_bad_search_is_a_400_saying_why(viewer: TestClient, params: dict[str, str], said: str) -> None:
+    response = viewer.get("/search", params=params)
+
+    assert response.status_code == 400
+    message = html.unescape(re.search(r'id="error-message">([^<]*)<', response.text).group(1))  # type: ignore[union-attr]
+    assert message.startswith(said) and "\n" not in message
+    assert '<form class="search-form"' in response.text and "hit-link" not in response.text
+
+
+def test_a_bad_query_shows_the_message_invalid_query_carries(viewer: TestClient, store: Any) -> None:
+    with pytest.raises(InvalidQuery) as raised:
+        store.messages.search('"unbalanced')
+
+    page = get(viewer, "/search", 400, q='"unbalanced').text
+
+    assert str(escape(str(raised.value))) in page
+
+
+def test_search_unavailable_is_a_page_saying_so(store_url: str, ids: dict[str, str]) -> None:
+    with Store(store_url, read_only=True) as read_only:
+
+        def unavailable(*_args: Any, **_kwargs: Any) -> None:
+            raise SearchUnavailable("full-text search needs SQLite's FTS5")
+
+        read_only.messages.search = unavailable  # type: ignore[method-assign]
+        response = TestClient(create_app(read_only)).get("/search", params={"q": "prompt"})
+
+    assert response.status_code == 503
+    assert "Search is not available in this store: full-text search needs SQLite&#39;s FTS5" in response.text
+
+
+def test_hostile_text_in_search_results_stays_text(viewer: TestClient) -> None:
+    page = get(viewer, "/search", q="alert").text
+    results = page[page.index('<ol class="hits"') :]
+
+    assert "<script>" not in page and "<img src=x" not in page and "<b>bold" not in page
+    assert "\x1b" not in page and "\u202e" not in page
+    assert (
+        "&lt;script&gt;<mark>alert</mark>(1)&lt;/script&gt; &lt;img src=x onerror=<mark>alert</mark>(2)&gt;" in results
+    )
+    assert "\\x1b[31mred <mark>alert</mark>\\x1b[0m \\u202eevil" in results
+    assert set(re.findall(r"<mark>([^<]*)</mark>", results)) == {"alert"}
+    assert str(escape(HOSTILE_TITLE.replace("\x1b", "\\x1b"))) in results
+    assert "note&lt;script&gt;" in results
+
+
+def test_snippet_pieces_follow_the_highlights_and_skip_bad_ranges() -> None:
+    assert snippet_pieces("deploy failed again", [(7, 13), (0, 6)]) == [
+        ("deploy", True),
+        (" ", False),
+        ("failed", True),
+        (" again", False),
+    ]
+    assert snippet_pieces("abc", [(1, 2), (1, 3), (2, 2), (5, 9), (-4, -1)]) == [("a", False), ("b", True), ("c", True)]
+    assert snippet_pieces("", []) == []
+
+
 # --- hostile text, headers, the token -------------------------------------------------------
 
 
@@ -381,6 +532,30 @@ def test_security_headers_on_every_response(viewer: TestClient) -> None:
         assert response.headers["x-frame-options"] == "DENY"
     assert "script-src 'self'" in CONTENT_SECURITY_POLICY and "unsafe-inline" not in CONTENT_SECURITY_POLICY
     assert "no page at /nope" in responses[1].text
+
+
+def test_templates_are_compiled_when_the_app_is_made_not_by_requests(
+    store_url: str, ids: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jinja2 import Environment
+
+    compiled: list[str | None] = []
+    original = Environment.compile
+
+    def counting(self: Environment, source: Any, name: str | None = None, *args: Any, **kwargs: Any) -> Any:
+        compiled.append(name)
+        return original(self, source, name, *args, **kwargs)
+
+    monkeypatch.setattr(Environment, "compile", counting)
+    with Store(store_url, read_only=True) as read_only:
+        client = TestClient(create_app(read_only))
+        at_start = sorted(compiled)
+        compiled.clear()
+        for path, params in [("/", {}), ("/search", {"q": "prompt"}), ("/session", {"id": ids["long"]}), ("/nope", {})]:
+            client.get(path, params=params)
+
+    assert "sessions.html" in at_start and "search.html" in at_start and "_message.html" in at_start
+    assert compiled == []
 
 
 def test_templates_never_mark_content_safe() -> None:

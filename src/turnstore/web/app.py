@@ -1,4 +1,4 @@
-"""The viewer's routes: sessions, one session, a loop's context, an image, spend.
+"""The viewer's routes: sessions, search, one session, a loop's context, an image, spend.
 
 Every page reads one page's worth through the store's public read API; ids
 travel in query parameters (any stored id, ``/`` and all, round-trips). A bad
@@ -25,13 +25,14 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
-from ..errors import InvalidArgument, NotFound, TurnNotFound
+from ..errors import InvalidArgument, NotFound, SearchUnavailable, TurnNotFound
 from ..store import Store
 from . import charts
 from .security import Guard
 from .text import as_json, shown
 from .views import (
     IMAGE_TYPES,
+    hit_views,
     image_block,
     loop_of_session,
     loop_tree,
@@ -41,13 +42,17 @@ from .views import (
     turn_views,
 )
 
-__all__ = ["CONTEXT_PAGE", "SESSIONS_PAGE", "TURNS_PAGE", "create_app"]
+__all__ = ["CONTEXT_PAGE", "SEARCH_PAGE", "SESSIONS_PAGE", "TURNS_PAGE", "create_app"]
 
 HERE = Path(__file__).resolve().parent
 SESSIONS_PAGE = 50
 """Sessions per page of the list (``?per=`` up to :data:`MAX_PAGE`)."""
 TURNS_PAGE = 20
 """Turns of one loop per page of a session."""
+SEARCH_PAGE = 20
+"""Hits per page of search results."""
+ROLES = ("", "user", "assistant", "toolResult", "extension", "system")
+"""The search form's roles ("" is any)."""
 CONTEXT_PAGE = 100
 """Messages per page of a loop's context."""
 MAX_PAGE = 200
@@ -70,7 +75,9 @@ def create_app(store: Store, *, token: str | None = None, hosts: Iterable[str] |
         loader=FileSystemLoader(HERE / "templates"), autoescape=True, undefined=StrictUndefined, trim_blocks=True
     )
     templates.filters.update(shown=shown, json=as_json, tokens=_tokens, cost=_cost, rate=_rate, when=_when)
-    templates.globals.update(link=_link)
+    templates.globals.update(link=_link, roles=ROLES)
+    for name in templates.list_templates():  # compiled now, not by the first request of each page
+        templates.get_template(name)
 
     def page(request: Request, name: str, status: int = 200, **values: Any) -> HTMLResponse:
         html = templates.get_template(name).render(request=request, **values)
@@ -110,6 +117,30 @@ def create_app(store: Store, *, token: str | None = None, hosts: Iterable[str] |
             order=order,
             params={k: v for k, v in query.items() if k in {"agent", "model", "since", "until", "per", "order"}},
         )
+
+    def search(request: Request) -> Response:
+        query = request.query_params
+        form = {name: query.get(name, "") for name in ("q", "session", "role")}
+        values: dict[str, Any] = {"form": form, "hits": None, "number": 1, "more": False, "error": None}
+        values["page_size"] = SEARCH_PAGE
+        if not form["q"].strip():
+            return page(request, "search.html", **values)
+        status = 200
+        try:
+            number = values["number"] = _int(query, "page", 1, 1, 10**6)
+            found = store.messages.search(
+                form["q"],
+                session_id=form["session"] or None,
+                role=form["role"] or None,
+                limit=SEARCH_PAGE + 1,
+                offset=(number - 1) * SEARCH_PAGE,
+            )
+            values.update(hits=hit_views(store, found[:SEARCH_PAGE]), more=len(found) > SEARCH_PAGE)
+        except InvalidArgument as error:
+            status, values["error"] = 400, str(error)
+        except SearchUnavailable as error:
+            status, values["error"] = 503, f"Search is not available in this store: {error}"
+        return page(request, "search.html", status, **values)
 
     def session(request: Request) -> Response:
         query = request.query_params
@@ -211,6 +242,7 @@ def create_app(store: Store, *, token: str | None = None, hosts: Iterable[str] |
 
     routes = [
         Route("/", guarded(sessions)),
+        Route("/search", guarded(search)),
         Route("/session", guarded(session)),
         Route("/context", guarded(context)),
         Route("/image", guarded(image)),

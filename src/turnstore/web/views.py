@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from ..errors import LoopNotFound
+from ..errors import LoopNotFound, SessionNotFound
 from ..models import (
     AssistantMessage,
     AudioContent,
@@ -26,22 +26,25 @@ from ..models import (
     ToolCallContent,
     ToolResultMessage,
 )
-from ..records import Loop, SessionSummary
+from ..records import Loop, SearchHit, SessionSummary
 from ..store import Store
 from ..usage import UsageTotals
 
 __all__ = [
     "IMAGE_TYPES",
     "Block",
+    "HitView",
     "LoopNode",
     "MessageView",
     "SessionRow",
     "TurnView",
     "image_block",
+    "hit_views",
     "loop_of_session",
     "loop_tree",
     "message_view",
     "session_rows",
+    "snippet_pieces",
     "token_count",
     "turn_views",
 ]
@@ -210,12 +213,7 @@ def message_view(message: Any, loop_id: str, place: tuple[int, int] | None = Non
         return MessageView(role="extension", blocks=[], kind=message.kind, data=message.data)
     blocks = [_block(block, loop_id, place, b) for b, block in enumerate(message.content)]
     view = MessageView(role=message.role, blocks=blocks)
-    timestamp = getattr(message, "timestamp", 0)
-    if timestamp:
-        try:
-            view.timestamp = datetime.fromtimestamp(timestamp / 1000, timezone.utc)
-        except (OverflowError, OSError, ValueError):  # a stored timestamp no calendar holds: shown as none
-            pass
+    view.timestamp = _time(getattr(message, "timestamp", 0))  # one no calendar holds: shown as none
     if isinstance(message, AssistantMessage):
         view.model, view.stop_reason, view.error = message.model, message.stop_reason.value, message.error_message
     elif isinstance(message, ToolResultMessage):
@@ -255,3 +253,61 @@ def image_block(store: Store, loop_id: str, turn_index: int, message_index: int,
         raise IndexError("no image block at that place")
     image: ImageContent = content[block_index]
     return image
+
+
+@dataclass
+class HitView:
+    """One search hit as shown: where it is, its session's title, and its snippet cut into pieces."""
+
+    hit: SearchHit
+    title: str
+    pieces: list[tuple[str, bool]]
+    timestamp: datetime | None
+
+
+def snippet_pieces(snippet: str, highlights: list[tuple[int, int]]) -> list[tuple[str, bool]]:
+    """``snippet`` cut at its highlight ranges: ``(text, matched)`` pieces in order.
+
+    The template escapes each piece and wraps the matched ones in ``<mark>``, so
+    the highlight never comes from markup in the stored text. Ranges out of the
+    snippet, empty or overlapping an earlier one are skipped.
+    """
+    pieces: list[tuple[str, bool]] = []
+    at = 0
+    for start, end in sorted(highlights):
+        start, end = max(start, at), min(end, len(snippet))
+        if start >= end:
+            continue
+        if start > at:
+            pieces.append((snippet[at:start], False))
+        pieces.append((snippet[start:end], True))
+        at = end
+    if at < len(snippet):
+        pieces.append((snippet[at:], False))
+    return pieces
+
+
+def hit_views(store: Store, hits: list[SearchHit]) -> list[HitView]:
+    """The hits of one results page with their sessions' titles: one read per session on the page."""
+    titles: dict[str, str] = {}
+    views = []
+    for hit in hits:
+        if hit.session_id not in titles:
+            try:
+                titles[hit.session_id] = store.sessions.get(hit.session_id).title or hit.session_id
+            except SessionNotFound:  # deleted since the search ran
+                titles[hit.session_id] = hit.session_id
+        views.append(
+            HitView(hit, titles[hit.session_id], snippet_pieces(hit.snippet, hit.highlights), _time(hit.timestamp))
+        )
+    return views
+
+
+def _time(milliseconds: int | None) -> datetime | None:
+    """Unix milliseconds as a UTC time; None for none, or for one no calendar holds."""
+    if not milliseconds:
+        return None
+    try:
+        return datetime.fromtimestamp(milliseconds / 1000, timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return None
