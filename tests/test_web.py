@@ -35,7 +35,7 @@ from viewer_data import (
 pytest.importorskip("starlette", reason="the serve extra is not installed")
 from starlette.testclient import TestClient
 
-from turnstore import InvalidQuery, SearchUnavailable, Store
+from turnstore import InvalidQuery, Message, SearchUnavailable, Store
 from turnstore.cli.serve import LOCAL_HOSTS
 from turnstore.web import create_app
 from turnstore.web.security import CONTENT_SECURITY_POLICY
@@ -144,6 +144,7 @@ def test_sessions_list_filters_and_sorts(viewer: TestClient) -> None:
         ({"order": "cost; drop table"}, "order"),
         ({"since": "2026-13-01"}, "since"),
         ({"until": "yesterday"}, "until"),
+        ({"until": "9999-12-31"}, "until"),  # no next day to end at: was a 500 (OverflowError)
     ],
 )
 def test_bad_list_parameters_are_a_400_naming_them(viewer: TestClient, params: dict[str, str], name: str) -> None:
@@ -588,6 +589,41 @@ def test_token_is_required_when_set(store: Any, store_url: str, ids: dict[str, s
     assert query.status_code == 200
     assert query.headers["set-cookie"] == "turnstore_token=s3cret-token; Path=/; HttpOnly; SameSite=Strict"
     assert cookie_only.status_code == 200
+
+
+def test_the_token_cookie_is_found_beside_a_malformed_cookie_of_another_app(store: Any, store_url: str) -> None:
+    with Store(store_url, read_only=True) as read_only:
+        client = TestClient(create_app(read_only, token="s3cret-token"))
+        beside = client.get("/", headers={"Cookie": 'a="; turnstore_token=s3cret-token'})
+        wrong = client.get("/", headers={"Cookie": 'a="; turnstore_token=s3cret-tokem'})
+
+    assert (beside.status_code, wrong.status_code) == (200, 401)
+
+
+@pytest.mark.parametrize(
+    ("site", "status"), [("cross-site", 403), ("same-site", 403), ("same-origin", 200), ("none", 200)]
+)
+def test_requests_other_sites_make_through_the_browser_are_refused(viewer: TestClient, site: str, status: int) -> None:
+    response = viewer.get("/search", params={"q": "prompt"}, headers={"Sec-Fetch-Site": site})
+
+    assert response.status_code == status
+    assert response.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+    if status == 403:
+        assert "<mark>" not in response.text
+
+
+def test_a_huge_text_is_cut_with_a_note(store: Any, store_url: str) -> None:
+    from turnstore.web.text import SHOWN_LIMIT
+
+    session_id = store.sessions.create(title="huge").session_id
+    loop_id = store.loops.start(session_id).loop_id
+    store.messages.append(Message.user("x" * (SHOWN_LIMIT + 5_000) + "TAIL"), loop_id=loop_id, turn_index=0)
+    with Store(store_url, read_only=True) as read_only:
+        page = get(TestClient(create_app(read_only)), "/session", id=session_id).text
+
+    assert "TAIL" not in page and "x" * SHOWN_LIMIT in page
+    assert "5,004 more characters not shown" in page
+    assert len(page) < SHOWN_LIMIT + 50_000
 
 
 def test_no_token_no_check(viewer: TestClient) -> None:

@@ -304,7 +304,11 @@ def _day(query: Any, name: str, *, next_day: bool = False) -> datetime | None:
     if day is None:
         raise InvalidArgument(name, "must be a date as YYYY-MM-DD")
     start = datetime(day.year, day.month, day.day, tzinfo=timezone.utc)
-    return start + timedelta(days=1) if next_day else start
+    if not next_day:
+        return start
+    if day == date.max:  # no next day to end an inclusive range at
+        raise InvalidArgument(name, "must be a date before 9999-12-31")
+    return start + timedelta(days=1)
 
 
 # --- formatting ---------------------------------------------------------------------

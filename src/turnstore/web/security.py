@@ -13,13 +13,16 @@
   whose ``Host`` header names another host is refused with 400: a web page
   that rebinds its own name to 127.0.0.1 (DNS rebinding) cannot read the
   viewer through the browser.
+* A request a browser marks as made by another site (``Sec-Fetch-Site:
+  cross-site`` or ``same-site``: a page elsewhere, or another port of this
+  host) is refused with 403, so no page can search the store through the
+  user's browser and time the answers.
 """
 
 from __future__ import annotations
 
 import hmac
 import secrets
-from http.cookies import CookieError, SimpleCookie
 from urllib.parse import parse_qsl
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -61,6 +64,11 @@ class Guard:
         if self.hosts is not None and _host(scope) not in self.hosts:
             await _refuse(send, 400, b"400 bad request: this viewer answers only to a local host name\n")
             return
+        if _cross_site(scope):
+            await _refuse(
+                send, 403, b"403 forbidden: this viewer answers only to its own pages and to links opened directly\n"
+            )
+            return
         set_cookie = False
         if self.token is not None:
             given, from_query = _presented(scope)
@@ -93,15 +101,28 @@ def _presented(scope: Scope) -> tuple[str | None, bool]:
             return value, True
     for name, value in headers:
         if name == b"cookie":
-            jar: SimpleCookie = SimpleCookie()
-            try:
-                jar.load(value.decode("latin-1"))
-            except CookieError:  # a malformed Cookie header carries no token
-                continue
-            morsel = jar.get(COOKIE)
-            if morsel is not None:
-                return morsel.value, False
+            # Read by hand, not with SimpleCookie: one malformed cookie of another app on this host
+            # must not hide the token (SimpleCookie gives up on the whole header).
+            for part in value.decode("latin-1").split(";"):
+                key, _, given = part.strip().partition("=")
+                if key == COOKIE:
+                    return given, False
     return None, False
+
+
+def _cross_site(scope: Scope) -> bool:
+    """Whether a browser says another site (or another port of this host) made the request.
+
+    A page on any site can make a browser send requests to a viewer on
+    127.0.0.1 and time the answers (a search that matches is slower than one
+    that does not). Browsers mark such requests ``Sec-Fetch-Site: cross-site``
+    or ``same-site``; the viewer's own pages are ``same-origin``, and a link
+    opened from the address bar, a bookmark or a terminal is ``none``.
+    """
+    for name, value in scope.get("headers", []):
+        if name == b"sec-fetch-site":
+            return value.strip().lower() in (b"cross-site", b"same-site")
+    return False
 
 
 def _host(scope: Scope) -> str:
