@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import raw
 import workload
 
-from turnstore import Store, media
+from turnstore import Store
 
 
 @dataclass(frozen=True)
@@ -250,14 +251,11 @@ def sqlite_rows(path: Path | str, table: str = "messages") -> list[tuple[Any, ..
             return rows
         texts = [i for i, name in enumerate(columns) if name in ("message", "source")]
 
-        def fetch(digest: str) -> str:
-            return str(connection.execute("SELECT data FROM media WHERE sha256 = ?", (digest,)).fetchone()[0])
-
         def whole(row: tuple[Any, ...]) -> tuple[Any, ...]:
             values = list(row)
             for i in texts:
                 if isinstance(values[i], str):
-                    values[i] = media.join(values[i], "inline", fetch)
+                    values[i] = raw.whole_text(connection, values[i])
             return tuple(values)
 
         return [whole(row) for row in rows]

@@ -58,6 +58,8 @@ def learn_search_words(path: Path | str) -> None:
         SEARCH_WORDS.update(((loop_id, seq), (text, thinking)) for loop_id, seq, text, thinking in rows)
 
 
+MEDIA = "SELECT data FROM media WHERE sha256 = ?"
+
 TOUCH = "UPDATE sessions SET updated_at = ? WHERE session_id = ?"
 
 LAST = "SELECT message FROM messages WHERE session_id = ? ORDER BY id DESC LIMIT ?"
@@ -100,6 +102,13 @@ _USAGE_KEYS = ("input", "output", "reasoning", "cache_read", "cache_write", "tot
 _NO_USAGE = (None,) * 10
 
 _NO_WORDS = (None, None)
+
+
+def whole_text(connection: sqlite3.Connection, text: str) -> str:
+    """A stored text with the media turnstore keeps out of line put back (``turnstore.media``), as turnstore reads it."""
+    if media.MARK not in text:
+        return text
+    return media.join(text, "inline", lambda digest: str(connection.execute(MEDIA, (digest,)).fetchone()[0]))
 
 
 def connect(path: str) -> sqlite3.Connection:
@@ -255,14 +264,8 @@ class RawStore:
         return [self._loads(row[0]) for row in self.connection.execute(TURN, (loop_id, turn_index)).fetchall()]
 
     def _loads(self, text: str) -> Any:
-        """A stored message text as a dict; the read database is written by turnstore, so a text may
-        refer to media kept out of line (turnstore.media), which is put back first, as turnstore does."""
-        if media.MARK in text:
-            text = media.join(text, "inline", self._media)
-        return json.loads(text)
-
-    def _media(self, digest: str) -> str:
-        return str(self.connection.execute("SELECT data FROM media WHERE sha256 = ?", (digest,)).fetchone()[0])
+        """A stored message text as a dict (the read database is written by turnstore: see :func:`whole_text`)."""
+        return json.loads(whole_text(self.connection, text))
 
     def usage_loop(self, loop_id: str) -> tuple[Any, ...]:
         """(input, output, reasoning, cache_read, cache_write, total_tokens, requests) of a loop."""
