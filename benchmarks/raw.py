@@ -58,6 +58,18 @@ def learn_search_words(path: Path | str) -> None:
         SEARCH_WORDS.update(((loop_id, seq), (text, thinking)) for loop_id, seq, text, thinking in rows)
 
 
+SEARCH_TAIL = 128
+"""turnstore's batch: the FTS5 index catches up once this many messages are not in it (imports: at once)."""
+
+CATCH_UP = (
+    "INSERT INTO message_search (rowid, search_text, search_thinking)"
+    " SELECT id, search_text, search_thinking FROM messages"
+    " WHERE id > (SELECT indexed_to FROM message_search_state)"
+    " AND (search_text IS NOT NULL OR search_thinking IS NOT NULL)"
+)
+
+INDEXED_TO_NEWEST = "UPDATE message_search_state SET indexed_to = (SELECT max(id) FROM messages)"
+
 MEDIA = "SELECT data FROM media WHERE sha256 = ?"
 
 TOUCH = "UPDATE sessions SET updated_at = ? WHERE session_id = ?"
@@ -178,6 +190,18 @@ class RawStore:
         self.connection = connection
         self.touch = touch  # move the session's updated_at on every append (the minimal floor does not)
         self.next_seq: defaultdict[str, int] = defaultdict(int)
+        # The same search index upkeep as turnstore's, where the schema has it (the minimal table has none).
+        self.indexed_to = 0
+        self.batched = (
+            connection.execute("SELECT 1 FROM sqlite_master WHERE name = 'message_search_state'").fetchone() is not None
+        )
+
+    def _index(self, newest: int, at_once: bool = False) -> None:
+        """Index the messages not in the FTS5 index yet, once there are :data:`SEARCH_TAIL` (or ``at_once``)."""
+        if self.batched and (at_once or newest - self.indexed_to >= SEARCH_TAIL):
+            self.connection.execute(CATCH_UP)
+            self.connection.execute(INDEXED_TO_NEWEST)
+            self.indexed_to = self.connection.execute("SELECT indexed_to FROM message_search_state").fetchone()[0]
 
     def _row(self, message: dict[str, Any], session_id: str, loop_id: str, turn_index: int) -> tuple[Any, ...]:
         if message["role"] == "assistant":
@@ -221,6 +245,7 @@ class RawStore:
             message_id = connection.execute(INSERT, row).lastrowid
             if self.touch:
                 connection.execute(TOUCH, (_now(), session_id))
+            self._index(message_id)  # type: ignore[arg-type]
         except BaseException:
             connection.execute("ROLLBACK")
             raise
@@ -238,6 +263,7 @@ class RawStore:
                 ids.append(connection.execute(INSERT, row).lastrowid)  # type: ignore[arg-type]
             if self.touch:
                 connection.execute(TOUCH, (_now(), session_id))
+            self._index(ids[-1])
         except BaseException:
             connection.execute("ROLLBACK")
             raise
@@ -315,6 +341,7 @@ class RawStore:
             connection.execute(INSERT_SESSION, session)
             connection.executemany(INSERT_LOOP, loops)
             connection.executemany(INSERT, rows)
+            self._index(0, at_once=True)
         except BaseException:
             connection.execute("ROLLBACK")
             raise

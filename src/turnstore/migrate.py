@@ -45,7 +45,7 @@ __all__ = [
     "upgrade",
 ]
 
-HEAD = "0007"
+HEAD = "0008"
 """The newest revision in ``migrations/versions``, named here so that opening a store at head
 needs no Alembic; a test checks it against the scripts' own head."""
 

@@ -14,7 +14,18 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-from .schema import SEARCH_TABLE, USAGE_COLUMNS, imports, loops, messages, search_vector, sessions, staging
+from .schema import (
+    SEARCH_STATE,
+    SEARCH_TABLE,
+    SEARCH_TAIL,
+    USAGE_COLUMNS,
+    imports,
+    loops,
+    messages,
+    search_vector,
+    sessions,
+    staging,
+)
 
 bp = sa.bindparam
 
@@ -656,11 +667,12 @@ _TOOL_FILTER = {
 
 
 @cache
-def search_messages(postgresql_: bool, filters: tuple[str, ...]) -> sa.Select[Any]:
+def search_messages(postgresql_: bool, filters: tuple[str, ...], tail: bool = False) -> sa.Select[Any]:
     """Messages matching ``:query`` (FTS5 MATCH text, or ``tsquery`` text on PostgreSQL), best first.
 
     ``filters`` names the optional conditions bound (see :data:`SEARCH_FILTERS`).
-    Ties go to the newer message.
+    Ties go to the newer message. SQLite: ``tail`` matches the messages not yet
+    in the index, through this connection's :data:`~turnstore.schema.SEARCH_TAIL`.
     """
     conditions: list[Any] = [visible(messages.c.session_id)]
     if postgresql_:
@@ -671,10 +683,11 @@ def search_messages(postgresql_: bool, filters: tuple[str, ...]) -> sa.Select[An
         conditions.append(vector.op("@@")(tsquery))
         order: list[Any] = [rank.desc()]
     else:
-        fts = sa.table(SEARCH_TABLE, sa.column("rowid"), sa.column("rank"))
+        name = SEARCH_TAIL if tail else SEARCH_TABLE
+        fts = sa.table(name, sa.column("rowid"), sa.column("rank"), schema="temp" if tail else None)
         rank = -fts.c.rank
         source = fts.join(messages, messages.c.id == fts.c.rowid)
-        conditions.append(sa.literal_column(SEARCH_TABLE).op("MATCH")(bp("query")))
+        conditions.append(sa.literal_column(name).op("MATCH")(bp("query")))
         order = [fts.c.rank]
     for name in filters:
         if name == "since":
@@ -709,8 +722,62 @@ def search_messages(postgresql_: bool, filters: tuple[str, ...]) -> sa.Select[An
 
 @cache
 def search_table_exists() -> sa.TextClause:
-    """SQLite: the FTS5 table :name, if it exists."""
+    """SQLite: the table :name (the FTS5 table, or its state), if it exists."""
     return sa.text("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = :name")
+
+
+_HAS_WORDS = "(search_text IS NOT NULL OR search_thinking IS NOT NULL)"
+
+
+@cache
+def search_indexed_to() -> sa.TextClause:
+    """SQLite: the newest message id in the FTS5 index's batches (see ``repositories/search_index.py``)."""
+    return sa.text(f"SELECT indexed_to FROM {SEARCH_STATE}")
+
+
+@cache
+def search_catch_up() -> sa.TextClause:
+    """SQLite: add every message above ``indexed_to`` that has words to the FTS5 index, in one statement."""
+    return sa.text(
+        f"INSERT INTO {SEARCH_TABLE} (rowid, search_text, search_thinking) "
+        f"SELECT id, search_text, search_thinking FROM messages "
+        f"WHERE id > (SELECT indexed_to FROM {SEARCH_STATE}) AND {_HAS_WORDS}"
+    )
+
+
+@cache
+def search_state_to_newest() -> sa.TextClause:
+    """SQLite: ``indexed_to`` moved up to the newest message (never down)."""
+    return sa.text(
+        f"UPDATE {SEARCH_STATE} SET indexed_to = max(indexed_to, coalesce((SELECT max(id) FROM messages), 0))"
+    )
+
+
+@cache
+def newest_message_id() -> sa.Select[Any]:
+    return sa.select(sa.func.max(messages.c.id))
+
+
+@cache
+def create_search_tail() -> sa.TextClause:
+    """SQLite: this connection's FTS5 table for the messages not yet indexed, tokenized as the main one."""
+    return sa.text(
+        f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{SEARCH_TAIL} USING fts5(search_text, search_thinking, "
+        "tokenize='ascii')"
+    )
+
+
+@cache
+def clear_search_tail() -> sa.TextClause:
+    return sa.text(f"DELETE FROM temp.{SEARCH_TAIL}")
+
+
+@cache
+def fill_search_tail() -> sa.TextClause:
+    return sa.text(
+        f"INSERT INTO temp.{SEARCH_TAIL} (rowid, search_text, search_thinking) "
+        f"SELECT id, search_text, search_thinking FROM messages WHERE id > :indexed_to AND {_HAS_WORDS}"
+    )
 
 
 # --- imports --------------------------------------------------------------------

@@ -292,6 +292,15 @@ SEARCH_TABLE = "message_search"
 id), kept by triggers on ``messages``; it and its shadow tables (``message_search_*``) are not in :data:`metadata`."""
 
 
+SEARCH_STATE = "message_search_state"
+"""SQLite: one row, ``indexed_to``: messages up to this id are in :data:`SEARCH_TABLE`, none above it (migration
+0008; ``turnstore.repositories.search_index`` keeps it). Not in :data:`metadata`, like the FTS5 table."""
+
+SEARCH_TAIL = "message_search_tail"
+"""SQLite: a connection's own FTS5 table in its ``temp`` database, refilled by each search with the messages above
+``indexed_to``."""
+
+
 SEARCH_INDEX = "ix_messages_search"
 """PostgreSQL: the GIN index over :func:`search_vector` (made by migration 0007; not in :data:`metadata`)."""
 

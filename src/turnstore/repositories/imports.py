@@ -26,7 +26,7 @@ from ..importers.base import LoopRow, MessageRow, RecordError, SessionBundle, Sp
 from ..limits import Limits, check_json, check_text
 from ..media import split
 from ..records import LoopConfig
-from . import media, staging
+from . import media, search_index, staging
 from ._shared import Settings, dumps, utcnow
 from .import_writes import ImportWrites
 from .message_json import dump_message
@@ -294,6 +294,7 @@ def _insert_messages(db: Database, rows: list[dict[str, Any]]) -> None:
         db.execute_each(q.insert_message_at(), q.insert_message_at(without_nulls=True), rows, _is_bare)
     if links:
         media.link_session(db, links)
+    search_index.catch_up(db)  # searchable once committed, and the search tail stays short
 
 
 def _media_out(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, str], set[tuple[str, str]]]:

@@ -34,6 +34,7 @@ from ..models import (
 )
 from ..records import ContinuationKind, Loop, LoopConfig, SearchHit, StoredMessage, Turn
 from . import media as out_of_line
+from . import search_index
 from ._shared import Settings, utcnow
 from .loops import LoopRepository, is_message_id
 from .media import check_mode
@@ -61,6 +62,7 @@ class MessageRepository:
         self._db = db
         self._settings = settings
         self._loops: LoopRepository | None = None
+        self._indexed_to = 0  # the newest message id in the search index's batches, as last seen (search_index)
 
     # --- writing --------------------------------------------------------------
 
@@ -111,18 +113,20 @@ class MessageRepository:
         touch = (q.touch_session_of_loop(), self._touch_params(params["loop_id"]))
         try:
             if self._db.is_sqlite and not found:
-                return self._db.insert(statement, params, touch)
-            with self._db.write():
-                if self._db.is_postgresql:
-                    self._lock_loop(params["loop_id"], params["turn_index"])
-                if not found:
-                    return self._db.insert(statement, params, touch)
-                out_of_line.put(self._db, found)
                 message_id = self._db.insert(statement, params, touch)
-                out_of_line.link_loop(self._db, params["loop_id"], found)
-                return message_id
+            else:
+                with self._db.write():
+                    if self._db.is_postgresql:
+                        self._lock_loop(params["loop_id"], params["turn_index"])
+                    if found:
+                        out_of_line.put(self._db, found)
+                    message_id = self._db.insert(statement, params, touch)
+                    if found:
+                        out_of_line.link_loop(self._db, params["loop_id"], found)
         except self._db.IntegrityError as error:
             raise self._integrity(error, params["loop_id"], params["turn_index"]) from None
+        self._indexed_to = search_index.keep_up(self._db, message_id, self._indexed_to)
+        return message_id
 
     def append_turn(
         self,
@@ -226,6 +230,7 @@ class MessageRepository:
         if found:
             out_of_line.link_loop(self._db, loop_id, found)
         self._db.execute(q.touch_session_of_loop(), self._touch_params(loop_id))
+        self._indexed_to = search_index.keep_up(self._db, ids[-1], self._indexed_to)
         return ids
 
     def rewind(

@@ -25,6 +25,7 @@ from ..records import SearchHit
 from ..schema import SEARCH_TABLE
 from ..search_query import Term, parse_query
 from ..search_text import Pieces, pieces, word_spans
+from . import search_index
 from .rows import SEARCH_MESSAGE_COLUMN, parse_rows, search_hit
 
 __all__ = ["MAX_LIMIT", "ROLES", "SNIPPET_CHARS", "fts5_available", "search", "snippet"]
@@ -92,7 +93,11 @@ def search(
         params["query"] = parsed.to_fts5(thinking=thinking, every=match == "all")
     else:
         params["query"] = parsed.to_tsquery(thinking=thinking, every=match == "all")
-    rows = db.fetchall(q.search_messages(db.is_postgresql, given), params)
+    if db.is_sqlite:
+        with db.read():  # the index and its tail from one snapshot
+            rows = _sqlite_hits(db, given, params)
+    else:
+        rows = db.fetchall(q.search_messages(True, given), params)
     if not rows:
         return []
     messages = parse_rows(row[SEARCH_MESSAGE_COLUMN] for row in rows)
@@ -136,6 +141,26 @@ def snippet(found: Pieces, terms: Sequence[Term], *, thinking: bool = True) -> t
     shift = len(prefix) - start
     kept = [(a + shift, b + shift) for a, b in spans if a >= start and b <= end]
     return prefix + line[start:end] + suffix, kept
+
+
+def _sqlite_hits(db: Database, given: tuple[str, ...], params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """The page of hits from the FTS5 index and, when there are messages not in it yet, from its tail."""
+    main = q.search_messages(False, given)
+    if not search_index.tail(db):
+        return db.fetchall(main, params)
+    tail = db.fetchall(q.search_messages(False, given, tail=True), {**params, "limit": -1, "offset": 0})
+    return search_index.merge_page(
+        lambda offset, limit: db.fetchall(main, {**params, "offset": offset, "limit": limit}),
+        tail,
+        _best_first,
+        params["offset"],
+        params["limit"],
+    )
+
+
+def _best_first(row: tuple[Any, ...]) -> tuple[float, int]:
+    """A search row's place in the results: best rank first, then the newer message (as the query orders them)."""
+    return (-row[-1], -row[0])
 
 
 def _has_index(db: Database) -> bool:

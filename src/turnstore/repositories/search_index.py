@@ -1,0 +1,121 @@
+"""Keeping SQLite's full-text index up to date, in batches; and searching the few messages not in it yet.
+
+FTS5 writes a new index segment at every commit, and at every trigger that adds
+a row: indexed one message at a time, the index cost about as much as the rest
+of a one-message append. So the index is kept in batches (migration 0008):
+
+* ``message_search_state.indexed_to``: every message with an id up to it is in
+  the FTS5 table ``message_search``, none above it (the "tail"). The triggers on
+  ``messages`` keep indexed messages in step on delete and update, and index at
+  once a new message whose id is not above it (SQLite reuses the ids of deleted
+  newest rows).
+* Writers index the tail with one ``INSERT ... SELECT`` (:func:`catch_up`):
+  appends once it holds :data:`TAIL` messages (:func:`keep_up`), imports after
+  every batch of rows they write, in the same transaction. So the tail never
+  holds more than ``TAIL - 1`` messages between writes, whoever wrote them.
+* A search (:func:`tail`) also matches the tail, through a small FTS5 table of
+  its connection's own (``temp.message_search_tail``) refilled from it; it never
+  writes to the store, so it works on a read-only one and never waits for a
+  writer. Tail hits are ranked by that small index's statistics, then merged
+  with the main index's hits in rank order (:func:`merge_page`).
+
+PostgreSQL needs none of this: its GIN index keeps a pending list of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from .. import queries as q
+from ..database import Database
+from ..schema import SEARCH_STATE
+
+__all__ = ["NOTHING_TO_INDEX", "TAIL", "catch_up", "keep_up", "merge_page", "tail"]
+
+Row = TypeVar("Row")
+
+TAIL = 128
+"""Messages left out of the FTS5 index at most, until a writer indexes them together."""
+
+NOTHING_TO_INDEX = 2**63 - 1
+"""What :func:`keep_up` answers when the store keeps no batched index (PostgreSQL, a SQLite without FTS5):
+no message id reaches it, so the caller never asks again."""
+
+
+def catch_up(db: Database) -> int:
+    """Index every message above ``indexed_to`` and move it up to the newest; in the caller's write transaction.
+
+    Returns the new ``indexed_to`` (:data:`NOTHING_TO_INDEX` if the store keeps no batched index).
+    """
+    if not db.is_sqlite or db.scalar(q.search_table_exists(), {"name": SEARCH_STATE}) is None:
+        return NOTHING_TO_INDEX
+    db.execute(q.search_catch_up())
+    db.execute(q.search_state_to_newest())
+    indexed: int = db.scalar(q.search_indexed_to())
+    return indexed
+
+
+def keep_up(db: Database, newest: int, known: int) -> int:
+    """After a write whose newest message has id ``newest``: index the tail if it holds :data:`TAIL` messages.
+
+    ``known`` is the ``indexed_to`` the caller last saw (it only ever grows, so a
+    stale one errs towards indexing early, which finds the tail short and just
+    refreshes it). Joins the caller's write transaction, or runs one of its own.
+    Returns the ``indexed_to`` to remember.
+    """
+    if not db.is_sqlite:
+        return NOTHING_TO_INDEX
+    if newest - known < TAIL:
+        return known
+    with db.write():
+        return catch_up(db)
+
+
+def tail(db: Database) -> bool:
+    """Fill this connection's ``temp.message_search_tail`` with the messages above ``indexed_to``; whether any.
+
+    In the caller's read transaction, so the tail and the main index are read
+    from one snapshot. Only the temporary database is written, on a read-only
+    store too.
+    """
+    indexed = db.scalar(q.search_indexed_to())
+    newest = db.scalar(q.newest_message_id())
+    if indexed is None or newest is None or newest <= indexed:
+        return False
+    # A read-only store's connections are query_only, which refuses even the temp database: these three
+    # statements name temp's table, so they may run with it off.
+    with db.pragmas_during(query_only="off"):
+        db.execute(q.create_search_tail())
+        db.execute(q.clear_search_tail())
+        db.execute(q.fill_search_tail(), {"indexed_to": indexed})
+    return True
+
+
+def merge_page(
+    fetch_main: Callable[[int, int], Sequence[Row]],
+    tail_hits: Sequence[Row],
+    key: Callable[[Row], Any],
+    offset: int,
+    limit: int,
+) -> list[Row]:
+    """The page ``[offset, offset + limit)`` of the main index's hits and the tail's, merged in ``key`` order.
+
+    ``fetch_main(offset, limit)`` gives a page of the main index's hits, in
+    ``key`` order; ``tail_hits`` are all of the tail's (at most :data:`TAIL`), in
+    any order. Exact, with one main page of at most ``limit + len(tail_hits)``
+    rows: the page's main hits are among the main hits from ``offset - T`` on
+    (``T`` tail hits can come before them at most). Hits merged in after the
+    window's last one are past the page, so their unknown places do not matter.
+    """
+    ranked = sorted(tail_hits, key=key)
+    count = len(ranked)
+    start = max(0, offset - count)
+    window = list(fetch_main(start, limit + count))
+    if start == 0:
+        base, candidates = 0, ranked
+    else:  # tail hits before the window's first are at positions below offset: not on the page
+        before = sum(1 for hit in ranked if key(hit) < key(window[0])) if window else count
+        base, candidates = start + before, ranked[before:]
+    merged = sorted([*window, *candidates], key=key)
+    return merged[offset - base : offset - base + limit]
