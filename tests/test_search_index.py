@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_large_imports import _pi_file
 
-from turnstore import Store, migrate
+from turnstore import StorageError, Store, migrate
 from turnstore.engine import create_engine
 from turnstore.repositories import search_index
 from turnstore.repositories.search_index import TAIL, merge_page
@@ -92,6 +92,26 @@ def test_appends_are_indexed_in_batches_and_found_before(sqlite_store: Store, lo
     ids += append_words(sqlite_store, loop, 5, TAIL)
     assert indexed_to(db_path) == ids[TAIL - 1]
     assert {hit.message_id for hit in sqlite_store.messages.search("alpha", limit=1000)} == set(ids)
+
+
+def test_an_append_whose_indexing_fails_afterwards_still_succeeds(
+    sqlite_store: Store, loop: str, db_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A one-message append commits before the batch is indexed: a failure then is the index's, logged, not raised."""
+    append_words(sqlite_store, loop, TAIL - 1)
+
+    def fails(db: Any) -> int:
+        raise StorageError("disk I/O error")
+
+    monkeypatch.setattr(search_index, "catch_up", fails)
+    with caplog.at_level("WARNING", logger="turnstore.repositories.search_index"):
+        newest = sqlite_store.messages.append(user("theta committed"), loop_id=loop, turn_index=TAIL)
+    assert "could not take the newest messages yet: disk I/O error" in caplog.text
+    assert [hit.message_id for hit in sqlite_store.messages.search("theta")] == [newest]
+    assert indexed_to(db_path) == 0
+    monkeypatch.undo()
+    sqlite_store.messages.append(user("iota"), loop_id=loop, turn_index=TAIL + 1)  # the next write indexes them all
+    assert indexed_to(db_path) == newest + 1
 
 
 def test_a_whole_turn_counts_towards_the_batch(sqlite_store: Store, loop: str, db_path: Path) -> None:

@@ -738,11 +738,7 @@ def search_indexed_to() -> sa.TextClause:
 @cache
 def search_catch_up() -> sa.TextClause:
     """SQLite: add every message above ``indexed_to`` that has words to the FTS5 index, in one statement."""
-    return sa.text(
-        f"INSERT INTO {SEARCH_TABLE} (rowid, search_text, search_thinking) "
-        f"SELECT id, search_text, search_thinking FROM messages "
-        f"WHERE id > (SELECT indexed_to FROM {SEARCH_STATE}) AND {_HAS_WORDS}"
-    )
+    return _index_words(SEARCH_TABLE, f"(SELECT indexed_to FROM {SEARCH_STATE})")
 
 
 @cache
@@ -774,9 +770,15 @@ def clear_search_tail() -> sa.TextClause:
 
 @cache
 def fill_search_tail() -> sa.TextClause:
+    """SQLite: every message above ``:indexed_to`` that has words into this connection's tail table."""
+    return _index_words(f"temp.{SEARCH_TAIL}", ":indexed_to")
+
+
+def _index_words(table: str, above: str) -> sa.TextClause:
+    """The words of every message with an id above ``above`` (SQL) into the FTS5 table ``table``, rowid = id."""
     return sa.text(
-        f"INSERT INTO temp.{SEARCH_TAIL} (rowid, search_text, search_thinking) "
-        f"SELECT id, search_text, search_thinking FROM messages WHERE id > :indexed_to AND {_HAS_WORDS}"
+        f"INSERT INTO {table} (rowid, search_text, search_thinking) "
+        f"SELECT id, search_text, search_thinking FROM messages WHERE id > {above} AND {_HAS_WORDS}"
     )
 
 

@@ -24,16 +24,20 @@ PostgreSQL needs none of this: its GIN index keeps a pending list of its own.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from .. import queries as q
 from ..database import Database
+from ..errors import TurnstoreError
 from ..schema import SEARCH_STATE
 
 __all__ = ["NOTHING_TO_INDEX", "TAIL", "catch_up", "keep_up", "merge_page", "tail"]
 
 Row = TypeVar("Row")
+
+log = logging.getLogger(__name__)
 
 TAIL = 128
 """Messages left out of the FTS5 index at most, until a writer indexes them together."""
@@ -61,15 +65,25 @@ def keep_up(db: Database, newest: int, known: int) -> int:
 
     ``known`` is the ``indexed_to`` the caller last saw (it only ever grows, so a
     stale one errs towards indexing early, which finds the tail short and just
-    refreshes it). Joins the caller's write transaction, or runs one of its own.
-    Returns the ``indexed_to`` to remember.
+    refreshes it). Joins the caller's write transaction, or runs one of its own
+    after the write committed: then a failure is logged, not raised (the write
+    succeeded, and its messages are found in the tail until a later write
+    indexes them). Returns the ``indexed_to`` to remember.
     """
     if not db.is_sqlite:
         return NOTHING_TO_INDEX
     if newest - known < TAIL:
         return known
-    with db.write():
+    if db.in_transaction:  # the write's own transaction: indexed with it, or not at all
         return catch_up(db)
+    try:
+        with db.write():
+            return catch_up(db)
+    except (TurnstoreError, db.DatabaseError) as error:
+        # The message is committed and a search finds it in the tail: the write succeeded, so it must not
+        # raise. The next write tries again.
+        log.warning("turnstore: the search index could not take the newest messages yet: %s", error)
+        return known
 
 
 def tail(db: Database) -> bool:
