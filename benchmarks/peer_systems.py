@@ -127,7 +127,9 @@ class Floor(System):
         return self.rs.last(session_id, records["messages"])
 
     async def whole(self, session_id: str) -> list[Any]:
-        return [json.loads(row[0]) for row in self.connection.execute(WHOLE, (session_id,))]
+        # The read file is turnstore's: media kept out of line is put back, as raw.RawStore.last does.
+        text = raw.whole_text
+        return [json.loads(text(self.connection, row[0])) for row in self.connection.execute(WHOLE, (session_id,))]
 
     async def usage(self, session_ids: list[str]) -> Totals:
         return {row[0]: tuple(row[1:]) for row in sorted(self.connection.execute(USAGE_BY_MODEL))}  # type: ignore[misc]

@@ -68,7 +68,7 @@ CATCH_UP = (
     " AND (search_text IS NOT NULL OR search_thinking IS NOT NULL)"
 )
 
-INDEXED_TO_NEWEST = "UPDATE message_search_state SET indexed_to = (SELECT max(id) FROM messages)"
+INDEXED_TO_NEWEST = "UPDATE message_search_state SET indexed_to = coalesce((SELECT max(id) FROM messages), 0)"
 
 MEDIA = "SELECT data FROM media WHERE sha256 = ?"
 

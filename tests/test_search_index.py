@@ -9,6 +9,7 @@ messages it holds through deletes, reused ids, imports and migrations.
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -131,28 +132,106 @@ def test_the_tail_stays_short_with_two_writers(db_path: Path) -> None:
     assert index_is_exact(db_path)[0] == indexed_to(db_path)
 
 
-def test_pages_run_across_the_index_and_its_tail_without_gaps(sqlite_store: Store, loop: str) -> None:
+def test_pages_run_across_the_index_and_its_tail_without_gaps(sqlite_store: Store, loop: str, db_path: Path) -> None:
+    """A read-only store cannot index the tail before it searches: it merges the index's hits with the tail's."""
     ids = append_words(sqlite_store, loop, TAIL + 60)  # 128 indexed, 60 in the tail
-    everything = [hit.message_id for hit in sqlite_store.messages.search("alpha", limit=1000)]
-    assert sorted(everything) == ids
-    for limit in (1, 7, 50):
-        paged = [
-            hit.message_id
-            for offset in range(0, len(ids), limit)
-            for hit in sqlite_store.messages.search("alpha", limit=limit, offset=offset)
-        ]
-        assert paged == everything
-    ranks = [hit.rank for hit in sqlite_store.messages.search("alpha beta", match="any", limit=1000)]
-    assert ranks == sorted(ranks, reverse=True)
+    with Store(db_path, read_only=True) as reader:
+        everything = [hit.message_id for hit in reader.messages.search("alpha", limit=1000)]
+        assert sorted(everything) == ids
+        for limit in (1, 7, 50):
+            paged = [
+                hit.message_id
+                for offset in range(0, len(ids), limit)
+                for hit in reader.messages.search("alpha", limit=limit, offset=offset)
+            ]
+            assert paged == everything
+        ranks = [hit.rank for hit in reader.messages.search("alpha beta", match="any", limit=1000)]
+        assert ranks == sorted(ranks, reverse=True)
+    assert indexed_to(db_path) == ids[TAIL - 1]
 
 
-def test_every_filter_applies_to_the_tail(sqlite_store: Store, loop: str) -> None:
+def test_every_filter_applies_to_the_tail(sqlite_store: Store, loop: str, db_path: Path) -> None:
     other = sqlite_store.loops.start(sqlite_store.sessions.create().session_id).loop_id
     sqlite_store.messages.append(user("epsilon here"), loop_id=loop)
     sqlite_store.messages.append(user("epsilon there"), loop_id=other)
-    assert [hit.snippet for hit in sqlite_store.messages.search("epsilon", loop_id=other)] == ["epsilon there"]
-    assert sqlite_store.messages.search("epsilon", role="assistant") == []
-    assert sqlite_store.messages.search("epsilon -there")[0].snippet == "epsilon here"
+    with Store(db_path, read_only=True) as reader:
+        assert [hit.snippet for hit in reader.messages.search("epsilon", loop_id=other)] == ["epsilon there"]
+        assert reader.messages.search("epsilon", role="assistant") == []
+        assert reader.messages.search("epsilon -there")[0].snippet == "epsilon here"
+    assert indexed_to(db_path) == 0
+
+
+def test_a_search_indexes_the_tail_first_when_it_may(sqlite_store: Store, loop: str, db_path: Path) -> None:
+    """Then the newest messages are ranked like the others: the same text, the same rank."""
+    append_words(sqlite_store, loop, TAIL)  # indexed
+    sqlite_store.messages.append(user("alpha word0 "), loop_id=loop)  # the same words as the first, in the tail
+    hits = sqlite_store.messages.search("word0")
+    assert indexed_to(db_path) == TAIL + 1
+    assert len(hits) == 2 and hits[0].rank == pytest.approx(hits[1].rank)
+
+
+def test_a_search_never_waits_for_a_writer(sqlite_store: Store, loop: str, db_path: Path) -> None:
+    """Another connection holds the write lock: the search matches the tail itself, at once."""
+    ids = append_words(sqlite_store, loop, 5)
+    holder = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        started = time.monotonic()
+        assert sorted(hit.message_id for hit in sqlite_store.messages.search("alpha")) == ids
+        assert time.monotonic() - started < 2  # busy_timeout is 5 s
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert indexed_to(db_path) == 0
+    sqlite_store.messages.search("alpha")
+    assert indexed_to(db_path) == ids[-1]
+
+
+def test_a_search_inside_a_transaction_leaves_the_tail(sqlite_store: Store, loop: str, db_path: Path) -> None:
+    ids = append_words(sqlite_store, loop, 3)
+    with sqlite_store.transaction():
+        assert len(sqlite_store.messages.search("alpha")) == 3
+    assert indexed_to(db_path) == 0 < ids[-1]
+
+
+def test_a_rolled_back_write_does_not_stop_the_batches(sqlite_store: Store, loop: str, db_path: Path) -> None:
+    """The store remembers the indexed_to a write saw; a rollback undoes it, and the next ids show it."""
+    with pytest.raises(RuntimeError), sqlite_store.transaction():
+        sqlite_store.messages.append_turn(loop, 0, [user(f"kappa {n}") for n in range(3 * TAIL)])
+        raise RuntimeError("undo")
+    assert indexed_to(db_path) == 0
+    for n in range(TAIL + 5):
+        newest = sqlite_store.messages.append(user(f"lambda {n}"), loop_id=loop, turn_index=n)
+        assert newest - indexed_to(db_path) < TAIL
+
+
+def test_indexed_to_comes_down_when_the_newest_messages_go(db_path: Path) -> None:
+    """After the newest indexed messages are deleted, new ones are indexed in batches again, not one by one."""
+    with Store(db_path) as store:
+        loop_id = store.loops.start(store.sessions.create().session_id).loop_id
+        kept = append_words(store, loop_id, 3)
+        session_id = store.sessions.create().session_id
+        append_words(store, store.loops.start(session_id).loop_id, 2 * TAIL)
+        assert indexed_to(db_path) == 2 * TAIL
+        store.sessions.delete(session_id)
+        first = store.messages.append(user("mu"), loop_id=loop_id)
+        assert first == len(kept) + 1 == indexed_to(db_path)  # brought down at once, to the newest
+        more = append_words(store, loop_id, TAIL, 3)
+        assert indexed_to(db_path) == more[-1]  # one batch of TAIL, as appends should
+        assert index_is_exact(db_path) == (TAIL + 4, TAIL + 4)
+        assert len(store.messages.search("alpha", limit=1000)) == TAIL + len(kept)
+
+
+def test_a_downgrade_while_a_store_is_open_leaves_search_working(sqlite_store: Store, loop: str, db_path: Path) -> None:
+    ids = append_words(sqlite_store, loop, 3)
+    engine = create_engine(str(db_path))
+    try:
+        migrate.downgrade(engine, "0007")  # the tail is indexed; 0007's triggers index every message
+    finally:
+        engine.dispose()
+    assert sorted(hit.message_id for hit in sqlite_store.messages.search("alpha")) == ids
+    newest = sqlite_store.messages.append(user("nu"), loop_id=loop, turn_index=9)
+    assert [hit.message_id for hit in sqlite_store.messages.search("nu")] == [newest]
 
 
 def test_a_read_only_store_finds_the_tail_and_writes_nothing(db_path: Path) -> None:

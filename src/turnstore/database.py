@@ -368,6 +368,38 @@ class Database:
             yield
 
     @contextmanager
+    def write_if_free(self) -> Iterator[bool]:
+        """SQLite: a write transaction of its own if no other connection holds the write lock at this moment.
+
+        Yields whether it is one; it never waits for the lock (for work that is
+        worth doing only when it costs nobody a wait). Yields False inside a
+        transaction, on PostgreSQL, and once asked to stop.
+        """
+        state = self._state()
+        if not self.is_sqlite or state.depth or (state.stop is not None and state.stop.is_set()):
+            yield False
+            return
+        with self.pragmas_during(busy_timeout=0):
+            try:
+                state.cursor.execute("BEGIN IMMEDIATE")
+            except self.OperationalError as error:
+                if not _is_busy(error):
+                    raise self.refused(error) from None
+                taken = False
+            else:
+                taken = True
+        if not taken:
+            yield False
+            return
+        state.depth = 1
+        try:
+            yield True
+        except BaseException:
+            self.rollback()
+            raise
+        self.commit()
+
+    @contextmanager
     def _transaction(self, begin: str) -> Iterator[None]:
         self.begin(begin)
         try:

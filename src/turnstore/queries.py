@@ -743,10 +743,13 @@ def search_catch_up() -> sa.TextClause:
 
 @cache
 def search_state_to_newest() -> sa.TextClause:
-    """SQLite: ``indexed_to`` moved up to the newest message (never down)."""
-    return sa.text(
-        f"UPDATE {SEARCH_STATE} SET indexed_to = max(indexed_to, coalesce((SELECT max(id) FROM messages), 0))"
-    )
+    """SQLite: ``indexed_to`` set to the newest message, once every message is indexed.
+
+    Down too, when the newest indexed messages were deleted: no message lies
+    between, and new ones then get ids above it again (so they are indexed in
+    batches, not one by one by the trigger for reused ids).
+    """
+    return sa.text(f"UPDATE {SEARCH_STATE} SET indexed_to = coalesce((SELECT max(id) FROM messages), 0)")
 
 
 @cache

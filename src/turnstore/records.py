@@ -158,7 +158,10 @@ class SearchHit(Record):
     one line (runs of whitespace are single spaces); ``highlights`` are the
     ``[start, end)`` character ranges of matched words in it. ``rank`` is
     higher for a better match (SQLite: minus FTS5's bm25; PostgreSQL:
-    ``ts_rank``); ranks compare within one result list, not across backends.
+    ``ts_rank``); ranks compare within one result list, not across backends. (On
+    SQLite, the few newest messages not yet in the index, found by a read-only
+    store or while another writer holds the lock, are ranked by their own
+    statistics until they are indexed: docs/search.md.)
     Open the hit's turn with ``store.messages.turn(hit.loop_id, hit.turn_index)``
     (``turnstore show SESSION --turn N`` on the command line).
     """

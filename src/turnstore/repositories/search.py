@@ -94,6 +94,7 @@ def search(
     else:
         params["query"] = parsed.to_tsquery(thinking=thinking, every=match == "all")
     if db.is_sqlite:
+        search_index.index_if_free(db)
         with db.read():  # the index and its tail from one snapshot
             rows = _sqlite_hits(db, given, params)
     else:

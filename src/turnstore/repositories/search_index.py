@@ -52,7 +52,7 @@ def catch_up(db: Database) -> int:
 
     Returns the new ``indexed_to`` (:data:`NOTHING_TO_INDEX` if the store keeps no batched index).
     """
-    if not db.is_sqlite or db.scalar(q.search_table_exists(), {"name": SEARCH_STATE}) is None:
+    if not _batched(db):
         return NOTHING_TO_INDEX
     db.execute(q.search_catch_up())
     db.execute(q.search_state_to_newest())
@@ -63,16 +63,19 @@ def catch_up(db: Database) -> int:
 def keep_up(db: Database, newest: int, known: int) -> int:
     """After a write whose newest message has id ``newest``: index the tail if it holds :data:`TAIL` messages.
 
-    ``known`` is the ``indexed_to`` the caller last saw (it only ever grows, so a
-    stale one errs towards indexing early, which finds the tail short and just
-    refreshes it). Joins the caller's write transaction, or runs one of its own
+    ``known`` is the ``indexed_to`` the caller last saw. Another writer's batches
+    only make it stale low, which indexes early (finding the tail short, it just
+    refreshes it); a ``newest`` below it (a rollback undid the batch it saw, or
+    the newest messages were deleted) makes it look again at once. Joins the caller's write transaction, or runs one of its own
     after the write committed: then a failure is logged, not raised (the write
     succeeded, and its messages are found in the tail until a later write
     indexes them). Returns the ``indexed_to`` to remember.
     """
     if not db.is_sqlite:
         return NOTHING_TO_INDEX
-    if newest - known < TAIL:
+    # Ids that went back below what was seen mean a rolled-back write had moved indexed_to, or the newest
+    # messages were deleted: either way, look now (indexed_to comes down to the newest message).
+    if known <= newest < known + TAIL:
         return known
     if db.in_transaction:  # the write's own transaction: indexed with it, or not at all
         return catch_up(db)
@@ -86,6 +89,27 @@ def keep_up(db: Database, newest: int, known: int) -> int:
         return known
 
 
+def index_if_free(db: Database) -> None:
+    """Before a search: index the tail, if there is one, this connection may write, and no writer holds the lock.
+
+    Then the whole search runs on the main index, ranked by its statistics. It
+    never waits for another writer (nor writes on a read-only store, or inside
+    the caller's transaction): the search then matches the tail through
+    :func:`tail` instead.
+    """
+    if db.in_transaction or not _batched(db) or db.pragma("query_only"):
+        return
+    newest = db.scalar(q.newest_message_id())
+    if newest is None or newest <= db.scalar(q.search_indexed_to()):
+        return
+    try:
+        with db.write_if_free() as free:
+            if free:
+                catch_up(db)
+    except (TurnstoreError, db.DatabaseError) as error:  # worth doing, not worth failing a search for
+        log.warning("turnstore: the search index could not take the newest messages yet: %s", error)
+
+
 def tail(db: Database) -> bool:
     """Fill this connection's ``temp.message_search_tail`` with the messages above ``indexed_to``; whether any.
 
@@ -93,9 +117,11 @@ def tail(db: Database) -> bool:
     from one snapshot. Only the temporary database is written, on a read-only
     store too.
     """
+    if not _batched(db):  # downgraded to 0007 while open: the triggers index every message
+        return False
     indexed = db.scalar(q.search_indexed_to())
     newest = db.scalar(q.newest_message_id())
-    if indexed is None or newest is None or newest <= indexed:
+    if newest is None or newest <= indexed:
         return False
     # A read-only store's connections are query_only, which refuses even the temp database: these three
     # statements name temp's table, so they may run with it off.
@@ -133,3 +159,8 @@ def merge_page(
         base, candidates = start + before, ranked[before:]
     merged = sorted([*window, *candidates], key=key)
     return merged[offset - base : offset - base + limit]
+
+
+def _batched(db: Database) -> bool:
+    """Whether this store keeps its FTS5 index in batches (SQLite with FTS5, migrated to 0008 or later)."""
+    return db.is_sqlite and db.scalar(q.search_table_exists(), {"name": SEARCH_STATE}) is not None
