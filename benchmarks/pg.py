@@ -19,6 +19,8 @@ import psycopg
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
+from turnstore import media
+
 TABLES = "imports, messages, loops, sessions"
 SETTINGS = ("server_version", "synchronous_commit", "fsync", "wal_sync_method", "shared_buffers", "wal_level")
 
@@ -93,8 +95,13 @@ def analyze(url: str) -> None:
         connection.execute("VACUUM ANALYZE")
 
 
+SEARCH_COLUMNS = ("search_text", "search_thinking")
+"""turnstore's search words: left out of row comparisons, as on SQLite (``common.SEARCH_COLUMNS``)."""
+
+
 def message_rows(url: str) -> list[tuple[Any, ...]]:
-    """Every column of every message row, in id order; the JSON as its exact stored text."""
+    """Every column of every message row but the search words, in id order; the JSON as its exact stored text,
+    with the media turnstore keeps out of line put back (``turnstore.media``), so a floor's rows compare equal."""
     with psycopg.connect(url) as connection:
         columns = [
             row[0]
@@ -102,6 +109,22 @@ def message_rows(url: str) -> list[tuple[Any, ...]]:
                 "SELECT column_name FROM information_schema.columns WHERE table_name = 'messages' "
                 "AND table_schema = current_schema() ORDER BY ordinal_position"
             )
+            if row[0] not in SEARCH_COLUMNS
         ]
         select = ", ".join(f"{c}::text" if c == "message" else c for c in columns)
-        return connection.execute(f"SELECT {select} FROM messages ORDER BY id").fetchall()
+        rows = connection.execute(f"SELECT {select} FROM messages ORDER BY id").fetchall()
+        if connection.execute("SELECT to_regclass('media')").fetchone()[0] is None:  # type: ignore[index]
+            return rows
+        texts = [i for i, name in enumerate(columns) if name in ("message", "source")]
+
+        def data(digest: str) -> str:
+            return str(connection.execute("SELECT data FROM media WHERE sha256 = %s", (digest,)).fetchone()[0])  # type: ignore[index]
+
+        def whole(row: tuple[Any, ...]) -> tuple[Any, ...]:
+            values = list(row)
+            for i in texts:
+                if isinstance(values[i], str) and media.MARK in values[i]:
+                    values[i] = media.join(values[i], "inline", data)
+            return tuple(values)
+
+        return [whole(row) for row in rows]

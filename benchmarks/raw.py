@@ -192,9 +192,9 @@ class RawStore:
         self.next_seq: defaultdict[str, int] = defaultdict(int)
         # The same search index upkeep as turnstore's, where the schema has it (the minimal table has none).
         self.indexed_to = 0
-        self.batched = (
+        self.batched = isinstance(connection, sqlite3.Connection) and (
             connection.execute("SELECT 1 FROM sqlite_master WHERE name = 'message_search_state'").fetchone() is not None
-        )
+        )  # PostgreSQL's floor (rawpg.py) shares this class: its GIN index needs no upkeep
 
     def _index(self, newest: int, at_once: bool = False) -> None:
         """Index the messages not in the FTS5 index yet, once there are :data:`SEARCH_TAIL` (or ``at_once``)."""

@@ -13,11 +13,14 @@ of a one-message append. So the index is kept in batches (migration 0008):
   appends once it holds :data:`TAIL` messages (:func:`keep_up`), imports after
   every batch of rows they write, in the same transaction. So the tail never
   holds more than ``TAIL - 1`` messages between writes, whoever wrote them.
-* A search (:func:`tail`) also matches the tail, through a small FTS5 table of
-  its connection's own (``temp.message_search_tail``) refilled from it; it never
-  writes to the store, so it works on a read-only one and never waits for a
-  writer. Tail hits are ranked by that small index's statistics, then merged
-  with the main index's hits in rank order (:func:`merge_page`).
+* A search first indexes the tail itself when its store may write and no
+  other writer holds the lock at that moment (:func:`index_if_free`; it never
+  waits). Otherwise (a read-only store, a busy writer, a search inside a
+  transaction) it also matches the tail, through a small FTS5 table of its
+  connection's own (``temp.message_search_tail``) refilled from it
+  (:func:`tail`): that writes only the temporary database, so it works on a
+  read-only store. Tail hits are ranked by that small index's statistics,
+  then merged with the main index's hits in rank order (:func:`merge_page`).
 
 PostgreSQL needs none of this: its GIN index keeps a pending list of its own.
 """
@@ -33,7 +36,7 @@ from ..database import Database
 from ..errors import TurnstoreError
 from ..schema import SEARCH_STATE
 
-__all__ = ["NOTHING_TO_INDEX", "TAIL", "catch_up", "keep_up", "merge_page", "tail"]
+__all__ = ["NOTHING_TO_INDEX", "TAIL", "catch_up", "index_if_free", "keep_up", "merge_page", "tail"]
 
 Row = TypeVar("Row")
 
@@ -66,8 +69,10 @@ def keep_up(db: Database, newest: int, known: int) -> int:
     ``known`` is the ``indexed_to`` the caller last saw. Another writer's batches
     only make it stale low, which indexes early (finding the tail short, it just
     refreshes it); a ``newest`` below it (a rollback undid the batch it saw, or
-    the newest messages were deleted) makes it look again at once. Joins the caller's write transaction, or runs one of its own
-    after the write committed: then a failure is logged, not raised (the write
+    the newest messages were deleted) makes it look again at once.
+
+    Joins the caller's write transaction, or runs one of its own after the
+    write committed: then a failure is logged, not raised (the write
     succeeded, and its messages are found in the tail until a later write
     indexes them). Returns the ``indexed_to`` to remember.
     """
