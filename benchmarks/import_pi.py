@@ -42,6 +42,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import raw
 import sqlalchemy
 from results import environment
 
@@ -420,8 +421,9 @@ def raw_connect(db: Path) -> sqlite3.Connection:
 
 
 def run_raw(rows: dict[str, tuple[list[str], list[tuple[Any, ...]]]], db: Path) -> int:
-    """The floor: the same rows, JSON already dumped, into a new file with turnstore's schema, a
-    transaction per session (in the order turnstore wrote them); nanoseconds."""
+    """The floor: the same rows, JSON already dumped and search words found, into a new file with turnstore's
+    schema, a transaction per session (in the order turnstore wrote them), each session's words added to the
+    search index in its transaction as turnstore does; nanoseconds."""
     remove_db(db)
     Store(db).close()  # the schema, every index included
     connection = raw_connect(db)
@@ -437,6 +439,9 @@ def run_raw(rows: dict[str, tuple[list[str], list[tuple[Any, ...]]]], db: Path) 
             connection.execute("BEGIN IMMEDIATE")
             for sql, values in statements:
                 connection.executemany(sql, values)
+            # turnstore indexes an import's words for search in its transaction: so does the floor
+            connection.execute(raw.CATCH_UP)
+            connection.execute(raw.INDEXED_TO_NEWEST)
             connection.execute("COMMIT")
         return time.perf_counter_ns() - start
     finally:
