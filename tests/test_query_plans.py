@@ -16,6 +16,7 @@ import pytest
 
 from turnstore import Store
 from turnstore import queries as q
+from turnstore import search_queries as sq
 from turnstore import usage_queries as uq
 
 SESSION = {"session_id": "s"}
@@ -177,13 +178,13 @@ def test_search_reads_the_full_text_index(sync_store: Store, filters: tuple[str,
     params["since"] = 0
     if sync_store.dialect == "sqlite":
         params["query"] = '("deploy" AND "fail" *)'
-        lines = _sqlite_plan(sync_store, q.search_messages(False, filters), params)
+        lines = _sqlite_plan(sync_store, sq.search_messages(False, filters), params)
         assert any(line.startswith("SCAN message_search VIRTUAL TABLE") for line in lines), lines
         assert any(line.startswith("SEARCH messages USING INTEGER PRIMARY KEY") for line in lines), lines
         assert not any(line.startswith("SCAN messages") for line in lines), lines
     else:
         params["query"] = "('deploy' & 'fail':*)"
-        nodes = _postgres_plan(sync_store, q.search_messages(True, filters), params)
+        nodes = _postgres_plan(sync_store, sq.search_messages(True, filters), params)
         if not filters:  # with a session to look in, the planner may read that session's rows instead
             assert any(node.get("Index Name") == "ix_messages_search" for node in nodes), nodes
         scans = [node for node in nodes if node.get("Node Type") == "Seq Scan"]

@@ -139,15 +139,15 @@ _STORED_FIELDS = set(StoredMessage.model_fields)
 
 
 SEARCH_MESSAGE_COLUMN = 8
-"""Where a row of ``queries.search_messages`` holds the message JSON (parsed with the others in one pass)."""
+"""Where a row of ``search_queries.search_messages`` holds the message JSON (parsed with the others in one pass)."""
 
 
 SEARCH_PLACE = ("message_id", "session_id", "loop_id", "turn_index", "seq", "role", "kind", "timestamp")
-"""The first columns of a ``queries.search_messages`` row, by :class:`SearchHit` field name (then message and rank)."""
+"""The first columns of a ``search_queries.search_messages`` row, by :class:`SearchHit` field name (then message and rank)."""
 
 
 def search_hit(row: Iterable[Any], snippet: str, highlights: list[tuple[int, int]]) -> SearchHit:
-    """A :class:`SearchHit` from a row of ``queries.search_messages`` and the snippet made from its message."""
+    """A :class:`SearchHit` from a row of ``search_queries.search_messages`` and the snippet made from its message."""
     *place, _message, rank = row
     if len(place) != len(SEARCH_PLACE):
         raise ValueError(f"a search row has {len(place) + 2} columns, not {len(SEARCH_PLACE) + 2}")

@@ -18,7 +18,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from .. import queries as q
+from .. import search_queries as sq
 from ..database import Database
 from ..errors import InvalidArgument, SearchUnavailable
 from ..records import SearchHit
@@ -83,7 +83,7 @@ def search(
         params["since"] = _ms("since", since)
     if until is not None:
         params["until"] = _ms("until", until)
-    given = tuple(name for name in q.SEARCH_FILTERS if name in params)
+    given = tuple(name for name in sq.SEARCH_FILTERS if name in params)
     if db.is_sqlite:
         if not _has_index(db):
             raise SearchUnavailable(
@@ -94,11 +94,13 @@ def search(
     else:
         params["query"] = parsed.to_tsquery(thinking=thinking, every=match == "all")
     if db.is_sqlite:
-        search_index.index_if_free(db)
+        batched = search_index.batched(db)
+        if batched:
+            search_index.index_if_free(db)
         with db.read():  # the index and its tail from one snapshot
-            rows = _sqlite_hits(db, given, params)
+            rows = _sqlite_hits(db, given, params, batched)
     else:
-        rows = db.fetchall(q.search_messages(True, given), params)
+        rows = db.fetchall(sq.search_messages(True, given), params)
     if not rows:
         return []
     messages = parse_rows(row[SEARCH_MESSAGE_COLUMN] for row in rows)
@@ -144,12 +146,12 @@ def snippet(found: Pieces, terms: Sequence[Term], *, thinking: bool = True) -> t
     return prefix + line[start:end] + suffix, kept
 
 
-def _sqlite_hits(db: Database, given: tuple[str, ...], params: dict[str, Any]) -> list[tuple[Any, ...]]:
+def _sqlite_hits(db: Database, given: tuple[str, ...], params: dict[str, Any], batched: bool) -> list[tuple[Any, ...]]:
     """The page of hits from the FTS5 index and, when there are messages not in it yet, from its tail."""
-    main = q.search_messages(False, given)
-    if not search_index.tail(db):
+    main = sq.search_messages(False, given)
+    if not (batched and search_index.tail(db)):
         return db.fetchall(main, params)
-    tail = db.fetchall(q.search_messages(False, given, tail=True), {**params, "limit": -1, "offset": 0})
+    tail = db.fetchall(sq.search_messages(False, given, tail=True), {**params, "limit": -1, "offset": 0})
     return search_index.merge_page(
         lambda offset, limit: db.fetchall(main, {**params, "offset": offset, "limit": limit}),
         tail,
@@ -166,7 +168,7 @@ def _best_first(row: tuple[Any, ...]) -> tuple[float, int]:
 
 def _has_index(db: Database) -> bool:
     """Whether the FTS5 table exists (one probe of ``sqlite_master``, asked on every search: an upgrade may make it)."""
-    return db.scalar(q.search_table_exists(), {"name": SEARCH_TABLE}) is not None
+    return db.scalar(sq.search_table_exists(), {"name": SEARCH_TABLE}) is not None
 
 
 def _check_count(name: str, value: object, low: int, high: int) -> None:

@@ -31,12 +31,12 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from .. import queries as q
+from .. import search_queries as sq
 from ..database import Database
 from ..errors import TurnstoreError
 from ..schema import SEARCH_STATE
 
-__all__ = ["NOTHING_TO_INDEX", "TAIL", "catch_up", "index_if_free", "keep_up", "merge_page", "tail"]
+__all__ = ["NOTHING_TO_INDEX", "TAIL", "batched", "catch_up", "index_if_free", "keep_up", "merge_page", "tail"]
 
 Row = TypeVar("Row")
 
@@ -55,11 +55,11 @@ def catch_up(db: Database) -> int:
 
     Returns the new ``indexed_to`` (:data:`NOTHING_TO_INDEX` if the store keeps no batched index).
     """
-    if not _batched(db):
+    if not batched(db):
         return NOTHING_TO_INDEX
-    db.execute(q.search_catch_up())
-    db.execute(q.search_state_to_newest())
-    indexed: int = db.scalar(q.search_indexed_to())
+    db.execute(sq.search_catch_up())
+    db.execute(sq.search_state_to_newest())
+    indexed: int = db.scalar(sq.search_indexed_to())
     return indexed
 
 
@@ -95,17 +95,18 @@ def keep_up(db: Database, newest: int, known: int) -> int:
 
 
 def index_if_free(db: Database) -> None:
-    """Before a search: index the tail, if there is one, this connection may write, and no writer holds the lock.
+    """Before a search on a :func:`batched` store: index the tail, if there is one, this connection may write,
+    and no writer holds the lock.
 
     Then the whole search runs on the main index, ranked by its statistics. It
     never waits for another writer (nor writes on a read-only store, or inside
     the caller's transaction): the search then matches the tail through
     :func:`tail` instead.
     """
-    if db.in_transaction or not _batched(db) or db.pragma("query_only"):
+    if db.in_transaction or db.pragma("query_only"):
         return
-    newest = db.scalar(q.newest_message_id())
-    if newest is None or newest <= db.scalar(q.search_indexed_to()):
+    newest = db.scalar(sq.newest_message_id())
+    if newest is None or newest <= db.scalar(sq.search_indexed_to()):
         return
     try:
         with db.write_if_free() as free:
@@ -116,24 +117,23 @@ def index_if_free(db: Database) -> None:
 
 
 def tail(db: Database) -> bool:
-    """Fill this connection's ``temp.message_search_tail`` with the messages above ``indexed_to``; whether any.
+    """On a :func:`batched` store, fill this connection's ``temp.message_search_tail`` with the messages above
+    ``indexed_to``; whether any.
 
     In the caller's read transaction, so the tail and the main index are read
     from one snapshot. Only the temporary database is written, on a read-only
     store too.
     """
-    if not _batched(db):  # downgraded to 0007 while open: the triggers index every message
-        return False
-    indexed = db.scalar(q.search_indexed_to())
-    newest = db.scalar(q.newest_message_id())
+    indexed = db.scalar(sq.search_indexed_to())
+    newest = db.scalar(sq.newest_message_id())
     if newest is None or newest <= indexed:
         return False
     # A read-only store's connections are query_only, which refuses even the temp database: these three
     # statements name temp's table, so they may run with it off.
     with db.pragmas_during(query_only="off"):
-        db.execute(q.create_search_tail())
-        db.execute(q.clear_search_tail())
-        db.execute(q.fill_search_tail(), {"indexed_to": indexed})
+        db.execute(sq.create_search_tail())
+        db.execute(sq.clear_search_tail())
+        db.execute(sq.fill_search_tail(), {"indexed_to": indexed})
     return True
 
 
@@ -166,6 +166,7 @@ def merge_page(
     return merged[offset - base : offset - base + limit]
 
 
-def _batched(db: Database) -> bool:
-    """Whether this store keeps its FTS5 index in batches (SQLite with FTS5, migrated to 0008 or later)."""
-    return db.is_sqlite and db.scalar(q.search_table_exists(), {"name": SEARCH_STATE}) is not None
+def batched(db: Database) -> bool:
+    """Whether this store keeps its FTS5 index in batches (SQLite with FTS5, migrated to 0008 or later; not a
+    store downgraded to 0007 while open, whose triggers index every message)."""
+    return db.is_sqlite and db.scalar(sq.search_table_exists(), {"name": SEARCH_STATE}) is not None
