@@ -41,6 +41,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import raw
 import workload
 from common import blocks, load_average, remove_db, same_rows, sqlite_message_rows
 from peer_items import PeerTurn, convert, records_for_last
@@ -203,6 +204,8 @@ async def bench_write(
 ) -> dict[str, list[float]]:
     """Per-unit nanoseconds of each repetition per system; a warm-up repetition first, whose files are checked."""
     _, paths = await write_rep(op, systems, out, "warmup", work, warm, works, block)
+    # From here on the floor stores and indexes turnstore's search words, as in the main table (ops_write.py).
+    raw.learn_search_words(paths["turnstore"])
     same_rows(
         op,
         {

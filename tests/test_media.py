@@ -99,6 +99,28 @@ def test_data_below_the_threshold_stays_inline_and_above_moves_once() -> None:
     assert list(found.values()) == [at] and len(digests(stored)) == 2
 
 
+@pytest.mark.parametrize(
+    ("tail", "moved"),
+    [
+        ("", True),
+        ("=", True),
+        ("==", True),
+        ("===", False),  # more padding than base64 has
+        ("\u00e9", False),  # a letter outside base64 (not ASCII)
+        ("\\n", False),  # a JSON escape: text, not data
+        (" ", False),
+        ("-_", False),  # the URL-safe alphabet is not what images carry
+    ],
+)
+def test_only_a_whole_base64_string_is_media(tail: str, moved: bool) -> None:
+    run = run_of(THRESHOLD) + tail
+    text = f'{{"type":"image","data":"{run}","mimeType":"image/png"}}'
+    stored, found = split(text)
+    assert (found == {hashlib.sha256(run.encode()).hexdigest(): run}) is moved
+    assert (stored == text) is not moved
+    assert join(stored, "inline", found.__getitem__) == text
+
+
 # --- the store, on every backend ---------------------------------------------------
 
 

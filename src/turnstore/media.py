@@ -66,7 +66,7 @@ MEDIA_MODES: tuple[MediaMode, ...] = ("inline", "omit", "ref")
 
 _PREFIX = re.compile(r'"data"\s*:\s*"(?:data:[^",;\\]{1,200};base64,)?|"data:[^",;\\]{1,200};base64,')
 """What opens a run: a ``"data"`` key and its string's quote, or a ``data:`` URL up to its comma."""
-_NOT_BASE64 = str.maketrans("", "", "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
+_BASE64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 _DOUBLED = MARK + MARK
 _TOKEN = re.compile(r"\\/(?:\\/|m([0-9a-f]{64})\\/)")
 
@@ -91,8 +91,8 @@ def split(text: str) -> tuple[str, dict[str, str]]:
     found: dict[str, str] = {}
     pieces: list[str] = []
     last = 0
-    for start, end, data in _runs(text):
-        digest = digest_of(data)
+    for start, end, data, encoded in _runs(text):
+        digest = sha256(encoded).hexdigest()  # digest_of(data), with the bytes the check already made
         found[digest] = data
         pieces.append(_escape(text[last:start]))
         pieces.append(f"{MARK}m{digest}{MARK}")
@@ -103,8 +103,10 @@ def split(text: str) -> tuple[str, dict[str, str]]:
     return "".join(pieces), found
 
 
-def _runs(text: str) -> Iterator[tuple[int, int, str]]:
-    """Where each run to move out starts and ends, and the run: found with ``str.find``, checked at C speed."""
+def _runs(text: str) -> Iterator[tuple[int, int, str, bytes]]:
+    """Where each run to move out starts and ends, the run, and its ASCII bytes: found with ``str.find``, checked
+    at C speed (on the bytes, which ``bytes.translate`` scans twice as fast as ``str.translate`` the text, and which
+    the digest needs anyway)."""
     at = text.find('"data')
     while at >= 0:
         opened = _PREFIX.match(text, at)
@@ -117,9 +119,11 @@ def _runs(text: str) -> Iterator[tuple[int, int, str]]:
             return
         if end - start >= THRESHOLD:
             run = text[start:end]
-            body = run.rstrip("=")
-            if len(run) - len(body) <= 2 and not body.translate(_NOT_BASE64):
-                yield start, end, run
+            if run.isascii():
+                encoded = run.encode("ascii")
+                body = encoded.rstrip(b"=")
+                if len(encoded) - len(body) <= 2 and not body.translate(None, _BASE64_ALPHABET):
+                    yield start, end, run, encoded
         at = text.find('"data', end + 1)
 
 

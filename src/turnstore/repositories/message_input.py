@@ -1,4 +1,5 @@
-"""A message as a caller gives it to ``append``: a model, or its JSON object, validated before anything is written."""
+"""A message as a caller gives it to ``append``: a model, or its JSON object, checked and made into its row before
+anything is written."""
 
 from __future__ import annotations
 
@@ -7,12 +8,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..errors import InvalidMessage
-from ..models import AGENT_MESSAGE, ExtensionMessage, Message, TurnId
+from ..errors import InvalidArgument, InvalidMessage, LimitExceeded, LoopNotFound, TurnIdMismatch
+from ..limits import Limits
+from ..models import AGENT_MESSAGE, ExtensionMessage, Message, TurnId, Usage, now_ms
 from ..wire_input import from_input
-from .message_json import READ_DEPTH, deeper_than, find, shorten
+from . import media as out_of_line
+from .message_json import READ_DEPTH, deeper_than, dump_message, find, shorten
+from .rows import MAX_TURN_INDEX, row_params
 
-__all__ = ["MessageInput", "parse_message", "turn_json"]
+__all__ = ["MessageInput", "parse_message", "prepare_row", "turn_json"]
 
 MessageInput = Message | ExtensionMessage | Mapping[str, Any]
 """A message as a model, or as its JSON object (validated on append)."""
@@ -61,3 +65,78 @@ def turn_json(loop_id: str, turn_index: int) -> str:
             _TURN_JSON.clear()
         text = _TURN_JSON[key] = '"turnId":' + TurnId(loop_id=loop_id, turn_index=turn_index).model_dump_json()
     return text
+
+
+def prepare_row(
+    message: MessageInput,
+    loop_id: str | None,
+    turn_index: int | None,
+    usage: Usage | None,
+    timestamp: int | None,
+    source: str | None = None,
+    usage_known: bool = True,
+    *,
+    limits: Limits,
+    postgresql: bool,
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The row ``append`` inserts for a message, its media moved out, and that media by digest.
+
+    Everything a caller gave is checked here, before anything is written: the
+    message itself, its ``turnId`` against ``loop_id`` / ``turn_index``, the
+    verbatim ``source``, and the store's ``limits``. A message without a
+    ``turnId`` that is appended to a turn is stored with one.
+
+    Raises:
+        InvalidMessage / TurnIdMismatch / InvalidArgument / LimitExceeded: as ``append`` documents them.
+        LoopNotFound: ``postgresql`` and a loop id holding NUL, which it cannot even look up.
+    """
+    if source is not None:
+        if not isinstance(source, str):
+            raise InvalidArgument(
+                "source", f"must be a string (the verbatim record) or None, got {type(source).__name__}"
+            )
+        if "\x00" in source:
+            raise InvalidArgument("source", "holds a NUL character (U+0000), which a database text column cannot store")
+        limit = limits.max_message_bytes
+        if len(source) * 4 > limit and len(source.encode("utf-8", "surrogatepass")) > limit:
+            raise LimitExceeded(f"source is over the limit of {limit} bytes", [("source", "too large")])
+    model = parse_message(message)
+    role = model.role
+    turn = None if isinstance(model, ExtensionMessage) else model.turn
+    if turn is not None:
+        if loop_id is not None and turn.loop_id != loop_id:
+            raise TurnIdMismatch(
+                f"message turnId.loopId {turn.loop_id!r} differs from loop_id {loop_id!r}",
+                [("turnId.loopId", "mismatch")],
+            )
+        if turn_index is not None and turn.turn_index != turn_index:
+            raise TurnIdMismatch(
+                f"message turnId.turnIndex {turn.turn_index} differs from turn_index {turn_index}",
+                [("turnId.turnIndex", "mismatch")],
+            )
+        loop_id, turn_index = turn.loop_id, turn.turn_index
+    if loop_id is None:
+        raise InvalidArgument("loop_id", "append needs a loop_id (or a message with a turnId)")
+    if postgresql and isinstance(loop_id, str) and "\x00" in loop_id:
+        raise LoopNotFound(f"loop {loop_id!r} not found")  # PostgreSQL cannot even look a NUL up
+    if turn_index is not None and (
+        not isinstance(turn_index, int) or isinstance(turn_index, bool) or not 0 <= turn_index <= MAX_TURN_INDEX
+    ):
+        problem = f"must be an integer from 0 to {MAX_TURN_INDEX}, got {turn_index!r}"
+        if turn is not None:  # the message's own turnId carries it
+            raise InvalidMessage(f"turnId.turnIndex {problem}", [("turnId.turnIndex", "too large")])
+        raise InvalidArgument("turn_index", problem)
+    stamp = turn is None and turn_index is not None and role != "extension"
+    if stamp and turn_index is not None and model.__pydantic_extra__:
+        # Stamp the row's turn into the message, as phi-core would have...
+        model = model.model_copy(update={"turn": TurnId(loop_id=loop_id, turn_index=turn_index)})
+        stamp = False
+    text = dump_message(model)
+    if stamp:
+        # ...cheaply: "turnId" is a message's last key when it has no unknown keys.
+        text = f"{text[:-1]},{turn_json(loop_id, turn_index)}}}"  # type: ignore[arg-type]
+    limits.check_message(text)
+    dated = now_ms() if timestamp is None else timestamp  # 0 is a time (1970-01-01), not a missing one
+    params = row_params(model, text, loop_id, turn_index, usage, source, timestamp=dated, usage_known=usage_known)
+    limits.check_row(params)
+    return params, out_of_line.split_row(params)

@@ -1,7 +1,8 @@
 """``store.messages``: appending what an agent loop produces, and reading it back by turn, loop or window.
 
-What a caller may pass as a message is :mod:`.message_input`; how ``last()`` reads a path backwards
-is :mod:`.message_tail`; rows become models in :mod:`.rows`.
+What a caller may pass as a message, and how it is checked and made into its row, is
+:mod:`.message_input`; how ``last()`` reads a path backwards is :mod:`.message_tail`; rows become
+models in :mod:`.rows`.
 """
 
 from __future__ import annotations
@@ -16,11 +17,9 @@ from ..database import Database
 from ..errors import (
     InvalidArgument,
     InvalidMessage,
-    LimitExceeded,
     LoopNotFound,
     MessageNotFound,
     SessionNotFound,
-    TurnIdMismatch,
     TurnNotFound,
     TurnstoreError,
 )
@@ -30,7 +29,6 @@ from ..models import (
     Message,
     TurnId,
     Usage,
-    now_ms,
 )
 from ..records import ContinuationKind, Loop, LoopConfig, SearchHit, StoredMessage, Turn
 from . import media as out_of_line
@@ -38,15 +36,13 @@ from . import search_index
 from ._shared import Settings, utcnow
 from .loops import LoopRepository, is_message_id
 from .media import check_mode
-from .message_input import MessageInput, parse_message, turn_json
+from .message_input import MessageInput, parse_message, prepare_row
 from .message_json import READ_DEPTH, dump_message
 from .message_tail import newest_tail, path_tail
 from .rows import (
-    MAX_TURN_INDEX,
     ExportRow,
     SourceRow,
     path_stored_message,
-    row_params,
     stored_message,
     tool_calls,
 )
@@ -106,7 +102,7 @@ class MessageRepository:
             LimitExceeded: the message or its source is over ``max_message_bytes``.
             LoopNotFound: no such loop.
         """
-        params, found = self._prepare(message, loop_id, turn_index, usage, timestamp, source)
+        params, found = prepare_row(message, loop_id, turn_index, usage, timestamp, source, **self._row_checks())
         if usage is not None and params["model"] is None:
             params["model"], params["provider"] = model, provider
         statement = q.insert_message(not self._db.is_sqlite)
@@ -216,7 +212,9 @@ class MessageRepository:
         rows: list[dict[str, Any]] = []
         found: dict[str, str] = {}
         for message, source in zip(messages, _one_per_message(sources, len(messages))):
-            params, more = self._prepare(message, loop_id, turn_index, None, None, source, usage_known)
+            params, more = prepare_row(
+                message, loop_id, turn_index, None, None, source, usage_known, **self._row_checks()
+            )
             rows.append(params)
             found.update(more)
         return rows, found
@@ -333,70 +331,9 @@ class MessageRepository:
                     return segment.loop_id
         raise InvalidArgument("after", f"{message_id!r} is not a message of loop {loop.loop_id!r}'s history")
 
-    def _prepare(
-        self,
-        message: MessageInput,
-        loop_id: str | None,
-        turn_index: int | None,
-        usage: Usage | None,
-        timestamp: int | None,
-        source: str | None = None,
-        usage_known: bool = True,
-    ) -> tuple[dict[str, Any], dict[str, str]]:
-        """The row to insert, its media moved out, and that media by digest."""
-        if source is not None:
-            if not isinstance(source, str):
-                raise InvalidArgument(
-                    "source", f"must be a string (the verbatim record) or None, got {type(source).__name__}"
-                )
-            if "\x00" in source:
-                raise InvalidArgument(
-                    "source", "holds a NUL character (U+0000), which a database text column cannot store"
-                )
-            limit = self._settings.limits.max_message_bytes
-            if len(source) * 4 > limit and len(source.encode("utf-8", "surrogatepass")) > limit:
-                raise LimitExceeded(f"source is over the limit of {limit} bytes", [("source", "too large")])
-        model = parse_message(message)
-        role = model.role
-        turn = None if isinstance(model, ExtensionMessage) else model.turn
-        if turn is not None:
-            if loop_id is not None and turn.loop_id != loop_id:
-                raise TurnIdMismatch(
-                    f"message turnId.loopId {turn.loop_id!r} differs from loop_id {loop_id!r}",
-                    [("turnId.loopId", "mismatch")],
-                )
-            if turn_index is not None and turn.turn_index != turn_index:
-                raise TurnIdMismatch(
-                    f"message turnId.turnIndex {turn.turn_index} differs from turn_index {turn_index}",
-                    [("turnId.turnIndex", "mismatch")],
-                )
-            loop_id, turn_index = turn.loop_id, turn.turn_index
-        if loop_id is None:
-            raise InvalidArgument("loop_id", "append needs a loop_id (or a message with a turnId)")
-        if self._db.is_postgresql and isinstance(loop_id, str) and "\x00" in loop_id:
-            raise LoopNotFound(f"loop {loop_id!r} not found")  # PostgreSQL cannot even look a NUL up
-        if turn_index is not None and (
-            not isinstance(turn_index, int) or isinstance(turn_index, bool) or not 0 <= turn_index <= MAX_TURN_INDEX
-        ):
-            problem = f"must be an integer from 0 to {MAX_TURN_INDEX}, got {turn_index!r}"
-            if turn is not None:  # the message's own turnId carries it
-                raise InvalidMessage(f"turnId.turnIndex {problem}", [("turnId.turnIndex", "too large")])
-            raise InvalidArgument("turn_index", problem)
-        stamp = turn is None and turn_index is not None and role != "extension"
-        if stamp and turn_index is not None and model.__pydantic_extra__:
-            # Stamp the row's turn into the message, as phi-core would have...
-            model = model.model_copy(update={"turn": TurnId(loop_id=loop_id, turn_index=turn_index)})
-            stamp = False
-        text = dump_message(model)
-        if stamp:
-            # ...cheaply: "turnId" is a message's last key when it has no unknown keys.
-            text = f"{text[:-1]},{turn_json(loop_id, turn_index)}}}"  # type: ignore[arg-type]
-        limits = self._settings.limits
-        limits.check_message(text)
-        dated = now_ms() if timestamp is None else timestamp  # 0 is a time (1970-01-01), not a missing one
-        params = row_params(model, text, loop_id, turn_index, usage, source, timestamp=dated, usage_known=usage_known)
-        limits.check_row(params)
-        return params, out_of_line.split_row(params)
+    def _row_checks(self) -> dict[str, Any]:
+        """What :func:`.message_input.prepare_row` checks a row against: this store's limits and backend."""
+        return {"limits": self._settings.limits, "postgresql": self._db.is_postgresql}
 
     def _touch_params(self, loop_id: str) -> dict[str, Any]:
         return {"loop_id": loop_id, "updated_at": self._db.bind_time(utcnow())}
