@@ -10,9 +10,8 @@ import sys
 import tempfile
 
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
-from langchain_core.runnables.history import RunnableWithMessageHistory
 
 from turnstore import Store
 from turnstore.integrations.langchain import TurnstoreChatMessageHistory
@@ -29,15 +28,11 @@ def main(url: str | None = None) -> None:
     prompt = ChatPromptTemplate.from_messages(
         [("system", "Be terse."), MessagesPlaceholder("history"), ("human", "{question}")]
     )
-    chain = RunnableWithMessageHistory(
-        prompt | model,
-        lambda session_id: TurnstoreChatMessageHistory(session_id, store),
-        input_messages_key="question",
-        history_messages_key="history",
-    )
-    config = {"configurable": {"session_id": "ann-chat"}}
+    chain = prompt | model
+    history = TurnstoreChatMessageHistory("ann-chat", store)
     for question in ["I am Ann.", "Who am I?"]:
-        answer = chain.invoke({"question": question}, config=config)  # type: ignore[arg-type]
+        answer = chain.invoke({"history": history.messages, "question": question})
+        history.add_messages([HumanMessage(question), answer])  # the exchange, in one transaction
         print(f"> {question}\n{answer.content}")
     totals = store.usage.session("ann-chat")
     print(f"usage from turnstore: {totals.requests} requests, {totals.input} input, {totals.output} output tokens")

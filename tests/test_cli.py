@@ -397,6 +397,7 @@ def test_show_loop(run: Any, db: Path) -> None:
     assert [m["message"]["content"][0]["text"] for m in record["messages"]] == ["bye", "goodbye"]
     tree = run("--db", db, "show", TWO, "--loop", second)
     assert second in tree.out and "goodbye" in tree.out and "hello" not in tree.out
+    assert f"(continuation of {first}" in " ".join(tree.out.split())  # phi-core's "default", as a reader names it
 
 
 def test_show_turn_of_the_only_loop(run: Any, db: Path) -> None:
@@ -415,6 +416,14 @@ def test_show_turn_with_loop_on_a_multi_loop_session(run: Any, db: Path) -> None
     assert result.code == 0
     (record,) = result.json()["loops"]
     assert [m["message"]["role"] for m in record["messages"]] == ["user", "assistant"]
+
+
+@pytest.mark.parametrize("turn", ["99", "-1"])
+def test_show_a_turn_the_loop_does_not_have_is_an_error(run: Any, db: Path, turn: str) -> None:
+    result = run("--db", db, "show", ONE, "--turn", turn)
+
+    assert result.code != 0 and result.out == ""
+    assert f"has no turn {turn}" in result.err and len(result.err.strip().splitlines()) == 1
 
 
 def test_show_turn_without_loop_on_a_multi_loop_session_is_a_usage_error(run: Any, db: Path) -> None:
@@ -930,3 +939,12 @@ def test_show_marks_an_assistant_message_without_usage(run: Any, tmp_path: Path)
         store.messages.append_turn(loop.loop_id, 0, [Message.user("q"), Message.assistant("a", model="gpt-5")])
     result = run("--db", path, "show", "run")
     assert result.code == 0 and "usage unknown" in result.out
+
+
+def test_json_times_are_written_one_way(run: Any, db: Path) -> None:
+    """Session, loop and list times in --json output alike: ISO 8601, UTC as Z (as pydantic writes the records')."""
+    shown = run("--db", db, "show", ONE, "--json").json()
+    listed = run("--db", db, "sessions", "--json").json()
+    times = [shown["session"]["created_at"], shown["session"]["updated_at"], listed[0]["created_at"]]
+    times += [loop["started_at"] for loop in shown["loops"]]
+    assert times and all(time.endswith("Z") and "+00:00" not in time for time in times)

@@ -29,6 +29,7 @@ from langchain_core.runnables.history import RunnableWithMessageHistory
 from turnstore import Store
 from turnstore.integrations.langchain import TurnstoreChatMessageHistory
 from turnstore.models import AssistantMessage, ExtensionMessage, ToolResultMessage
+from turnstore.usage import DEFAULT_PRICES
 
 
 def _every_kind() -> list[BaseMessage]:
@@ -89,9 +90,29 @@ def test_usage_metadata_counts_in_turnstore_usage(sync_store: Store) -> None:
     history = TurnstoreChatMessageHistory("usage", sync_store)
     history.add_messages(_every_kind())
     totals = sync_store.usage.session("usage")
-    assert (totals.input, totals.output, totals.total_tokens) == (80, 14, 94)
+    # LangChain's input_tokens (30 + 50) include the 4 cache reads and 2 cache writes, which are priced apart.
+    assert (totals.input, totals.output, totals.total_tokens) == (74, 14, 94)
     assert (totals.cache_read, totals.cache_write, totals.reasoning) == (4, 2, 3)
     assert totals.requests == 2  # the chunk carries no usage: unknown, not zeros
+
+
+def test_cached_tokens_are_priced_once(sync_store: Store) -> None:
+    usage = {
+        "input_tokens": 1000,
+        "output_tokens": 10,
+        "total_tokens": 1010,
+        "input_token_details": {"cache_read": 800},
+    }
+    history = TurnstoreChatMessageHistory("cached", sync_store)
+    history.add_messages(
+        [HumanMessage("q"), AIMessage("a", usage_metadata=usage, response_metadata={"model_name": "gpt-5"})]
+    )
+    totals = sync_store.usage.session("cached")
+    assert (totals.input, totals.cache_read) == (200, 800)
+    assert totals.cache_hit_rate == pytest.approx(0.8)
+    price = DEFAULT_PRICES.for_model("gpt-5")
+    assert price is not None
+    assert totals.cost == pytest.approx(price.price(200, 10, 800, 0))
 
 
 def test_clear_and_add_again(sync_store: Store) -> None:

@@ -214,3 +214,31 @@ def test_a_whole_file_json_source_over_the_bound_is_refused_in_one_line(
     monkeypatch.setattr(base, "MAX_WHOLE_FILE_BYTES", size)
     with Store(tmp_path / "s.db") as store:
         assert store.import_("clark", path).messages == 20
+
+
+def test_spilled_rows_come_back_in_batches_bounded_in_bytes(
+    tmp_path: Path, spill_everything: list[spill_module.Spill], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Screenshot-heavy rows are read back a few at a time, so an import's memory does not grow with its media."""
+    image = {"type": "image", "data": "A" * 40_000, "mimeType": "image/png"}
+    header = {"type": "session", "id": "s-bytes", "timestamp": "2025-11-20T14:02:11.512Z", "cwd": "/x"}
+    lines = [json.dumps(header)]
+    for i in range(12):
+        message = {"role": "user", "content": [{"type": "text", "text": f"shot {i}"}, image], "timestamp": 1 + i}
+        lines.append(json.dumps({"type": "message", "timestamp": "2025-11-20T14:02:20.519Z", "message": message}))
+    source = tmp_path / "2025-11-20T14-02-11-512Z_s-bytes.jsonl"
+    source.write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(spill_module, "READ_BATCH_BYTES", 100_000)
+    sizes: list[int] = []
+    batches = spill_module.Spill.batches
+
+    def recorded(self: spill_module.Spill, stubs: Any) -> Any:
+        for batch in batches(self, stubs):
+            sizes.append(len(batch))
+            yield batch
+
+    monkeypatch.setattr(spill_module.Spill, "batches", recorded)
+    with Store(tmp_path / "store.db") as store:
+        assert store.import_("pi", source).ok
+        assert len(list(store.messages.records("s-bytes"))) == 12
+    assert spill_everything and sum(sizes) == 12 and max(sizes) <= 3  # rows of over 40 KB: 100,000 bytes in three

@@ -408,3 +408,18 @@ def test_a_staged_import_that_fails_mid_way_leaves_no_media(tmp_path: Path, monk
     finally:
         reader.close()
     assert counts == [0, 0]
+
+
+def test_reads_of_parts_of_a_stored_text_see_it_as_written(store: Store, loop_id: str, session_id: str) -> None:
+    """A stored text doubles each backslash-slash of its own; search snippets, the tool-name filter and
+    tool_names() read parts of it, and must see the text as written (JSON-escaped URLs are common)."""
+    url = "fetch http:\\/\\/x.com\\/api"
+    store.messages.append({"role": "user", "content": url, "timestamp": 1}, loop_id=loop_id, turn_index=0)
+    call = {"type": "toolCall", "id": "call\\/1", "name": "fs\\/read", "arguments": {"p": "needle"}}
+    reply = {"role": "assistant", "content": [call], "stopReason": "toolUse", "model": "m", "provider": "p"}
+    store.messages.append({**reply, "timestamp": 2}, loop_id=loop_id, turn_index=0)
+    (hit,) = store.messages.search("fetch")
+    assert hit.snippet == url
+    assert len(store.messages.search("needle", tool_name="fs\\/read")) == 1
+    assert store.messages.search("needle", tool_name="fs//read") == []
+    assert store.messages.tool_names(session_id, ["call\\/1"]) == {"call\\/1": "fs\\/read"}

@@ -38,9 +38,11 @@ from turnstore import (
     TurnId,
     TurnIdMismatch,
     TurnNotFound,
+    Usage,
     UserMessage,
     parse_message,
 )
+from turnstore.models import now_ms
 
 
 def texts(messages: list[Any]) -> list[tuple[str, str]]:
@@ -100,7 +102,7 @@ def test_append_dict_is_validated_and_stored(store: Store, loop_id: str) -> None
     "raw",
     [
         {"role": "user", "content": 5, "timestamp": 1},
-        {"role": "user", "content": [{"type": "text", "text": "no timestamp"}]},
+        {"role": "toolResult", "content": [], "toolCallId": "c1", "isError": False},  # no tool name
         {"role": "robot", "content": [], "timestamp": 1},
         {"role": "assistant", "content": [], "model": "m", "provider": "p", "timestamp": 1},
         {"role": "user", "content": [{"type": "video", "url": "x"}], "timestamp": 1},
@@ -116,8 +118,18 @@ def test_append_invalid_dict_raises_invalid_message_and_writes_nothing(store: St
 
 def test_append_invalid_dict_names_the_failing_field(store: Store, loop_id: str) -> None:
     with pytest.raises(InvalidMessage) as caught:
-        store.messages.append({"role": "user", "content": [{"type": "text", "text": "x"}]}, loop_id=loop_id)
-    assert [path for path, _ in caught.value.errors] == ["timestamp"]
+        store.messages.append({"role": "user", "content": [{"type": "txt", "text": "x"}]}, loop_id=loop_id)
+    assert [path for path, _ in caught.value.errors] == ["content[0].type"]
+
+
+def test_a_hand_written_dict_without_a_time_is_dated_as_it_is_appended(store: Store, loop_id: str) -> None:
+    before = now_ms()
+    first = store.messages.append({"role": "user", "content": "hi"}, loop_id=loop_id, turn_index=0)
+    after = now_ms()
+    dated = store.messages.append({"role": "user", "content": "again"}, loop_id=loop_id, turn_index=0, timestamp=7)
+    own = store.messages.append({"role": "user", "content": "mine", "timestamp": 3}, loop_id=loop_id, turn_index=0)
+    times = [store.messages.get(i).message.timestamp for i in (first, dated, own)]  # type: ignore[union-attr]
+    assert before <= times[0] <= after and times[1:] == [7, 3]
 
 
 @pytest.mark.parametrize("value", ["just text", 42, None, ["role", "user"]])
@@ -1432,3 +1444,82 @@ def test_reads_give_the_same_messages_whether_validated_one_by_one_or_as_one_arr
     ]
     assert [m.model_dump() for m in store.messages.last(session_id, 4)] == dumped
     assert [m.model_dump() for m in store.messages.turn(loop_id, 0).messages] == dumped
+
+
+# --- arguments that are not messages ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"timestamp": 1.5}, "timestamp: must be unix milliseconds"),
+        ({"timestamp": True}, "timestamp: must be unix milliseconds"),
+        ({"timestamp": "x"}, "timestamp: must be unix milliseconds"),
+        ({"timestamp": -1}, "timestamp: must be unix milliseconds"),
+        ({"usage": Usage(input=1, output=1), "model": 5}, "model: must be a string"),
+        ({"usage": Usage(input=1, output=1), "provider": {"a": 1}}, "provider: must be a string"),
+        ({"usage": Usage(input=1, output=1), "model": "m" * 4000}, "over the limit of 150"),
+        ({"usage": Usage(input=1, output=1), "model": "a\x00b"}, "NUL"),
+        ({"usage": {"input": -1, "output": 1}}, "usage: input"),
+        ({"usage": [1, 2]}, "usage: must be a Usage or a dict"),
+        ({"loop_id": 5}, "loop_id: must be a string"),
+        ({"loop_id": ["x"]}, "loop_id: must be a string"),
+        ({"usage_known": "no"}, "usage_known: must be True or False"),
+    ],
+)
+def test_append_refuses_arguments_of_the_wrong_kind_and_writes_nothing(
+    store: Store, loop_id: str, kwargs: dict[str, Any], needle: str
+) -> None:
+    note = {"role": "extension", "kind": "note", "data": "hello"}
+    arguments = {"loop_id": loop_id, **kwargs}
+    call = store.messages.append_turn if "usage_known" in kwargs else None
+    with pytest.raises((InvalidArgument, InvalidMessage)) as raised:
+        if call is not None:
+            call(loop_id, 0, [note], usage_known=kwargs["usage_known"])
+        else:
+            store.messages.append(note, **arguments)
+    assert needle in str(raised.value) and "\n" not in str(raised.value)
+    assert store.messages.loop(loop_id) == []
+
+
+def test_a_usage_dict_counts_as_its_usage(store: Store, loop_id: str) -> None:
+    note = {"role": "extension", "kind": "compaction_summary", "data": "summary"}
+    store.messages.append(note, loop_id=loop_id, usage={"input": 10, "output": 2}, model="gpt-5", provider="openai")
+    totals = store.usage.loop(loop_id)
+    assert (totals.input, totals.output, totals.requests) == (10, 2, 1)
+
+
+@pytest.mark.parametrize("messages", [None, "hi", {"role": "user", "content": "hi"}, (m for m in [])])
+def test_a_turn_must_be_a_list_of_messages(store: Store, loop_id: str, messages: Any) -> None:
+    with pytest.raises(InvalidArgument, match="messages: must be a list of messages"):
+        store.messages.append_turn(loop_id, 0, messages)
+    with pytest.raises(InvalidArgument, match="messages: must be a list of messages"):
+        store.messages.append_to_turn(loop_id, messages, new_turn=True)
+
+
+@pytest.mark.parametrize("loop", [5, ["x"], None])
+def test_turn_writes_name_a_loop_id_that_is_not_a_string(store: Store, loop: Any) -> None:
+    with pytest.raises(InvalidArgument, match="loop_id: must be a string"):
+        store.messages.append_turn(loop, 0, [user("q")])
+    with pytest.raises(InvalidArgument, match="loop_id: must be a string"):
+        store.messages.append_to_turn(loop, [user("q")], new_turn=False)
+
+
+def test_append_to_turn_takes_only_a_bool_new_turn(store: Store, loop_id: str) -> None:
+    with pytest.raises(InvalidArgument, match="new_turn: must be True or False"):
+        store.messages.append_to_turn(loop_id, [user("q")], new_turn="yes")  # type: ignore[arg-type]
+    assert store.messages.loop(loop_id) == []
+
+
+def test_reads_by_id_and_turn_refuse_what_is_not_one(store: Store, loop_id: str) -> None:
+    (message_id,) = store.messages.append_turn(loop_id, 1, [user("q")])
+    for bad in (True, "1", 1.0):
+        with pytest.raises(InvalidArgument, match="message_id"):
+            store.messages.get(bad)  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgument, match="turn_index"):
+            store.messages.turn(loop_id, bad)  # type: ignore[arg-type]
+    with pytest.raises(MessageNotFound):
+        store.messages.get(2**70)
+    with pytest.raises(TurnNotFound):
+        store.messages.turn(loop_id, 2**70)
+    assert store.messages.get(message_id).turn_index == 1

@@ -884,3 +884,9 @@ def test_parse_message_keeps_a_python_name_given_beside_its_wire_name() -> None:
     message = parse_message(record)
     assert message.stop_reason == StopReason.STOP
     assert json.loads(message.model_dump_json())["stop_reason"] == "length"
+
+
+def test_a_tool_result_for_a_call_id_says_to_name_the_tool() -> None:
+    with pytest.raises(InvalidMessage, match="call is an id, so tool_name= must name the tool"):
+        Message.tool_result("c1", "out")
+    assert Message.tool_result("c1", "out", tool_name="ls").tool_name == "ls"

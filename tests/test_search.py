@@ -168,6 +168,23 @@ def test_a_cjk_substring_is_found_on_every_backend(store: Any, loop_id: str) -> 
     assert [hit.snippet[a:b] for a, b in hit.highlights] == ["检", "查"]
 
 
+@pytest.mark.parametrize(
+    ("text", "query"),
+    [
+        ("Καλημέρα κόσμε, ΣΦΑΛΜΑ σύνδεσης", "σφαλμα"),
+        ("Ошибка соединения с БАЗОЙ данных", "базой"),
+        ("خطأ في الاتصال بقاعدة البيانات", "البيانات"),
+        ("שגיאה בחיבור למסד הנתונים", "הנתונים"),
+        ("डेटाबेस कनेक्शन विफल", "कनेक्शन"),
+        ("Straße GROSS", "strasse"),
+    ],
+)
+def test_words_of_other_scripts_are_found_on_every_backend(store: Any, loop_id: str, text: str, query: str) -> None:
+    store.messages.append(user(text), loop_id=loop_id, turn_index=0)
+    store.messages.append(user("unrelated words"), loop_id=loop_id, turn_index=0)
+    assert found(store, query) == [text]
+
+
 # --- filters, paging, ranking --------------------------------------------------------------------
 
 

@@ -245,7 +245,7 @@ class AsyncMessageRepository:
         *,
         loop_id: str | None = None,
         turn_index: int | None = None,
-        usage: Usage | None = None,
+        usage: Usage | Mapping[str, Any] | None = None,
         model: str | None = None,
         provider: str | None = None,
         timestamp: int | None = None,

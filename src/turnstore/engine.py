@@ -40,6 +40,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
 
 from .errors import InvalidArgument, NotAStore, ReadOnlyStore, StorageError, StorageFull
+from .pragmas import check_pragmas
 
 __all__ = [
     "DEFAULT_URL",
@@ -69,14 +70,15 @@ def resolve_url(url: str | os.PathLike[str] | None = None) -> str:
     """Turn what a user typed into a SQLAlchemy URL string.
 
     ``None`` → ``$TURNSTORE_URL`` or ``sqlite:///turnstore.db``; a bare path →
-    ``sqlite:///<path>``; ``postgresql://`` and ``postgres://`` → the psycopg 3
-    driver (``postgresql+psycopg://``).
+    ``sqlite:///<path>``, a leading ``~`` meaning the home folder as in a shell;
+    ``postgresql://`` and ``postgres://`` → the psycopg 3 driver
+    (``postgresql+psycopg://``).
     """
     if url is None:
         url = os.environ.get("TURNSTORE_URL") or DEFAULT_URL
     text = os.fspath(url)
     if "://" not in text:
-        return f"sqlite:///{text}"
+        return f"sqlite:///{os.path.expanduser(text)}"
     scheme, rest = text.split("://", 1)
     if scheme in {"postgresql", "postgres"}:
         return f"postgresql+psycopg://{rest}"
@@ -224,6 +226,8 @@ def open_engine(
     if path is None:
         _refuse_undecodable(resolved)
         return create_engine(resolved, pragmas=pragmas, echo=echo)
+    if pragmas is not None:
+        check_pragmas(pragmas)
     contents = sqlite_contents(path)
     # SQLite could not make the -wal and -shm files a connection to a WAL file needs.
     stuck = (
@@ -234,7 +238,7 @@ def open_engine(
     if not read_only and not stuck:
         return create_engine(resolved, pragmas=pragmas, echo=echo)
     if contents is Contents.MISSING:
-        raise NotAStore(f"no database at {path}: a command that only reads does not create one")
+        raise NotAStore(f"no database at {path}: a read-only store (and a command that only reads) does not create one")
     if stuck and _in_wal(_header(path)):
         mode = {"immutable": "1"}
     elif os.access(path, os.W_OK) and os.access(path.absolute().parent, os.W_OK):
@@ -289,17 +293,29 @@ def _is_utf8(text: str) -> bool:
 def create_engine(url: str | None = None, *, pragmas: Mapping[str, Any] | None = None, echo: bool = False) -> Engine:
     """An Engine for ``url`` with turnstore's connection settings.
 
-    ``pragmas`` overrides :data:`SQLITE_PRAGMAS` key by key (SQLite only).
+    ``pragmas`` overrides :data:`SQLITE_PRAGMAS` key by key (SQLite only; a
+    PostgreSQL store ignores them, so one app's code opens either).
+
+    Raises:
+        InvalidArgument: a pragma SQLite does not take (:mod:`turnstore.pragmas`), a URL of
+            another database than SQLite or PostgreSQL, or a PostgreSQL URL without its driver.
     """
     resolved = resolve_url(url)
     backend = make_url(resolved).get_backend_name()
     if backend == "sqlite":
+        check_pragmas(pragmas or {})
         merged = {**SQLITE_PRAGMAS, **(pragmas or {})}
         # busy_timeout goes first whatever the caller's order: later pragmas may need to wait.
         ordered = {"busy_timeout": merged.pop("busy_timeout"), **merged}
         return _sqlite_engine(resolved, ordered, echo)
-    engine = sa.create_engine(resolved, echo=echo, pool_pre_ping=True)
-    return engine
+    if backend != "postgresql":
+        raise InvalidArgument("url", f"turnstore keeps its data in SQLite or PostgreSQL, not {backend!r}")
+    try:
+        return sa.create_engine(resolved, echo=echo, pool_pre_ping=True)
+    except ImportError as error:
+        raise InvalidArgument(
+            "url", f"PostgreSQL needs its driver ({error.name or error}): pip install 'turnstore[postgres]'"
+        ) from None
 
 
 def _sqlite_engine(url: str | sa.URL, pragmas: Mapping[str, Any], echo: bool, begin: str = "BEGIN IMMEDIATE") -> Engine:
@@ -418,13 +434,25 @@ def storage_error(error: BaseException, where: str | sa.URL | None = None) -> Ex
             code = next((value for words, value in _SQLITE_MESSAGES.items() if words in text), None)
         kind = _SQLITE_KINDS.get(code & 0xFF) if code is not None else None
     else:
-        kind = _SQLSTATE_KINDS.get(str(getattr(original, "sqlstate", "") or ""))
+        sqlstate = str(getattr(original, "sqlstate", "") or "")
+        kind = _SQLSTATE_KINDS.get(sqlstate)
+        if kind is None and _cannot_connect(original, sqlstate):
+            kind = (StorageError, "cannot connect to the database server{place}")
     if kind is None:
         return None
     cls, summary = kind
     reason = " ".join(str(original).split()) or type(original).__name__
     place = f" {describe(where)}" if where is not None else ""
     return cls(f"{summary.format(place=place)} ({reason})")
+
+
+def _cannot_connect(error: BaseException, sqlstate: str) -> bool:
+    """Whether a PostgreSQL driver error says the server could not be reached or refused the login
+    (no SQLSTATE: the connection failed before one; class 08: connection; 28: authorization;
+    3D000: no such database)."""
+    if not type(error).__module__.startswith("psycopg") or type(error).__name__ != "OperationalError":
+        return False
+    return not sqlstate or sqlstate.startswith(("08", "28")) or sqlstate == "3D000"
 
 
 def describe(url: str | sa.URL | os.PathLike[str]) -> str:

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from .errors import ExportFailed
+from .errors import ExportFailed, InvalidArgument
 from .media import MediaMode
 from .records import LoopConfig
 from .repositories._shared import loads
@@ -120,11 +120,10 @@ def iter_export(store: Store, session_id: str, fmt: str, *, media: MediaMode = "
 
     Raises:
         SessionNotFound: no such session.
-        ValueError: unknown format.
-        InvalidArgument: ``media`` is not a media mode.
+        InvalidArgument: an unknown format, or ``media`` is not a media mode.
     """
     if fmt not in EXPORT_FORMATS:
-        raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")
+        raise InvalidArgument("format", f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")
     check_mode(media)
     exporter = _Exporter(store, session_id, media)
     if fmt == "phi-core":

@@ -26,6 +26,7 @@ stored unchanged unless it holds a backslash right before a slash.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterator
 from hashlib import sha256
@@ -41,6 +42,7 @@ __all__ = [
     "digests",
     "join",
     "split",
+    "stored_string",
 ]
 
 THRESHOLD = 16 * 1024
@@ -78,6 +80,18 @@ def digest_of(data: str) -> str:
 
 def _escape(text: str) -> str:
     return text.replace(MARK, _DOUBLED) if MARK in text else text
+
+
+def stored_string(value: str) -> str:
+    """What a JSON function of the database (``json_extract``, ``->>``) reads back for the string ``value`` in a
+    stored text: ``value`` itself unless it holds a backslash right before a slash, whose escape the text doubles.
+
+    For comparing a stored string in SQL with one a caller gave (the search's tool-name filter).
+    """
+    if MARK not in (encoded := json.dumps(value, ensure_ascii=False)):
+        return value
+    read: str = json.loads(_escape(encoded))
+    return read
 
 
 def split(text: str) -> tuple[str, dict[str, str]]:

@@ -410,10 +410,15 @@ class Message(WireModel):
             call_id, tool_name = call.id, call.name if tool_name is None else tool_name
         else:
             call_id = call
+            if tool_name is None:
+                raise InvalidMessage(
+                    "tool_result: call is an id, so tool_name= must name the tool (or pass the ToolCallContent)",
+                    [("tool_name", "missing")],
+                )
         return _build(
             ToolResultMessage,
             tool_call_id=call_id,
-            tool_name=tool_name,  # None is refused, naming toolName
+            tool_name=tool_name,
             content=_blocks(content),
             is_error=is_error,
             details=details,

@@ -136,7 +136,7 @@ class Store:
 
         Args:
             format: ``phi-core``, ``turnstore``, ... (``turnstore.importers.FORMATS``).
-            paths: files or directories (walked).
+            paths: files or directories (walked); a leading ``~`` is the home folder, as in a shell.
             dry_run: validate and report, write nothing.
             skip_invalid: skip malformed records (listed in the report) instead of their sessions.
             replace: overwrite a session that exists with other content.
@@ -149,7 +149,12 @@ class Store:
 
         options = ImportOptions(dry_run=dry_run, skip_invalid=skip_invalid, replace=replace, session_id=session_id)
         return import_paths(
-            self, ImportRepository(self._db, self.settings), format, [os.fspath(p) for p in paths], options, progress
+            self,
+            ImportRepository(self._db, self.settings),
+            format,
+            [os.path.expanduser(os.fspath(p)) for p in paths],
+            options,
+            progress,
         )
 
     def export(
@@ -172,7 +177,7 @@ class Store:
         Raises:
             SessionNotFound: no such session.
             ExportFailed: the file at ``file`` could not be written (it is left as it was).
-            InvalidArgument: ``media`` is not a media mode.
+            InvalidArgument: an unknown ``format``, or ``media`` is not a media mode.
         """
         from .export import iter_export, write_export
 

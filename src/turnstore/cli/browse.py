@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from ..errors import InvalidMessage
+from ..errors import InvalidMessage, TurnNotFound
 from ..media import MediaMode
 from ..models import (
     AssistantMessage,
@@ -20,9 +20,9 @@ from ..models import (
     ToolCallContent,
     ToolResultMessage,
 )
-from ..records import Loop, StoredMessage
+from ..records import ContinuationKind, Loop, StoredMessage
 from .app import Settings, cli, media_option, pass_settings, shared_options
-from .output import console, print_json, short, text
+from .output import console, json_time, print_json, short, text
 
 
 @cli.command()
@@ -97,6 +97,8 @@ def show(settings: Settings, session_id: str, loop_id: str | None, turn_index: i
         for stored in store.messages.records(loop_id=loop.loop_id, media=media):
             if turn_index is None or stored.turn_index == turn_index:
                 messages[loop.loop_id].append(stored)
+    if turn_index is not None and not messages[loops[0].loop_id]:
+        raise TurnNotFound(f"loop {loops[0].loop_id!r} has no turn {turn_index}")
     if settings.json:
         print_json(
             {
@@ -116,8 +118,8 @@ def _loop_json(loop: Loop, stored: list[StoredMessage]) -> dict[str, Any]:
         "fork_after": loop.fork_after,
         "status": loop.status.value,
         "config": loop.config,
-        "started_at": loop.started_at.isoformat(),
-        "ended_at": loop.ended_at.isoformat() if loop.ended_at else None,
+        "started_at": json_time(loop.started_at),
+        "ended_at": json_time(loop.ended_at) if loop.ended_at else None,
         "messages": [
             {"id": m.id, "turn_index": m.turn_index, "seq": m.seq, "message": m.message.model_dump(mode="json")}
             for m in stored
@@ -131,7 +133,10 @@ def _print_tree(
     label = Text.assemble(("session ", "bold"), text(session_id, "bold"), "  " if title else "", text(title or ""))
     root = Tree(label)
     for loop in loops:
-        relation = loop.continuation_kind.value
+        # "default" is phi-core's name for the next prompt of a conversation: a continuation, to a reader.
+        relation = (
+            "continuation" if loop.continuation_kind is ContinuationKind.DEFAULT else loop.continuation_kind.value
+        )
         if loop.parent_loop_id:
             relation += f" of {loop.parent_loop_id}" + (f" after #{loop.fork_after}" if loop.fork_after else "")
         model = f"  {loop.model}" if loop.model else ""

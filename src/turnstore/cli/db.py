@@ -47,7 +47,7 @@ def _progress_on_stderr() -> Iterator[None]:
         logger.setLevel(level)
 
 
-@db.command()
+@db.command(short_help="Upgrade the schema to the newest revision.")
 @shared_options
 @pass_settings
 def upgrade(settings: Settings) -> None:
@@ -68,7 +68,7 @@ def upgrade(settings: Settings) -> None:
         click.echo(f"upgraded {before or 'empty database'} -> {after}")
 
 
-@db.command()
+@db.command(short_help="Print the schema revision, and the newest known.")
 @shared_options
 @pass_settings
 def current(settings: Settings) -> None:
@@ -88,7 +88,7 @@ def current(settings: Settings) -> None:
         click.echo(f"{revision or 'none (empty database)'} (head: {head})")
 
 
-@db.command()
+@db.command(short_help="Exit non-zero unless the schema is at head.")
 @shared_options
 @pass_settings
 def check(settings: Settings) -> None:
@@ -110,7 +110,7 @@ def check(settings: Settings) -> None:
         click.echo(f"ok: at {head}, tables match")
 
 
-@db.command(context_settings={"ignore_unknown_options": True})
+@db.command(context_settings={"ignore_unknown_options": True}, short_help="Downgrade the schema to REVISION.")
 @click.argument("revision")
 @shared_options
 @pass_settings

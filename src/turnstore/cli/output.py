@@ -71,9 +71,15 @@ def text(value: str, style: str = "") -> Text:
     return Text(visible(value), style=style)
 
 
+def json_time(value: datetime) -> str:
+    """A time in JSON output, as pydantic writes the records' times: ISO 8601, UTC as ``Z``."""
+    text = value.isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
 def _default(value: Any) -> Any:
     if isinstance(value, datetime):
-        return value.isoformat()
+        return json_time(value)
     if hasattr(value, "model_dump"):
         return value.model_dump(mode="json")
     raise TypeError(f"cannot print {type(value).__name__} as JSON")

@@ -16,7 +16,13 @@ _GROUP_KEY = {"model": "model", "loop": "loop_id", "session": "session_id", "day
 @cli.command()
 @click.option("--session", "session_id", default=None, help="Only this session.")
 @click.option("--loop", "loop_id", default=None, help="Only this loop.")
-@click.option("--by", "group", type=click.Choice(sorted(_GROUP_KEY)), default=None, help="Break the total down.")
+@click.option(
+    "--by",
+    "group",
+    type=click.Choice(sorted(_GROUP_KEY)),
+    default=None,
+    help="Break the total down (--by loop: the loops of one --session).",
+)
 @click.option(
     "--prices",
     type=click.Path(path_type=Path),

@@ -62,7 +62,6 @@ from typing import Any
 from ..errors import InvalidRecord
 from ..models import MAX_INT, Usage
 from .base import (
-    SQLITE_ERRORS,
     ImportOptions,
     LoopRow,
     MessageRow,
@@ -71,12 +70,11 @@ from .base import (
     compact,
     guess_mime_type,
     loads_json,
-    open_sqlite,
     parse_agent_message,
     parse_time,
-    sqlite_accepts,
 )
 from .derive import TurnDeriver, asked_tools, next_loop
+from .sqlite_source import SQLITE_ERRORS, open_sqlite, sqlite_accepts
 
 __all__ = ["AdkImporter", "adk_usage"]
 

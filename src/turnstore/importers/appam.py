@@ -36,20 +36,17 @@ from ..errors import InvalidRecord
 from ..models import MAX_INT, Usage
 from .appam_messages import wire_message
 from .base import (
-    SQLITE_ERRORS,
     ImportOptions,
     LoopRow,
     MessageRow,
     RecordError,
     SessionBundle,
     compact,
-    open_sqlite,
     parse_agent_message,
     parse_time,
-    sqlite_accepts,
-    table_names,
 )
 from .derive import TurnDeriver
+from .sqlite_source import SQLITE_ERRORS, open_sqlite, sqlite_accepts, table_names
 
 __all__ = ["AppamImporter", "infer_provider"]
 

@@ -9,8 +9,9 @@ record. A malformed record becomes a :class:`RecordError` naming its place
 marked invalid unless skipping is allowed, and the writer leaves it out.
 
 Reading helpers shared by the formats live here too: JSON and JSONL files,
-SQLite databases opened read-only (appam, OpenAI Agents SDK, Tau), times and
-timestamps, and the small conversions more than one format needs. How a
+times and timestamps, and the small conversions more than one format needs;
+SQLite sources (appam, ADK, LangChain, OpenAI Agents SDK, Tau) are opened by
+:mod:`turnstore.importers.sqlite_source`. How a
 source's records become loops is in :mod:`turnstore.importers.derive` (linear
 histories) and :mod:`turnstore.importers.tree` (entry trees).
 """
@@ -21,15 +22,13 @@ import hashlib
 import json
 import mimetypes
 import re
-import sqlite3
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 from pydantic_core import from_json
@@ -40,7 +39,6 @@ from ..limits import Limits
 from ..models import AGENT_MESSAGE, ExtensionMessage, Message, Usage
 
 __all__ = [
-    "SQLITE_ERRORS",
     "ImportOptions",
     "ImportReport",
     "Importer",
@@ -48,26 +46,16 @@ __all__ = [
     "MessageRow",
     "RecordError",
     "SessionBundle",
-    "connect_read_only",
     "first_turn_session",
     "guess_mime_type",
-    "is_sqlite",
     "one_line",
-    "open_sqlite",
     "path_stem",
     "path_text",
     "read_json",
     "read_jsonl",
-    "sqlite_accepts",
     "str_or_none",
-    "table_names",
     "time_ms",
 ]
-
-SQLITE_HEADER = b"SQLite format 3\x00"
-"""The first bytes of every SQLite database file."""
-
-_T = TypeVar("_T")
 
 
 @dataclass(slots=True)
@@ -428,7 +416,7 @@ def read_json(path: Path) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:
-        raise InvalidRecord(f"{path}:{error.lineno}", f"invalid JSON: {error.msg}") from None
+        raise InvalidRecord(f"{path}:{error.lineno}", f"invalid JSON: {error.msg} at column {error.colno}") from None
     except RecursionError:
         raise InvalidRecord(f"{path}:1", "JSON nested too deeply") from None
 
@@ -487,7 +475,7 @@ def read_jsonl(path: Path, fast: Callable[[str], Any] | None = None) -> Iterator
         try:
             yield number, line, loads_json(line)
         except json.JSONDecodeError as error:
-            yield number, line, InvalidRecord(f"{path}:{number}", f"invalid JSON: {error.msg}")
+            yield number, line, InvalidRecord(f"{path}:{number}", f"invalid JSON: {error.msg} at column {error.colno}")
         except RecursionError:
             yield number, line, InvalidRecord(f"{path}:{number}", "JSON nested too deeply")
 
@@ -597,90 +585,3 @@ def first_turn_session(messages: Iterable[Message | ExtensionMessage]) -> str | 
 
 
 # --- SQLite sources (appam, OpenAI Agents SDK, Tau) ------------------------------------------------
-
-
-SQLITE_ERRORS = (sqlite3.Error, UnicodeDecodeError)
-"""What reading a damaged SQLite source can raise: the driver's errors, and ``UnicodeDecodeError``
-when an error message of SQLite's quotes bytes of the file that are not UTF-8 (a damaged schema)."""
-
-
-def is_sqlite(path: Path) -> bool:
-    """Whether the file starts with SQLite's header (False when it cannot be read)."""
-    try:
-        with path.open("rb") as file:
-            return file.read(len(SQLITE_HEADER)) == SQLITE_HEADER
-    except OSError:
-        return False
-
-
-def connect_read_only(path: Path) -> sqlite3.Connection:
-    """Open a SQLite database read-only (an ``?mode=ro`` URI), never creating or changing it.
-
-    TEXT values that are not valid UTF-8 raise ``sqlite3.DataError`` when read,
-    like any other damage the readers report, not ``UnicodeDecodeError``.
-
-    Raises:
-        sqlite3.Error: it cannot be opened.
-    """
-    connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    connection.text_factory = _decode_text
-    return connection
-
-
-def table_names(connection: sqlite3.Connection) -> set[str]:
-    """The names of a database's tables."""
-    return {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-
-
-def sqlite_accepts(path: Path, test: Callable[[sqlite3.Connection], bool]) -> bool:
-    """Whether ``path`` is a SQLite database for which ``test(connection)`` holds; False on any read error."""
-    if not is_sqlite(path):
-        return False
-    try:
-        connection = _open_sqlite(path)
-    except (OSError, InvalidRecord):
-        return False
-    try:
-        return test(connection)
-    except SQLITE_ERRORS:
-        return False
-    finally:
-        connection.close()
-
-
-@contextmanager
-def open_sqlite(path: Path, schema: Callable[[sqlite3.Connection], _T]) -> Iterator[tuple[sqlite3.Connection, _T]]:
-    """The database at ``path`` opened read-only (rows as :class:`sqlite3.Row`), and ``schema(connection)``
-    (what the importer needs to know of its tables); closed on leaving the block.
-
-    Raises:
-        InvalidRecord: the file cannot be opened as SQLite, or ``schema`` fails
-            (not a readable SQLite database).
-    """
-    connection = _open_sqlite(path)
-    try:
-        try:
-            found = schema(connection)
-        except SQLITE_ERRORS as error:
-            raise InvalidRecord(str(path), f"not a readable SQLite database: {error}") from None
-        yield connection, found
-    finally:
-        connection.close()
-
-
-def _open_sqlite(path: Path) -> sqlite3.Connection:
-    try:
-        connection = connect_read_only(path)
-    except SQLITE_ERRORS as error:
-        raise InvalidRecord(str(path), f"cannot open as SQLite: {error}") from None
-    connection.row_factory = sqlite3.Row
-    return connection
-
-
-def _decode_text(data: bytes) -> str:
-    """A TEXT value as str; invalid UTF-8 (a damaged file) raises a ``sqlite3.Error``, which
-    the readers already turn into an error naming the file and table."""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise sqlite3.DataError(f"text is not valid UTF-8 ({error.reason} at byte {error.start})") from None

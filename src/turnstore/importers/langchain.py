@@ -38,19 +38,16 @@ from typing import Any
 from ..errors import InvalidRecord
 from ..models import MAX_INT, Usage
 from .base import (
-    SQLITE_ERRORS,
     ImportOptions,
     MessageRow,
     RecordError,
     SessionBundle,
     compact,
     loads_json,
-    open_sqlite,
     parse_agent_message,
-    sqlite_accepts,
-    table_names,
 )
 from .derive import add_derived, fill_configs
+from .sqlite_source import SQLITE_ERRORS, open_sqlite, sqlite_accepts, table_names
 from .token_usage import usage_from_inclusive_input
 
 __all__ = ["LangChainImporter", "langchain_usage"]

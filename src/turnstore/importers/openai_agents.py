@@ -46,7 +46,6 @@ from typing import Any
 from ..errors import InvalidRecord
 from ..models import MAX_INT, AssistantMessage, ExtensionMessage, Usage
 from .base import (
-    SQLITE_ERRORS,
     ImportOptions,
     LoopRow,
     MessageRow,
@@ -54,13 +53,11 @@ from .base import (
     SessionBundle,
     compact,
     ms_timestamp,
-    open_sqlite,
     parse_time,
-    sqlite_accepts,
-    table_names,
 )
 from .derive import TurnDeriver
 from .openai_agents_items import MODEL, PROVIDER, ItemConverter, Piece, Row, guard, parse_item
+from .sqlite_source import SQLITE_ERRORS, open_sqlite, sqlite_accepts, table_names
 from .token_usage import usage_from_inclusive_input
 
 __all__ = ["OpenAIAgentsImporter"]

@@ -51,7 +51,11 @@ SPILL_FILE_BYTES = 32 * 1024 * 1024
 :data:`SPILL_AFTER_MESSAGES` messages as models would raise the process's peak for good."""
 
 READ_BATCH = 2_000
-"""Rows read back from the spill (and inserted) at a time."""
+"""Rows read back from the spill (and inserted) at a time, at most."""
+
+READ_BATCH_BYTES = 16 * 1024 * 1024
+"""Bytes of spilled rows read back at a time, at most: a batch of screenshot-heavy rows ends sooner, so the
+memory an import holds stays in step with its rows' count, not with the size of their media."""
 
 
 class Spill:
@@ -118,8 +122,10 @@ class Spill:
         row.source, row.usage = None, None
 
     def batches(self, stubs: Iterable[SpilledMessage]) -> Iterator[list[dict[str, Any]]]:
-        """The rows of ``stubs`` (each spilled and storable), in their order, :data:`READ_BATCH` at a time."""
+        """The rows of ``stubs`` (each spilled and storable), in their order: :data:`READ_BATCH` rows, or
+        :data:`READ_BATCH_BYTES` of them, at a time (whichever comes first; always at least one row)."""
         batch: list[dict[str, Any]] = []
+        held = 0
         file = self._file
         file.flush()
         position = -1
@@ -127,10 +133,11 @@ class Spill:
             if stub.at != position:  # rows are mostly read in the order they were written
                 file.seek(stub.at)
             batch.append(marshal.loads(file.read(stub.size)))
+            held += stub.size
             position = stub.at + stub.size
-            if len(batch) >= READ_BATCH:
+            if len(batch) >= READ_BATCH or held >= READ_BATCH_BYTES:
                 yield batch
-                batch = []
+                batch, held = [], 0
         if batch:
             yield batch
 

@@ -44,15 +44,13 @@ from pydantic import ValidationError
 from ..errors import InvalidMessage, InvalidRecord
 from ..models import ExtensionMessage
 from .base import (
-    SQLITE_ERRORS,
     ImportOptions,
     RecordError,
     SessionBundle,
-    connect_read_only,
-    is_sqlite,
     parse_time,
     read_lines,
 )
+from .sqlite_source import SQLITE_ERRORS, connect_read_only, is_sqlite
 from .tau_messages import BadRecord, convert_message, convert_usage, ms, tool_call_names
 from .tree import BRANCH_SUMMARY, COMPACTION, Node, build_loops, resolve_skipped, skip_unparsed
 
@@ -142,7 +140,7 @@ def _parse(text: str, place: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:
-        return InvalidRecord(place, f"invalid JSON: {error.msg}")
+        return InvalidRecord(place, f"invalid JSON: {error.msg} at column {error.colno}")
     except RecursionError:
         return InvalidRecord(place, "JSON nested too deeply")
 

@@ -137,20 +137,25 @@ class TurnstoreChatMessageHistory(BaseChatMessageHistory):
 def to_turnstore_usage(usage: Any) -> Usage:
     """LangChain ``usage_metadata`` as a turnstore :class:`~turnstore.models.Usage`.
 
-    ``input`` is LangChain's ``input_tokens`` (which includes cached tokens);
-    cache reads and writes come from ``input_token_details``, reasoning from
-    ``output_token_details``.
+    LangChain's ``input_tokens`` sum every input token type, the cache reads
+    and writes of ``input_token_details`` included; canonical ``input`` leaves
+    those out (they are priced apart), so they are subtracted, as the LangChain
+    importer does. Reasoning comes from ``output_token_details``; a missing
+    ``total_tokens`` is input plus output.
     """
     inputs = usage.get("input_token_details") or {}
     outputs = usage.get("output_token_details") or {}
     output = int(usage.get("output_tokens") or 0)
+    prompt = int(usage.get("input_tokens") or 0)
+    cache_read = int(inputs.get("cache_read") or 0)
+    cache_write = int(inputs.get("cache_creation") or 0)
     return Usage(
-        input=int(usage.get("input_tokens") or 0),
+        input=max(prompt - cache_read - cache_write, 0),
         output=output,
         reasoning=min(int(outputs.get("reasoning") or 0), output),
-        cache_read=int(inputs.get("cache_read") or 0),
-        cache_write=int(inputs.get("cache_creation") or 0),
-        total_tokens=int(usage.get("total_tokens") or 0),
+        cache_read=cache_read,
+        cache_write=cache_write,
+        total_tokens=int(usage.get("total_tokens") or 0) or prompt + output,
     )
 
 

@@ -137,17 +137,22 @@ class TurnstoreHistory:
 def to_turnstore_usage(usage: Any) -> Usage:
     """A pydantic-ai ``RequestUsage`` or ``RunUsage`` as a turnstore :class:`~turnstore.models.Usage`.
 
-    ``input`` is pydantic-ai's ``input_tokens`` (which includes cached tokens),
-    ``reasoning`` its ``output_reasoning_tokens``.
+    pydantic-ai's ``input_tokens`` count every input token once, cache reads
+    and writes included; canonical ``input`` leaves those out (they are priced
+    apart), so they are subtracted. ``reasoning`` is its
+    ``output_reasoning_tokens``; a missing ``total_tokens`` is input plus output.
     """
     output = int(getattr(usage, "output_tokens", 0) or 0)
+    prompt = int(getattr(usage, "input_tokens", 0) or 0)
+    cache_read = int(getattr(usage, "cache_read_tokens", 0) or 0)
+    cache_write = int(getattr(usage, "cache_write_tokens", 0) or 0)
     return Usage(
-        input=int(getattr(usage, "input_tokens", 0) or 0),
+        input=max(prompt - cache_read - cache_write, 0),
         output=output,
         reasoning=min(int(getattr(usage, "output_reasoning_tokens", 0) or 0), output),
-        cache_read=int(getattr(usage, "cache_read_tokens", 0) or 0),
-        cache_write=int(getattr(usage, "cache_write_tokens", 0) or 0),
-        total_tokens=int(getattr(usage, "total_tokens", 0) or 0),
+        cache_read=cache_read,
+        cache_write=cache_write,
+        total_tokens=int(getattr(usage, "total_tokens", 0) or 0) or prompt + output,
     )
 
 

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+from pydantic import ValidationError
+
+from ..errors import InvalidArgument
 from ..limits import Limits
+from ..models import Usage
 from ..usage import DEFAULT_PRICES, PriceTable
 
 
@@ -37,3 +42,27 @@ class Settings:
     def __init__(self, prices: PriceTable | None = None, limits: Limits | None = None) -> None:
         self.prices = prices if prices is not None else DEFAULT_PRICES
         self.limits = limits or Limits()
+
+
+def usage_argument(usage: Usage | Mapping[str, Any] | None) -> Usage | None:
+    """A ``usage`` argument (``loops.end``, ``messages.append``): a :class:`Usage`, or its fields as a dict.
+
+    Raises:
+        InvalidArgument: anything else, or fields a usage cannot hold (one line naming them).
+    """
+    if usage is None or isinstance(usage, Usage):
+        return usage
+    if not isinstance(usage, Mapping):
+        raise InvalidArgument("usage", f"must be a Usage or a dict of its fields, not {type(usage).__name__}")
+    try:
+        return Usage.model_validate(dict(usage))  # type: ignore[no-any-return]
+    except ValidationError as error:
+        raise InvalidArgument("usage", problems(error)) from None
+
+
+def problems(error: ValidationError) -> str:
+    """A pydantic error on one line: ``field: problem; ...``."""
+    return "; ".join(
+        f"{'.'.join(map(str, item['loc']))}: {item['msg']}" if item["loc"] else item["msg"]
+        for item in error.errors(include_url=False)
+    )

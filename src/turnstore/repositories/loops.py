@@ -17,7 +17,7 @@ from ..limits import check_json, check_text
 from ..models import MAX_INT, ExtensionMessage, Usage
 from ..records import ContinuationKind, Loop, LoopConfig, LoopStatus
 from ..schema import USAGE_COLUMNS
-from ._shared import Settings, dumps, utcnow
+from ._shared import Settings, dumps, problems, usage_argument, utcnow
 from .rows import loop_from_row, usage_params
 
 if TYPE_CHECKING:
@@ -204,7 +204,7 @@ class LoopRepository:
             InvalidArgument: a bad ``status``, ``usage`` or ``requests``; nothing is written.
         """
         loop_status: LoopStatus = _enum(LoopStatus, status, "status")
-        reported = _usage(usage)
+        reported = usage_argument(usage)
         if requests is not None:
             if reported is None:
                 raise InvalidArgument("requests", "counts the model calls of a run's usage: give usage too")
@@ -362,26 +362,6 @@ def is_message_id(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and -MAX_INT - 1 <= value <= MAX_INT
 
 
-def _usage(usage: Usage | Mapping[str, Any] | None) -> Usage | None:
-    """``loops.end``'s ``usage``: a :class:`Usage`, or its fields as a dict."""
-    if usage is None or isinstance(usage, Usage):
-        return usage
-    if not isinstance(usage, Mapping):
-        raise InvalidArgument("usage", f"must be a Usage or a dict of its fields, not {type(usage).__name__}")
-    try:
-        return Usage.model_validate(dict(usage))  # type: ignore[no-any-return]
-    except ValidationError as error:
-        raise InvalidArgument("usage", _problems(error)) from None
-
-
-def _problems(error: ValidationError) -> str:
-    """A pydantic error on one line: ``field: problem; ...``."""
-    return "; ".join(
-        f"{'.'.join(map(str, item['loc']))}: {item['msg']}" if item["loc"] else item["msg"]
-        for item in error.errors(include_url=False)
-    )
-
-
 def _config_dict(config: LoopConfig | Mapping[str, Any] | None) -> dict[str, Any] | None:
     if config is None:
         return None
@@ -392,7 +372,7 @@ def _config_dict(config: LoopConfig | Mapping[str, Any] | None) -> dict[str, Any
     try:
         LoopConfig(**config)
     except ValidationError as error:
-        raise InvalidArgument("config", f"invalid loop config: {_problems(error)}") from None
+        raise InvalidArgument("config", f"invalid loop config: {problems(error)}") from None
     except TypeError as error:  # keys that are not strings
         raise InvalidArgument("config", f"invalid loop config: {error}") from None
     return dict(config)

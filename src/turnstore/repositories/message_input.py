@@ -10,13 +10,14 @@ from pydantic import ValidationError
 
 from ..errors import InvalidArgument, InvalidMessage, LimitExceeded, LoopNotFound, TurnIdMismatch
 from ..limits import Limits
-from ..models import AGENT_MESSAGE, ExtensionMessage, Message, TurnId, Usage, now_ms
+from ..models import AGENT_MESSAGE, MAX_INT, ExtensionMessage, Message, TurnId, Usage, now_ms
 from ..wire_input import from_input
 from . import media as out_of_line
+from ._shared import usage_argument
 from .message_json import READ_DEPTH, deeper_than, dump_message, find, shorten
 from .rows import MAX_TURN_INDEX, row_params
 
-__all__ = ["MessageInput", "parse_message", "prepare_row", "turn_json"]
+__all__ = ["MessageInput", "check_messages", "parse_message", "prepare_row", "turn_json"]
 
 MessageInput = Message | ExtensionMessage | Mapping[str, Any]
 """A message as a model, or as its JSON object (validated on append)."""
@@ -53,6 +54,19 @@ def parse_message(value: MessageInput) -> Message | ExtensionMessage:
     )
 
 
+def check_messages(messages: object) -> None:
+    """Refuse a turn's ``messages`` that are not a list (or tuple) of messages: one message, None, a generator.
+
+    Raises:
+        InvalidArgument: names what was given.
+    """
+    if not isinstance(messages, (list, tuple)):
+        raise InvalidArgument("messages", f"must be a list of messages, not {type(messages).__name__}")
+
+
+_DATED_ROLES = frozenset({"user", "assistant", "toolResult"})
+"""Roles whose messages carry a ``timestamp`` phi-core requires (a system prompt's defaults to 0)."""
+
 _TURN_JSON: dict[tuple[str, int], str] = {}
 
 
@@ -71,25 +85,45 @@ def prepare_row(
     message: MessageInput,
     loop_id: str | None,
     turn_index: int | None,
-    usage: Usage | None,
+    usage: Usage | Mapping[str, Any] | None,
     timestamp: int | None,
     source: str | None = None,
     usage_known: bool = True,
     *,
     limits: Limits,
     postgresql: bool,
+    model: str | None = None,
+    provider: str | None = None,
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """The row ``append`` inserts for a message, its media moved out, and that media by digest.
 
     Everything a caller gave is checked here, before anything is written: the
     message itself, its ``turnId`` against ``loop_id`` / ``turn_index``, the
     verbatim ``source``, and the store's ``limits``. A message without a
-    ``turnId`` that is appended to a turn is stored with one.
+    ``turnId`` that is appended to a turn is stored with one; a hand-written
+    dict without a ``timestamp`` is dated ``timestamp``, else now.
+
+    ``usage`` (a :class:`Usage` or a dict of its fields) counts for a message
+    that carries none of its own, attributed to ``model`` and ``provider``.
 
     Raises:
         InvalidMessage / TurnIdMismatch / InvalidArgument / LimitExceeded: as ``append`` documents them.
         LoopNotFound: ``postgresql`` and a loop id holding NUL, which it cannot even look up.
     """
+    if loop_id is not None and not isinstance(loop_id, str):
+        raise InvalidArgument("loop_id", f"must be a string, not {type(loop_id).__name__}")
+    if timestamp is not None and (
+        not isinstance(timestamp, int) or isinstance(timestamp, bool) or not 0 <= timestamp <= MAX_INT
+    ):
+        raise InvalidArgument(
+            "timestamp", f"must be unix milliseconds, an integer from 0 to {MAX_INT}, got {timestamp!r}"
+        )
+    if not isinstance(usage_known, bool):
+        raise InvalidArgument("usage_known", f"must be True or False, got {usage_known!r}")
+    usage = usage_argument(usage)
+    for name, value in (("model", model), ("provider", provider)):
+        if value is not None and not isinstance(value, str):
+            raise InvalidArgument(name, f"must be a string, not {type(value).__name__}")
     if source is not None:
         if not isinstance(source, str):
             raise InvalidArgument(
@@ -100,9 +134,13 @@ def prepare_row(
         limit = limits.max_message_bytes
         if len(source) * 4 > limit and len(source.encode("utf-8", "surrogatepass")) > limit:
             raise LimitExceeded(f"source is over the limit of {limit} bytes", [("source", "too large")])
-    model = parse_message(message)
-    role = model.role
-    turn = None if isinstance(model, ExtensionMessage) else model.turn
+    dated = now_ms() if timestamp is None else timestamp  # 0 is a time (1970-01-01), not a missing one
+    if isinstance(message, Mapping) and "timestamp" not in message and message.get("role") in _DATED_ROLES:
+        # A hand-written dict without a time is dated as it is appended, as Message.user() dates a message.
+        message = {**message, "timestamp": dated}
+    parsed = parse_message(message)
+    role = parsed.role
+    turn = None if isinstance(parsed, ExtensionMessage) else parsed.turn
     if turn is not None:
         if loop_id is not None and turn.loop_id != loop_id:
             raise TurnIdMismatch(
@@ -127,16 +165,17 @@ def prepare_row(
             raise InvalidMessage(f"turnId.turnIndex {problem}", [("turnId.turnIndex", "too large")])
         raise InvalidArgument("turn_index", problem)
     stamp = turn is None and turn_index is not None and role != "extension"
-    if stamp and turn_index is not None and model.__pydantic_extra__:
+    if stamp and turn_index is not None and parsed.__pydantic_extra__:
         # Stamp the row's turn into the message, as phi-core would have...
-        model = model.model_copy(update={"turn": TurnId(loop_id=loop_id, turn_index=turn_index)})
+        parsed = parsed.model_copy(update={"turn": TurnId(loop_id=loop_id, turn_index=turn_index)})
         stamp = False
-    text = dump_message(model)
+    text = dump_message(parsed)
     if stamp:
         # ...cheaply: "turnId" is a message's last key when it has no unknown keys.
         text = f"{text[:-1]},{turn_json(loop_id, turn_index)}}}"  # type: ignore[arg-type]
     limits.check_message(text)
-    dated = now_ms() if timestamp is None else timestamp  # 0 is a time (1970-01-01), not a missing one
-    params = row_params(model, text, loop_id, turn_index, usage, source, timestamp=dated, usage_known=usage_known)
+    params = row_params(parsed, text, loop_id, turn_index, usage, source, timestamp=dated, usage_known=usage_known)
+    if usage is not None and params["model"] is None:
+        params["model"], params["provider"] = model, provider
     limits.check_row(params)
     return params, out_of_line.split_row(params)

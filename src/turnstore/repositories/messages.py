@@ -36,10 +36,11 @@ from . import search_index
 from ._shared import Settings, utcnow
 from .loops import LoopRepository, is_message_id
 from .media import check_mode
-from .message_input import MessageInput, parse_message, prepare_row
+from .message_input import MessageInput, check_messages, parse_message, prepare_row
 from .message_json import READ_DEPTH, dump_message
 from .message_tail import newest_tail, path_tail
 from .rows import (
+    MAX_TURN_INDEX,
     ExportRow,
     SourceRow,
     path_stored_message,
@@ -68,7 +69,7 @@ class MessageRepository:
         *,
         loop_id: str | None = None,
         turn_index: int | None = None,
-        usage: Usage | None = None,
+        usage: Usage | Mapping[str, Any] | None = None,
         model: str | None = None,
         provider: str | None = None,
         timestamp: int | None = None,
@@ -85,11 +86,12 @@ class MessageRepository:
             loop_id: the loop; default: the message's ``turnId.loopId``.
             turn_index: the turn within the loop; default: ``turnId.turnIndex``, else none.
             usage: usage to count for a non-assistant message (e.g. what a compaction
-                summary cost); assistant messages count their own ``usage``.
+                summary cost), a :class:`Usage` or a dict of its fields; assistant messages
+                count their own ``usage``.
             model: the model that produced ``usage`` (for pricing it).
             provider: that model's provider.
-            timestamp: unix ms to date a message that has none of its own (extension
-                messages); default now.
+            timestamp: unix ms to date a message that has none of its own (an extension
+                message, or a hand-written dict without ``timestamp``); default now.
             source: the record this message was made from, kept verbatim with the row
                 (``StoredMessage.source``): what an integration gives back to its framework
                 byte for byte. Default none.
@@ -102,9 +104,9 @@ class MessageRepository:
             LimitExceeded: the message or its source is over ``max_message_bytes``.
             LoopNotFound: no such loop.
         """
-        params, found = prepare_row(message, loop_id, turn_index, usage, timestamp, source, **self._row_checks())
-        if usage is not None and params["model"] is None:
-            params["model"], params["provider"] = model, provider
+        params, found = prepare_row(
+            message, loop_id, turn_index, usage, timestamp, source, model=model, provider=provider, **self._row_checks()
+        )
         statement = q.insert_message(not self._db.is_sqlite)
         touch = (q.touch_session_of_loop(), self._touch_params(params["loop_id"]))
         try:
@@ -148,6 +150,7 @@ class MessageRepository:
             LimitExceeded: a message or source is over ``max_message_bytes``.
             LoopNotFound: no such loop.
         """
+        _check_loop_id(loop_id)
         rows, found = self._prepare_turn(loop_id, turn_index, messages, sources, usage_known)
         if not rows:
             return []
@@ -182,6 +185,10 @@ class MessageRepository:
             LimitExceeded: a message or source is over ``max_message_bytes``.
             LoopNotFound: no such loop.
         """
+        _check_loop_id(loop_id)
+        check_messages(messages)
+        if not isinstance(new_turn, bool):
+            raise InvalidArgument("new_turn", f"must be True or False, got {new_turn!r}")
         sources = _one_per_message(sources, len(messages))
         try:
             with self._db.write():
@@ -209,6 +216,9 @@ class MessageRepository:
         usage_known: bool,
     ) -> tuple[list[dict[str, Any]], dict[str, str]]:
         """The rows of a turn's messages, every one validated, and the media they hold (nothing is written)."""
+        check_messages(messages)
+        if turn_index is not None and (not isinstance(turn_index, int) or isinstance(turn_index, bool)):
+            raise InvalidArgument("turn_index", f"must be an integer from 0 to {MAX_TURN_INDEX}, got {turn_index!r}")
         rows: list[dict[str, Any]] = []
         found: dict[str, str] = {}
         for message, source in zip(messages, _one_per_message(sources, len(messages))):
@@ -367,6 +377,11 @@ class MessageRepository:
             LoopNotFound: no such loop.
             TurnNotFound: the loop has no message in that turn.
         """
+        if not isinstance(turn_index, int) or isinstance(turn_index, bool):
+            raise InvalidArgument("turn_index", f"must be an integer, got {turn_index!r}")
+        if not 0 <= turn_index <= MAX_TURN_INDEX:  # no stored turn (and no 64-bit value, past a point)
+            self._require_loop(loop_id)
+            raise TurnNotFound(f"loop {loop_id!r} has no turn {turn_index}")
         rows = self._db.fetchall(q.turn_messages(), {"loop_id": loop_id, "turn_index": turn_index})
         if not rows:
             self._require_loop(loop_id)
@@ -541,7 +556,9 @@ class MessageRepository:
             InvalidArgument: ``media`` is not a media mode.
         """
         mode = check_mode(media)
-        row = self._db.fetchone(q.get_message(), {"id": message_id})
+        if not isinstance(message_id, int) or isinstance(message_id, bool):
+            raise InvalidArgument("message_id", f"must be an integer (a message id), got {message_id!r}")
+        row = self._db.fetchone(q.get_message(), {"id": message_id}) if is_message_id(message_id) else None
         if row is None:
             raise MessageNotFound(f"message {message_id} not found")
         (row,) = self._restore([row], (5, 6), mode)
@@ -653,7 +670,7 @@ class MessageRepository:
         cursor = self._db.execute(q.assistant_messages_newest_first(), {"session_id": session_id})
         try:
             while wanted and (batch := cursor.fetchmany(NAMES_BATCH)):
-                for (text,) in batch:
+                for (text,) in out_of_line.restore(self._db, batch, (0,), "omit"):  # the text as written
                     for call_id, name in tool_calls(text):
                         if call_id in wanted:
                             names[call_id] = name
@@ -714,6 +731,11 @@ class MessageRepository:
     def _require_session(self, session_id: str) -> None:
         if self._db.fetchone(q.session_exists(), {"session_id": session_id}) is None:
             raise SessionNotFound(f"session {session_id!r} not found")
+
+
+def _check_loop_id(loop_id: object) -> None:
+    if not isinstance(loop_id, str):
+        raise InvalidArgument("loop_id", f"must be a string, not {type(loop_id).__name__}")
 
 
 def _check_count(n: object) -> None:

@@ -21,12 +21,14 @@ import sqlalchemy as sa
 from .. import search_queries as sq
 from ..database import Database
 from ..errors import InvalidArgument, SearchUnavailable
+from ..media import stored_string
 from ..records import SearchHit
 from ..schema import SEARCH_TABLE
 from ..search_query import Term, parse_query
 from ..search_text import Pieces, pieces, word_spans
+from . import media as out_of_line
 from . import search_index
-from .rows import SEARCH_MESSAGE_COLUMN, parse_rows, search_hit
+from .rows import SEARCH_MESSAGE_COLUMN, search_hit
 
 __all__ = ["MAX_LIMIT", "ROLES", "SNIPPET_CHARS", "fts5_available", "search", "snippet"]
 
@@ -72,6 +74,8 @@ def search(
             raise InvalidArgument(name, f"must be a string, not {type(value).__name__}")
         if isinstance(value, str) and "\x00" in value:
             return []  # no stored id or name holds NUL (PostgreSQL cannot even compare one)
+    if texts["tool_name"] is not None:
+        texts["tool_name"] = stored_string(texts["tool_name"])
     params: dict[str, Any] = {
         **{name: value for name, value in texts.items() if value is not None},
         "limit": limit,
@@ -103,7 +107,8 @@ def search(
         rows = db.fetchall(sq.search_messages(True, given), params)
     if not rows:
         return []
-    messages = parse_rows(row[SEARCH_MESSAGE_COLUMN] for row in rows)
+    # As written (a stored text doubles every "\/" of its own, media.py): the snippet is cut from the text as written.
+    messages = out_of_line.parse(db, [row[SEARCH_MESSAGE_COLUMN] for row in rows], "omit")
     return [
         search_hit(row, *snippet(pieces(message), parsed.included, thinking=thinking))
         for row, message in zip(rows, messages)

@@ -30,7 +30,8 @@ class UsageRepository:
     # --- totals -------------------------------------------------------------------
 
     def turn(self, loop_id: str, turn_index: int, *, prices: Prices = None) -> UsageTotals:
-        """Usage of one turn of a loop.
+        """Usage of one turn of a loop: zero for a turn that spent nothing, or that the loop does not hold
+        (a usage question, not a lookup: ``store.messages.turn`` raises ``TurnNotFound`` for the latter).
 
         Raises:
             LoopNotFound: no such loop.

@@ -1,0 +1,131 @@
+"""What a store is opened with: SQLite pragmas are checked before any connection, and a URL of a database turnstore
+does not keep its data in, or whose driver or server is missing, is a typed one-line error."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_runner import assert_one_error_line, run_cli
+
+from turnstore import InvalidArgument, StorageError, Store
+from turnstore.pragmas import check_pragmas
+
+
+@pytest.mark.parametrize(
+    ("pragmas", "expected"),
+    [
+        ({"synchronus": "full"}, "SQLite has no pragma 'synchronus'"),
+        ({"synchronous": "fulll"}, "synchronous takes one of"),
+        ({"journal_mode": "wall"}, "journal_mode takes one of"),
+        ({"foreign_keys": "maybe"}, "foreign_keys takes one of"),
+        ({"busy_timeout": "soon"}, "busy_timeout takes an integer"),
+        ({"cache_size": 1.5}, "cache_size takes an integer"),
+        ({"user_version": 7}, "'user_version' is not a connection setting"),
+        ({"optimize": 1}, "'optimize' is not a connection setting"),
+        ({"synchronous": "normal; DROP TABLE sessions"}, "synchronous takes one of"),
+        ({3: "x"}, "SQLite has no pragma 3"),
+    ],
+)
+def test_a_pragma_sqlite_would_ignore_is_refused_before_the_file_is_made(
+    tmp_path: Path, pragmas: dict[Any, Any], expected: str
+) -> None:
+    path = tmp_path / "store.db"
+    with pytest.raises(InvalidArgument, match=expected) as raised:
+        Store(path, pragmas=pragmas)
+    assert "\n" not in str(raised.value)
+    assert not path.exists()
+
+
+def test_pragmas_must_be_a_mapping() -> None:
+    with pytest.raises(InvalidArgument, match="must be a mapping"):
+        check_pragmas([("synchronous", "full")])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("pragmas", "read", "expected"),
+    [
+        ({"synchronous": "FULL"}, "synchronous", 2),
+        ({"synchronous": 3}, "synchronous", 3),
+        ({"foreign_keys": True}, "foreign_keys", 1),
+        ({"cache_size": "-20000"}, "cache_size", -20000),
+        ({"cache_spill": "off"}, "cache_spill", 0),
+        ({"secure_delete": "fast"}, "secure_delete", 2),
+    ],
+)
+def test_settings_sqlite_takes_are_applied(tmp_path: Path, pragmas: dict[str, Any], read: str, expected: int) -> None:
+    with Store(tmp_path / "store.db", pragmas=pragmas) as store:
+        with store.engine.connect() as connection:
+            assert connection.exec_driver_sql(f"PRAGMA {read}").scalar() == expected
+
+
+def test_a_read_only_store_checks_its_pragmas_too(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    Store(path).close()
+    with pytest.raises(InvalidArgument, match="SQLite has no pragma"):
+        Store(path, read_only=True, pragmas={"nope": 1})
+
+
+def test_a_url_of_another_database_is_refused() -> None:
+    with pytest.raises(InvalidArgument, match="SQLite or PostgreSQL, not 'mysql'"):
+        Store("mysql://user@localhost/db")
+
+
+def test_a_postgresql_url_without_its_driver_says_what_to_install() -> None:
+    pytest.importorskip("sqlalchemy.dialects.postgresql.pg8000")
+    try:
+        import pg8000  # type: ignore[import-not-found]  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("pg8000 is installed here")
+    with pytest.raises(InvalidArgument, match=r"needs its driver \(pg8000\): pip install 'turnstore\[postgres\]'"):
+        Store("postgresql+pg8000://user@localhost/db")
+
+
+def test_a_postgresql_server_that_cannot_be_reached_is_a_storage_error() -> None:
+    pytest.importorskip("psycopg")
+    with pytest.raises(StorageError, match="cannot connect to the database server") as raised:
+        Store("postgresql://someone:secret@127.0.0.1:1/db")
+    assert "secret" not in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_the_cli_names_an_unreachable_server_in_one_line() -> None:
+    pytest.importorskip("psycopg")
+    result = run_cli("--db", "postgresql://someone:secret@127.0.0.1:1/db", "sessions")
+    line = assert_one_error_line(result, "cannot connect to the database server")
+    assert "secret" not in line
+
+
+def test_the_defaults_stay_what_the_docs_say(tmp_path: Path) -> None:
+    with Store(tmp_path / "store.db"):
+        pass
+    with sqlite3.connect(tmp_path / "store.db") as connection:
+        assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+def test_a_bare_path_with_a_tilde_is_in_the_home_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    with Store("~/agent.db") as store:
+        session = store.sessions.create(title="t")
+    assert (home / "agent.db").exists() and not (tmp_path / "~").exists()
+    exported = tmp_path / "session.jsonl"
+    with Store(home / "agent.db") as store:
+        store.export(session.session_id, "turnstore", exported)
+    (home / "in").mkdir()
+    exported.rename(home / "in" / "session.jsonl")
+    with Store(tmp_path / "other.db") as other:
+        assert other.import_("turnstore", "~/in").ok
+        assert [s.session_id for s in other.sessions.list()] == [session.session_id]
+
+
+def test_an_unknown_export_format_is_a_typed_error(tmp_path: Path) -> None:
+    with Store(tmp_path / "store.db") as store:
+        session = store.sessions.create()
+        with pytest.raises(InvalidArgument, match="unknown export format 'csv'"):
+            store.export(session.session_id, "csv")
