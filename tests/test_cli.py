@@ -361,7 +361,7 @@ def test_show_tree_of_a_multi_loop_session(run: Any, db: Path) -> None:
 
     assert result.code == 0
     assert first in result.out and second in result.out
-    assert f"default of {first}" in result.out
+    assert f"continuation of {first}" in result.out
 
 
 def test_show_json_shape(run: Any, db: Path) -> None:

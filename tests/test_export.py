@@ -23,7 +23,9 @@ from turnstore import (
     parse_message,
 )
 from turnstore.cli import main
+from turnstore.demo import build_demo
 from turnstore.export import EXPORT_FORMATS, SESSION_KEY, _Exporter
+from turnstore.repositories.message_json import dump_message
 
 FIXTURES = Path(__file__).parent / "fixtures" / "phi_core"
 ARRAY = FIXTURES / "messages" / "save_messages.json"
@@ -723,6 +725,30 @@ def test_phi_core_session_export_then_import_keeps_the_title(store: Store, tmp_p
     store.import_("phi-core", path)
 
     assert store.sessions.get(sid).title == "Built through the API"
+
+
+def test_phi_core_session_export_then_import_keeps_every_loop_s_context(store: Store, tmp_path: Path) -> None:
+    """phi-core has no fork point (a branch) nor first kept message (a compaction): the export names them by
+    place, and the import puts them back, so every loop's model call sees what it saw (regression: a branch
+    came back as a continuation, its context grown by the parent's later messages)."""
+
+    def contexts(of: Store, sid: str) -> list[tuple[str, str, list[str]]]:
+        return [
+            (loop.loop_id, loop.continuation_kind.value, [dump_message(m) for m in of.messages.context(loop.loop_id)])
+            for loop in of.loops.list(sid)
+        ]
+
+    sessions = build_demo(store)
+    kinds = set()
+    for sid in sessions:
+        before = contexts(store, sid)
+        kinds.update(kind for _, kind, _ in before)
+        path = tmp_path / f"{sid}.json"
+        store.export(sid, "phi-core-session", path)
+        store.sessions.delete(sid)
+        assert store.import_("phi-core", path).ok
+        assert contexts(store, sid) == before
+    assert {"branch", "compaction"} <= kinds
 
 
 def test_phi_core_session_export_of_an_untitled_session_has_no_title_key(store: Store) -> None:

@@ -156,8 +156,11 @@ def _phi_core_session(exporter: _Exporter) -> dict[str, Any]:
         loop.loop_id: [getattr(loop.reported_usage, name, 0) for name in USAGE_FIELDS] for loop in loops
     }
     with_usage: set[str] = set()
+    place: dict[int, dict[str, Any]] = {}  # message id -> its loop and index in that loop's exported messages
     for row in exporter.rows():
-        by_loop.setdefault(row.loop_id, []).append(exporter.phi_core_message(row))
+        exported = by_loop.setdefault(row.loop_id, [])
+        place[row.id] = {"loop_id": row.loop_id, "index": len(exported)}
+        exported.append(exporter.phi_core_message(row))
         if row.input_tokens is not None:
             if row.loop_id not in with_usage:
                 with_usage.add(row.loop_id)
@@ -177,6 +180,10 @@ def _phi_core_session(exporter: _Exporter) -> dict[str, Any]:
         else:
             record = _loop_record(loop, session.agent_id, by_loop.get(loop.loop_id, []), usage[loop.loop_id])
             record["children_loop_ids"] = children.get(loop.loop_id, [])
+            # phi-core has no fork point or kept-from message; turnstore reads these keys back (phi-core ignores them).
+            for key, message_id in (("fork_after", loop.fork_after), ("keep_from", loop.keep_from)):
+                if message_id in place:
+                    record[key] = place[message_id]
         records.append(record)
     header = loads(header_source) if exporter.source_format == "phi-core" else None
     if not isinstance(header, dict):

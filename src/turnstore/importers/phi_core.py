@@ -126,6 +126,8 @@ class PhiCoreImporter:
         spawn = data.get("parent_spawn_ref")
         if not isinstance(spawn, dict):
             spawn = {}
+        places: dict[tuple[str, int], int] = {}  # (loop id, index among its messages) -> index in the bundle
+        marked: list[tuple[LoopRow, dict[str, Any]]] = []
         for loop_number, record in enumerate(data["loops"], start=1):
             place = f"{path}: loop {loop_number}"
             bundle.records += 1
@@ -133,10 +135,24 @@ class PhiCoreImporter:
                 bundle.errors.append(RecordError(place, "loop record without a loop_id"))
                 continue
             bundle.add_source(compact(record))
-            self._add_loop(bundle, record, place, spawn)
+            marked.append((self._add_loop(bundle, record, place, spawn, places), record))
+        for loop, record in marked:
+            # A turnstore export's fork point and kept-from message: {"loop_id", "index"} of a message of the file.
+            if loop.continuation_kind == "branch":
+                loop.fork_after = _message_index(record.get("fork_after"), places)
+            elif loop.continuation_kind == "compaction":
+                loop.keep_from = _message_index(record.get("keep_from"), places)
         return bundle
 
-    def _add_loop(self, bundle: SessionBundle, record: dict[str, Any], place: str, spawn: dict[str, Any]) -> None:
+    def _add_loop(
+        self,
+        bundle: SessionBundle,
+        record: dict[str, Any],
+        place: str,
+        spawn: dict[str, Any],
+        places: dict[tuple[str, int], int],
+    ) -> LoopRow:
+        """Add one loop record and its messages to ``bundle`` (each message's index noted in ``places``)."""
         loop_id = record["loop_id"]
         loop_source = {key: value for key, value in record.items() if key != "messages"}
         kind = _continuation(record.get("continuation_kind"))
@@ -148,26 +164,25 @@ class PhiCoreImporter:
             except ValueError:
                 bundle.errors.append(RecordError(place, "loop usage is not a phi-core Usage"))
         config = record.get("config") if isinstance(record.get("config"), dict) else None
-        bundle.loops.append(
-            LoopRow(
-                loop_id=loop_id,
-                parent_loop_id=record.get("parent_loop_id") if kind != "initial" else None,
-                continuation_kind=kind if record.get("parent_loop_id") or kind == "initial" else "initial",
-                config=config,
-                status=_STATUS.get(str(record.get("status")), "completed"),
-                started_at=parse_time(record.get("started_at")),
-                ended_at=parse_time(record.get("ended_at")),
-                spawn_loop_id=spawn.get("parent_loop_id") if spawn and kind == "initial" else None,
-                spawn_tool_call_id=spawn.get("tool_call_id") if spawn and kind == "initial" else None,
-                reported_usage=reported,
-                metadata=record.get("metadata") if isinstance(record.get("metadata"), dict) else None,
-                source=compact(loop_source),
-            )
+        loop = LoopRow(
+            loop_id=loop_id,
+            parent_loop_id=record.get("parent_loop_id") if kind != "initial" else None,
+            continuation_kind=kind if record.get("parent_loop_id") or kind == "initial" else "initial",
+            config=config,
+            status=_STATUS.get(str(record.get("status")), "completed"),
+            started_at=parse_time(record.get("started_at")),
+            ended_at=parse_time(record.get("ended_at")),
+            spawn_loop_id=spawn.get("parent_loop_id") if spawn and kind == "initial" else None,
+            spawn_tool_call_id=spawn.get("tool_call_id") if spawn and kind == "initial" else None,
+            reported_usage=reported,
+            metadata=record.get("metadata") if isinstance(record.get("metadata"), dict) else None,
+            source=compact(loop_source),
         )
+        bundle.loops.append(loop)
         messages = record.get("messages") or []
         if not isinstance(messages, list):
             bundle.errors.append(RecordError(place, "loop messages is not an array"))
-            return
+            return loop
         parsed = []
         for number, item in enumerate(messages, start=1):
             try:
@@ -178,9 +193,11 @@ class PhiCoreImporter:
         for (item, message, number), (_, derived_turn) in zip(parsed, positions):
             turn = message.turn_id()
             turn_index = turn.turn_index if turn is not None and turn.loop_id == loop_id else derived_turn
+            places[(loop_id, number - 1)] = len(bundle.messages)
             bundle.messages.append(
                 MessageRow(message, loop_id, turn_index, source=compact(item), place=f"{place} message {number}")
             )
+        return loop
 
 
 def _named_session(path: Path, records: list[Any]) -> tuple[str | None, list[Any]]:
@@ -192,6 +209,16 @@ def _named_session(path: Path, records: list[Any]) -> tuple[str | None, list[Any
     if not isinstance(named, str) or not named:
         raise InvalidRecord(f"{path}: record 1", f"{SESSION_KEY} must be a non-empty string, got {named!r:.80}")
     return named, [first, *records[1:]]
+
+
+def _message_index(mark: Any, places: dict[tuple[str, int], int]) -> int | None:
+    """The bundle index of the message a ``{"loop_id": ..., "index": ...}`` mark names; None if it names none."""
+    if not isinstance(mark, dict):
+        return None
+    loop_id, index = mark.get("loop_id"), mark.get("index")
+    if not isinstance(loop_id, str) or not isinstance(index, int) or isinstance(index, bool):
+        return None
+    return places.get((loop_id, index))
 
 
 def _continuation(value: Any) -> str:
