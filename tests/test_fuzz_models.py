@@ -323,8 +323,15 @@ def stored(store: Any, loop_id: str) -> list[Any]:
     return [message.model_dump(mode="json") for message in store.messages.loop(loop_id)]
 
 
-def expected(value: Any, loop_id: str, turn_index: int | None) -> Any:
-    """What the store should give back for an accepted ``value``: the parsed model, turn-stamped as append does."""
+def expected(value: Any, loop_id: str, turn_index: int | None, dated: Any = None) -> Any:
+    """What the store should give back for an accepted ``value``: the parsed model, turn-stamped as append does
+    (and, for a dict of a user, assistant or tool result without a time, dated ``dated``, as append dates it)."""
+    if (
+        isinstance(value, dict)
+        and "timestamp" not in value
+        and value.get("role") in ("user", "assistant", "toolResult")
+    ):
+        value = {**value, "timestamp": dated}
     model = parse_message(value)
     if turn_index is not None and model.role != "extension" and model.turn_id() is None:
         model = model.with_turn_id(TurnId(loop_id=loop_id, turn_index=turn_index))
@@ -360,7 +367,7 @@ def test_append_stores_the_message_whole_or_refuses_it(store: Any, backend: str)
             return
         after = stored(store, loop_id)
         assert after[:-1] == before and len(after) == len(before) + 1
-        assert after[-1] == expected(value, loop_id, turn_index)
+        assert after[-1] == expected(value, loop_id, turn_index, after[-1].get("timestamp"))
         tally(name, "accepted")
 
     run()
@@ -391,7 +398,9 @@ def test_append_turn_writes_all_of_the_turn_or_none_of_it(store: Any, backend: s
             return
         after = stored(store, loop_id)
         assert after[: len(before)] == before
-        assert after[len(before) :] == [expected(m, loop_id, turn) for m in messages]
+        written = after[len(before) :]
+        assert len(written) == len(messages)
+        assert written == [expected(m, loop_id, turn, got.get("timestamp")) for m, got in zip(messages, written)]
         tally(name, "accepted" if bad_at == len(messages) else "accepted_mutated")
 
     run()
@@ -428,5 +437,6 @@ def test_heavy_values_through_append(store: Any, backend: str, case: str, value:
         assert stored(store, loop_id) == before
         tally(f"append_heavy[{backend}]", type(error).__name__)
         return
-    assert stored(store, loop_id) == [*before, expected(value, loop_id, None)]
+    after = stored(store, loop_id)
+    assert after == [*before, expected(value, loop_id, None, after[-1].get("timestamp"))]
     tally(f"append_heavy[{backend}]", "accepted")

@@ -1455,7 +1455,7 @@ def test_reads_give_the_same_messages_whether_validated_one_by_one_or_as_one_arr
         ({"timestamp": 1.5}, "timestamp: must be unix milliseconds"),
         ({"timestamp": True}, "timestamp: must be unix milliseconds"),
         ({"timestamp": "x"}, "timestamp: must be unix milliseconds"),
-        ({"timestamp": -1}, "timestamp: must be unix milliseconds"),
+        ({"timestamp": 2**63}, "timestamp: must be unix milliseconds"),
         ({"usage": Usage(input=1, output=1), "model": 5}, "model: must be a string"),
         ({"usage": Usage(input=1, output=1), "provider": {"a": 1}}, "provider: must be a string"),
         ({"usage": Usage(input=1, output=1), "model": "m" * 4000}, "over the limit of 150"),

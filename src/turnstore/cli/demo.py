@@ -50,7 +50,10 @@ def demo(settings: Settings) -> None:
     out.print(usage_table("Usage by loop", "loop", [(lid, u) for _, lid, u in by_loop]))
     out.print()
     out.print(usage_table("Usage by model", "model", [(_model_label(r.model, r.provider), r) for r in by_model]))
-    click.echo(f"\nExplore it: turnstore --db {visible(store.url)} sessions | show {session_ids[0]} | usage --by day")
+    db = visible(store.url)
+    click.echo("\nExplore it:")
+    for command in ("sessions", f"show {session_ids[0]}", "usage --by day", "search tests"):
+        click.echo(f"  turnstore --db {db} {command}")
 
 
 def _model_label(model: str | None, provider: str | None) -> str:

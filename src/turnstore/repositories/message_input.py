@@ -67,6 +67,11 @@ def check_messages(messages: object) -> None:
 _DATED_ROLES = frozenset({"user", "assistant", "toolResult"})
 """Roles whose messages carry a ``timestamp`` phi-core requires (a system prompt's defaults to 0)."""
 
+
+def _dated_role(role: object) -> bool:
+    return isinstance(role, str) and role in _DATED_ROLES
+
+
 _TURN_JSON: dict[tuple[str, int], str] = {}
 
 
@@ -113,11 +118,10 @@ def prepare_row(
     if loop_id is not None and not isinstance(loop_id, str):
         raise InvalidArgument("loop_id", f"must be a string, not {type(loop_id).__name__}")
     if timestamp is not None and (
-        not isinstance(timestamp, int) or isinstance(timestamp, bool) or not 0 <= timestamp <= MAX_INT
+        not isinstance(timestamp, int) or isinstance(timestamp, bool) or not -MAX_INT - 1 <= timestamp <= MAX_INT
     ):
-        raise InvalidArgument(
-            "timestamp", f"must be unix milliseconds, an integer from 0 to {MAX_INT}, got {timestamp!r}"
-        )
+        # Signed: an extension message may be dated before 1970 (its row's column, not phi-core's U64).
+        raise InvalidArgument("timestamp", f"must be unix milliseconds, a 64-bit integer, got {timestamp!r}")
     if not isinstance(usage_known, bool):
         raise InvalidArgument("usage_known", f"must be True or False, got {usage_known!r}")
     usage = usage_argument(usage)
@@ -135,7 +139,7 @@ def prepare_row(
         if len(source) * 4 > limit and len(source.encode("utf-8", "surrogatepass")) > limit:
             raise LimitExceeded(f"source is over the limit of {limit} bytes", [("source", "too large")])
     dated = now_ms() if timestamp is None else timestamp  # 0 is a time (1970-01-01), not a missing one
-    if isinstance(message, Mapping) and "timestamp" not in message and message.get("role") in _DATED_ROLES:
+    if isinstance(message, Mapping) and "timestamp" not in message and _dated_role(message.get("role")):
         # A hand-written dict without a time is dated as it is appended, as Message.user() dates a message.
         message = {**message, "timestamp": dated}
     parsed = parse_message(message)
