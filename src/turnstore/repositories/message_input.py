@@ -115,29 +115,8 @@ def prepare_row(
         InvalidMessage / TurnIdMismatch / InvalidArgument / LimitExceeded: as ``append`` documents them.
         LoopNotFound: ``postgresql`` and a loop id holding NUL, which it cannot even look up.
     """
-    if loop_id is not None and not isinstance(loop_id, str):
-        raise InvalidArgument("loop_id", f"must be a string, not {type(loop_id).__name__}")
-    if timestamp is not None and (
-        not isinstance(timestamp, int) or isinstance(timestamp, bool) or not -MAX_INT - 1 <= timestamp <= MAX_INT
-    ):
-        # Signed: an extension message may be dated before 1970 (its row's column, not phi-core's U64).
-        raise InvalidArgument("timestamp", f"must be unix milliseconds, a 64-bit integer, got {timestamp!r}")
-    if not isinstance(usage_known, bool):
-        raise InvalidArgument("usage_known", f"must be True or False, got {usage_known!r}")
+    _check_arguments(loop_id, timestamp, usage_known, model, provider, source, limits)
     usage = usage_argument(usage)
-    for name, value in (("model", model), ("provider", provider)):
-        if value is not None and not isinstance(value, str):
-            raise InvalidArgument(name, f"must be a string, not {type(value).__name__}")
-    if source is not None:
-        if not isinstance(source, str):
-            raise InvalidArgument(
-                "source", f"must be a string (the verbatim record) or None, got {type(source).__name__}"
-            )
-        if "\x00" in source:
-            raise InvalidArgument("source", "holds a NUL character (U+0000), which a database text column cannot store")
-        limit = limits.max_message_bytes
-        if len(source) * 4 > limit and len(source.encode("utf-8", "surrogatepass")) > limit:
-            raise LimitExceeded(f"source is over the limit of {limit} bytes", [("source", "too large")])
     dated = now_ms() if timestamp is None else timestamp  # 0 is a time (1970-01-01), not a missing one
     if isinstance(message, Mapping) and "timestamp" not in message and _dated_role(message.get("role")):
         # A hand-written dict without a time is dated as it is appended, as Message.user() dates a message.
@@ -183,3 +162,37 @@ def prepare_row(
         params["model"], params["provider"] = model, provider
     limits.check_row(params)
     return params, out_of_line.split_row(params)
+
+
+def _check_arguments(
+    loop_id: object,
+    timestamp: object,
+    usage_known: object,
+    model: object,
+    provider: object,
+    source: object,
+    limits: Limits,
+) -> None:
+    """Refuse :func:`prepare_row`'s arguments other than the message that are not of their kind, in one line each."""
+    if loop_id is not None and not isinstance(loop_id, str):
+        raise InvalidArgument("loop_id", f"must be a string, not {type(loop_id).__name__}")
+    if timestamp is not None and (
+        not isinstance(timestamp, int) or isinstance(timestamp, bool) or not -MAX_INT - 1 <= timestamp <= MAX_INT
+    ):
+        # Signed: an extension message may be dated before 1970 (its row's column, not phi-core's U64).
+        raise InvalidArgument("timestamp", f"must be unix milliseconds, a 64-bit integer, got {timestamp!r}")
+    if not isinstance(usage_known, bool):
+        raise InvalidArgument("usage_known", f"must be True or False, got {usage_known!r}")
+    for name, value in (("model", model), ("provider", provider)):
+        if value is not None and not isinstance(value, str):
+            raise InvalidArgument(name, f"must be a string, not {type(value).__name__}")
+    if source is not None:
+        if not isinstance(source, str):
+            raise InvalidArgument(
+                "source", f"must be a string (the verbatim record) or None, got {type(source).__name__}"
+            )
+        if "\x00" in source:
+            raise InvalidArgument("source", "holds a NUL character (U+0000), which a database text column cannot store")
+        limit = limits.max_message_bytes
+        if len(source) * 4 > limit and len(source.encode("utf-8", "surrogatepass")) > limit:
+            raise LimitExceeded(f"source is over the limit of {limit} bytes", [("source", "too large")])
