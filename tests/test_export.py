@@ -811,3 +811,47 @@ def test_rows_are_the_stored_text_and_columns_by_name(sqlite_store: Store) -> No
         refusal.cache_write_tokens,
         refusal.total_tokens,
     )
+
+
+def _branch_file(store: Store, tmp_path: Path) -> tuple[str, dict[str, Any], Path]:
+    """The demo's coding session exported as a phi-core-session file: its id, the parsed file, the path."""
+    sid = next(s for s in build_demo(store) if s.startswith("demo-coding"))
+    path = tmp_path / f"{sid}.json"
+    store.export(sid, "phi-core-session", path)
+    return sid, json.loads(path.read_text(encoding="utf-8")), path
+
+
+def test_a_fork_point_the_file_does_not_hold_is_a_note_and_the_branch_follows_its_parent(
+    store: Store, tmp_path: Path
+) -> None:
+    sid, data, path = _branch_file(store, tmp_path)
+    (branch,) = [loop for loop in data["loops"] if "fork_after" in loop]
+    for bad in ({"loop_id": branch["loop_id"], "index": 0}, {"loop_id": branch["parent_loop_id"], "index": 99}, "1"):
+        store.sessions.delete(sid)
+        branch["fork_after"] = bad
+        path.write_text(json.dumps(data), encoding="utf-8")
+        report = store.import_("phi-core", path)
+        assert report.ok and [note.reason.split(";")[0] for note in report.notes] == [
+            "fork_after names no message of the parent loop's history in this file"
+        ]
+        assert store.loops.get(branch["loop_id"]).fork_after is None
+
+
+def test_a_re_export_names_fork_points_by_their_places_in_the_new_file(store: Store, tmp_path: Path) -> None:
+    """A record left out of an import moves the places after it: the next export names the fork point where
+    it now is, not where the first file had it."""
+    sid, data, path = _branch_file(store, tmp_path)
+    before = [[dump_message(m) for m in store.messages.context(loop.loop_id)] for loop in store.loops.list(sid)]
+    (branch,) = [loop for loop in data["loops"] if "fork_after" in loop]
+    (parent,) = [loop for loop in data["loops"] if loop["loop_id"] == branch["fork_after"]["loop_id"]]
+    parent["messages"].insert(0, {"role": "user", "content": 5, "timestamp": "bad"})
+    branch["fork_after"]["index"] += 1
+    path.write_text(json.dumps(data), encoding="utf-8")
+    store.sessions.delete(sid)
+    assert store.import_("phi-core", path, skip_invalid=True).skipped
+    again = tmp_path / "again.json"
+    store.export(sid, "phi-core-session", again)
+    store.sessions.delete(sid)
+    assert store.import_("phi-core", again).ok
+    after = [[dump_message(m) for m in store.messages.context(loop.loop_id)] for loop in store.loops.list(sid)]
+    assert after == before

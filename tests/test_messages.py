@@ -7,6 +7,7 @@ import json
 import random
 import threading
 import time
+from collections import UserList, deque
 from pathlib import Path
 from typing import Any
 
@@ -1462,6 +1463,7 @@ def test_reads_give_the_same_messages_whether_validated_one_by_one_or_as_one_arr
         ({"usage": Usage(input=1, output=1), "model": "a\x00b"}, "NUL"),
         ({"usage": {"input": -1, "output": 1}}, "usage: input"),
         ({"usage": [1, 2]}, "usage: must be a Usage or a dict"),
+        ({"usage": {"input": 1, "output": 0, "cache_read_tokens": 60}}, "'cache_read_tokens' is not a usage field"),
         ({"loop_id": 5}, "loop_id: must be a string"),
         ({"loop_id": ["x"]}, "loop_id: must be a string"),
         ({"usage_known": "no"}, "usage_known: must be True or False"),
@@ -1487,6 +1489,12 @@ def test_a_usage_dict_counts_as_its_usage(store: Store, loop_id: str) -> None:
     store.messages.append(note, loop_id=loop_id, usage={"input": 10, "output": 2}, model="gpt-5", provider="openai")
     totals = store.usage.loop(loop_id)
     assert (totals.input, totals.output, totals.requests) == (10, 2, 1)
+
+
+def test_a_turn_may_be_any_sequence_of_messages(store: Store, loop_id: str) -> None:
+    assert len(store.messages.append_turn(loop_id, 0, UserList([user("a")]))) == 1
+    store.messages.append_to_turn(loop_id, deque([user("b")]), new_turn=False)
+    assert [m.text() for m in store.messages.loop(loop_id)] == ["a", "b"]  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("messages", [None, "hi", {"role": "user", "content": "hi"}, (m for m in [])])

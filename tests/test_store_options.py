@@ -21,12 +21,18 @@ from turnstore.pragmas import check_pragmas
         ({"synchronous": "fulll"}, "synchronous takes one of"),
         ({"journal_mode": "wall"}, "journal_mode takes one of"),
         ({"foreign_keys": "maybe"}, "foreign_keys takes one of"),
-        ({"busy_timeout": "soon"}, "busy_timeout takes an integer"),
-        ({"cache_size": 1.5}, "cache_size takes an integer"),
+        ({"busy_timeout": "soon"}, "busy_timeout takes a 64-bit integer"),
+        ({"cache_size": 1.5}, "cache_size takes a 64-bit integer"),
         ({"user_version": 7}, "'user_version' is not a connection setting"),
         ({"optimize": 1}, "'optimize' is not a connection setting"),
         ({"synchronous": "normal; DROP TABLE sessions"}, "synchronous takes one of"),
         ({3: "x"}, "SQLite has no pragma 3"),
+        ({"encoding": "UTF8"}, "'encoding' is not a connection setting"),
+        ({"cache_size": " -2000 "}, "cache_size takes a 64-bit integer"),
+        ({"cache_size": "--5"}, "cache_size takes a 64-bit integer"),
+        ({"cache_size": "\u00b2"}, "cache_size takes a 64-bit integer"),
+        ({"busy_timeout": "\u0663"}, "busy_timeout takes a 64-bit integer"),
+        ({"cache_size": 2**63}, "cache_size takes a 64-bit integer"),
     ],
 )
 def test_a_pragma_sqlite_would_ignore_is_refused_before_the_file_is_made(
@@ -53,6 +59,10 @@ def test_pragmas_must_be_a_mapping() -> None:
         ({"cache_size": "-20000"}, "cache_size", -20000),
         ({"cache_spill": "off"}, "cache_spill", 0),
         ({"secure_delete": "fast"}, "secure_delete", 2),
+        ({"synchronous": "on"}, "synchronous", 1),
+        ({"synchronous": True}, "synchronous", 1),
+        ({"SYNCHRONOUS": "full"}, "synchronous", 2),
+        ({"Busy_Timeout": 1234}, "busy_timeout", 1234),
     ],
 )
 def test_settings_sqlite_takes_are_applied(tmp_path: Path, pragmas: dict[str, Any], read: str, expected: int) -> None:
@@ -63,9 +73,13 @@ def test_settings_sqlite_takes_are_applied(tmp_path: Path, pragmas: dict[str, An
 
 def test_a_read_only_store_checks_its_pragmas_too(tmp_path: Path) -> None:
     path = tmp_path / "store.db"
-    Store(path).close()
+    with Store(path) as store:
+        store.sessions.create("s")
     with pytest.raises(InvalidArgument, match="SQLite has no pragma"):
         Store(path, read_only=True, pragmas={"nope": 1})
+    # A reader never sets the journal mode, however its name is spelled.
+    with Store(path, read_only=True, pragmas={"JOURNAL_MODE": "delete"}) as reader:
+        assert [s.session_id for s in reader.sessions.list()] == ["s"]
 
 
 def test_a_url_of_another_database_is_refused() -> None:
@@ -114,11 +128,10 @@ def test_a_bare_path_with_a_tilde_is_in_the_home_folder(tmp_path: Path, monkeypa
     with Store("~/agent.db") as store:
         session = store.sessions.create(title="t")
     assert (home / "agent.db").exists() and not (tmp_path / "~").exists()
-    exported = tmp_path / "session.jsonl"
-    with Store(home / "agent.db") as store:
-        store.export(session.session_id, "turnstore", exported)
     (home / "in").mkdir()
-    exported.rename(home / "in" / "session.jsonl")
+    with Store(home / "agent.db") as store:
+        store.export(session.session_id, "turnstore", "~/in/session.jsonl")
+    assert (home / "in" / "session.jsonl").exists()
     with Store(tmp_path / "other.db") as other:
         assert other.import_("turnstore", "~/in").ok
         assert [s.session_id for s in other.sessions.list()] == [session.session_id]

@@ -227,7 +227,7 @@ def open_engine(
         _refuse_undecodable(resolved)
         return create_engine(resolved, pragmas=pragmas, echo=echo)
     if pragmas is not None:
-        check_pragmas(pragmas)
+        pragmas = check_pragmas(pragmas)
     contents = sqlite_contents(path)
     # SQLite could not make the -wal and -shm files a connection to a WAL file needs.
     stuck = (
@@ -303,8 +303,7 @@ def create_engine(url: str | None = None, *, pragmas: Mapping[str, Any] | None =
     resolved = resolve_url(url)
     backend = make_url(resolved).get_backend_name()
     if backend == "sqlite":
-        check_pragmas(pragmas or {})
-        merged = {**SQLITE_PRAGMAS, **(pragmas or {})}
+        merged = {**SQLITE_PRAGMAS, **check_pragmas(pragmas or {})}
         # busy_timeout goes first whatever the caller's order: later pragmas may need to wait.
         ordered = {"busy_timeout": merged.pop("busy_timeout"), **merged}
         return _sqlite_engine(resolved, ordered, echo)

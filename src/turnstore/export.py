@@ -180,10 +180,12 @@ def _phi_core_session(exporter: _Exporter) -> dict[str, Any]:
         else:
             record = _loop_record(loop, session.agent_id, by_loop.get(loop.loop_id, []), usage[loop.loop_id])
             record["children_loop_ids"] = children.get(loop.loop_id, [])
-            # phi-core has no fork point or kept-from message; turnstore reads these keys back (phi-core ignores them).
-            for key, message_id in (("fork_after", loop.fork_after), ("keep_from", loop.keep_from)):
-                if message_id in place:
-                    record[key] = place[message_id]
+        # phi-core has no fork point or kept-from message; turnstore reads these keys back (phi-core ignores them).
+        # Named from the stored ids, never copied from a source: its places may not be this file's.
+        for key, message_id in (("fork_after", loop.fork_after), ("keep_from", loop.keep_from)):
+            record.pop(key, None)
+            if message_id in place:
+                record[key] = place[message_id]
         records.append(record)
     header = loads(header_source) if exporter.source_format == "phi-core" else None
     if not isinstance(header, dict):
@@ -305,7 +307,7 @@ def write_export(path: str | os.PathLike[str], chunks: Iterable[str]) -> None:
     Raises:
         ExportFailed: the file could not be written (the message names it and the system's reason).
     """
-    target = os.fspath(path)
+    target = os.path.expanduser(os.fspath(path))  # ~ is the home folder, as in a shell
     folder, name = os.path.split(target)
     try:
         fd, temp = tempfile.mkstemp(prefix=f".{name[:64]}.", suffix=".part", dir=folder or ".")

@@ -12,6 +12,7 @@ naming it, before the store opens.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Mapping
 from contextlib import closing
@@ -48,8 +49,10 @@ _NOT_SETTINGS = frozenset(
         "table_list",
         "table_xinfo",
         "wal_checkpoint",
-        # Fields of the store file itself, which turnstore's migrations own.
+        # Fields of the store file itself, which turnstore's migrations own (the encoding is fixed when it is made).
         "application_id",
+        "encoding",
+        "temp_store_directory",
         "schema_version",
         "user_version",
         "writable_schema",
@@ -58,13 +61,12 @@ _NOT_SETTINGS = frozenset(
 
 _BOOLEAN = frozenset({"0", "1", "on", "off", "true", "false", "yes", "no"})
 _CHOICES: dict[str, frozenset[str]] = {
-    "synchronous": frozenset({"0", "1", "2", "3", "off", "normal", "full", "extra"}),
+    "synchronous": _BOOLEAN | {"2", "3", "normal", "full", "extra"},  # on/yes/true: NORMAL, as SQLite reads them
     "journal_mode": frozenset({"delete", "truncate", "persist", "memory", "wal", "off"}),
     "temp_store": frozenset({"0", "1", "2", "default", "file", "memory"}),
     "locking_mode": frozenset({"normal", "exclusive"}),
     "auto_vacuum": frozenset({"0", "1", "2", "none", "full", "incremental"}),
     "secure_delete": _BOOLEAN | {"fast"},
-    "encoding": frozenset({"utf-8", "utf-16", "utf-16le", "utf-16be"}),
 }
 _BOOLEANS = frozenset(
     {
@@ -114,8 +116,9 @@ def _sqlite_pragmas() -> frozenset[str]:
         return frozenset(row[0] for row in connection.execute("PRAGMA pragma_list"))
 
 
-def check_pragmas(pragmas: Mapping[str, Any]) -> None:
-    """Refuse a pragma SQLite does not know as a setting, or a value the setting does not take.
+def check_pragmas(pragmas: Mapping[str, Any]) -> dict[str, Any]:
+    """``pragmas`` with their names in lower case, once none is a pragma SQLite does not know as a setting, nor
+    holds a value the setting does not take.
 
     Raises:
         InvalidArgument: names the pragma and what it takes.
@@ -123,10 +126,12 @@ def check_pragmas(pragmas: Mapping[str, Any]) -> None:
     if not isinstance(pragmas, Mapping):
         raise InvalidArgument("pragmas", f"must be a mapping of pragma names to values, not {type(pragmas).__name__}")
     known = _sqlite_pragmas()
+    checked: dict[str, Any] = {}
     for name, value in pragmas.items():
         if not isinstance(name, str) or name.lower() not in known:
             raise InvalidArgument("pragmas", f"SQLite has no pragma {name!r}")
         name = name.lower()
+        checked[name] = value
         if name in _NOT_SETTINGS:
             raise InvalidArgument("pragmas", f"{name!r} is not a connection setting a store can be opened with")
         text = str(value).lower() if isinstance(value, (str, int)) and not isinstance(value, bool) else None
@@ -136,12 +141,17 @@ def check_pragmas(pragmas: Mapping[str, Any]) -> None:
         if choices is not None and text not in choices:
             raise InvalidArgument("pragmas", f"{name} takes one of {', '.join(sorted(choices))}, not {value!r}")
         if name in _INTEGERS and not _is_integer(value) and not (name == "cache_spill" and text in _BOOLEAN):
-            raise InvalidArgument("pragmas", f"{name} takes an integer, not {value!r}")
+            raise InvalidArgument("pragmas", f"{name} takes a 64-bit integer, not {value!r}")
+    return checked
+
+
+_INTEGER = re.compile(r"-?[0-9]{1,19}")
 
 
 def _is_integer(value: Any) -> bool:
+    """An int, or the text of one in ASCII digits, that SQLite reads as that 64-bit integer."""
     if isinstance(value, bool):
         return False
     if isinstance(value, int):
-        return True
-    return isinstance(value, str) and value.strip().lstrip("-").isdigit()
+        return -(2**63) <= value < 2**63
+    return isinstance(value, str) and _INTEGER.fullmatch(value) is not None and -(2**63) <= int(value) < 2**63

@@ -128,6 +128,7 @@ class PhiCoreImporter:
             spawn = {}
         places: dict[tuple[str, int], int] = {}  # (loop id, index among its messages) -> index in the bundle
         marked: list[tuple[LoopRow, dict[str, Any]]] = []
+        numbers: list[int] = []
         for loop_number, record in enumerate(data["loops"], start=1):
             place = f"{path}: loop {loop_number}"
             bundle.records += 1
@@ -136,12 +137,26 @@ class PhiCoreImporter:
                 continue
             bundle.add_source(compact(record))
             marked.append((self._add_loop(bundle, record, place, spawn, places), record))
-        for loop, record in marked:
+            numbers.append(loop_number)
+        parents = {loop.loop_id: loop.parent_loop_id for loop in bundle.loops}
+        for (loop, record), loop_number in zip(marked, numbers):
             # A turnstore export's fork point and kept-from message: {"loop_id", "index"} of a message of the file.
-            if loop.continuation_kind == "branch":
-                loop.fork_after = _message_index(record.get("fork_after"), places)
-            elif loop.continuation_kind == "compaction":
-                loop.keep_from = _message_index(record.get("keep_from"), places)
+            key = {"branch": "fork_after", "compaction": "keep_from"}.get(loop.continuation_kind)
+            if key is None or record.get(key) is None:
+                continue
+            found = _message_index(record[key], places, _history(loop.parent_loop_id, parents))
+            if found is None:
+                bundle.notes.append(
+                    RecordError(
+                        f"{path}: loop {loop_number}",
+                        f"{key} names no message of the parent loop's history in this file; "
+                        + ("the branch follows the whole parent" if key == "fork_after" else "nothing is kept"),
+                    )
+                )
+            elif key == "fork_after":
+                loop.fork_after = found
+            else:
+                loop.keep_from = found
         return bundle
 
     def _add_loop(
@@ -211,14 +226,24 @@ def _named_session(path: Path, records: list[Any]) -> tuple[str | None, list[Any
     return named, [first, *records[1:]]
 
 
-def _message_index(mark: Any, places: dict[tuple[str, int], int]) -> int | None:
-    """The bundle index of the message a ``{"loop_id": ..., "index": ...}`` mark names; None if it names none."""
+def _message_index(mark: Any, places: dict[tuple[str, int], int], history: set[str]) -> int | None:
+    """The bundle index of the message a ``{"loop_id": ..., "index": ...}`` mark names, if it is one of a loop of
+    ``history`` (a fork point or kept message is in the parent's history); None otherwise."""
     if not isinstance(mark, dict):
         return None
     loop_id, index = mark.get("loop_id"), mark.get("index")
-    if not isinstance(loop_id, str) or not isinstance(index, int) or isinstance(index, bool):
+    if loop_id not in history or not isinstance(index, int) or isinstance(index, bool):
         return None
     return places.get((loop_id, index))
+
+
+def _history(loop_id: str | None, parents: dict[str, str | None]) -> set[str]:
+    """``loop_id`` and its ancestors: the loops whose messages a child of it may fork after or keep."""
+    found: set[str] = set()
+    while loop_id is not None and loop_id not in found:
+        found.add(loop_id)
+        loop_id = parents.get(loop_id)
+    return found
 
 
 def _continuation(value: Any) -> str:

@@ -44,6 +44,11 @@ class Settings:
         self.limits = limits or Limits()
 
 
+_USAGE_FIELDS = tuple(Usage.model_fields)
+_USAGE_KEYS = frozenset(_USAGE_FIELDS) | {"cacheRead", "cacheWrite", "totalTokens"}
+"""What a usage dict may hold: the fields, and the wire names phi-core writes."""
+
+
 def usage_argument(usage: Usage | Mapping[str, Any] | None) -> Usage | None:
     """A ``usage`` argument (``loops.end``, ``messages.append``): a :class:`Usage`, or its fields as a dict.
 
@@ -54,6 +59,9 @@ def usage_argument(usage: Usage | Mapping[str, Any] | None) -> Usage | None:
         return usage
     if not isinstance(usage, Mapping):
         raise InvalidArgument("usage", f"must be a Usage or a dict of its fields, not {type(usage).__name__}")
+    unknown = [key for key in usage if key not in _USAGE_KEYS]
+    if unknown:  # a Usage keeps unknown keys, but as an argument one is a misspelt count (cache_read_tokens)
+        raise InvalidArgument("usage", f"{unknown[0]!r} is not a usage field (fields: {', '.join(_USAGE_FIELDS)})")
     try:
         return Usage.model_validate(dict(usage))  # type: ignore[no-any-return]
     except ValidationError as error:

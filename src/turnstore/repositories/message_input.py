@@ -3,7 +3,7 @@ anything is written."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -55,12 +55,13 @@ def parse_message(value: MessageInput) -> Message | ExtensionMessage:
 
 
 def check_messages(messages: object) -> None:
-    """Refuse a turn's ``messages`` that are not a list (or tuple) of messages: one message, None, a generator.
+    """Refuse a turn's ``messages`` that are not a sequence of messages: one message (a dict or a string), None,
+    a generator.
 
     Raises:
         InvalidArgument: names what was given.
     """
-    if not isinstance(messages, (list, tuple)):
+    if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes, bytearray)):
         raise InvalidArgument("messages", f"must be a list of messages, not {type(messages).__name__}")
 
 
