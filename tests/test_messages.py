@@ -1531,3 +1531,26 @@ def test_reads_by_id_and_turn_refuse_what_is_not_one(store: Store, loop_id: str)
     with pytest.raises(TurnNotFound):
         store.messages.turn(loop_id, 2**70)
     assert store.messages.get(message_id).turn_index == 1
+
+
+def test_loop_ids_holding_nul_are_not_found_on_every_backend(store: Store, loop_id: str) -> None:
+    for call in (
+        lambda: store.messages.append_to_turn("a\x00", [user("q")], new_turn=True),
+        lambda: store.messages.append_turn("a\x00", 0, [user("q")]),
+        lambda: store.messages.turn("a\x00", 0),
+    ):
+        with pytest.raises(LoopNotFound):
+            call()
+
+
+def test_an_empty_turn_of_an_unknown_loop_is_not_found(store: Store, loop_id: str) -> None:
+    assert store.messages.append_turn(loop_id, 0, []) == []
+    with pytest.raises(LoopNotFound):
+        store.messages.append_turn("nope", 0, [])
+
+
+def test_a_negative_time_for_a_dict_without_one_blames_the_argument(store: Store, loop_id: str) -> None:
+    with pytest.raises(InvalidArgument, match="timestamp: dates a message without a time of its own"):
+        store.messages.append({"role": "user", "content": "hi"}, loop_id=loop_id, turn_index=0, timestamp=-5)
+    note = {"role": "extension", "kind": "note", "data": "before 1970"}
+    assert store.messages.get(store.messages.append(note, loop_id=loop_id, timestamp=-5)).message.role == "extension"

@@ -121,6 +121,10 @@ def prepare_row(
     dated = now_ms() if timestamp is None else timestamp  # 0 is a time (1970-01-01), not a missing one
     if isinstance(message, Mapping) and "timestamp" not in message and _dated_role(message.get("role")):
         # A hand-written dict without a time is dated as it is appended, as Message.user() dates a message.
+        if dated < 0:
+            raise InvalidArgument(
+                "timestamp", f"dates a message without a time of its own: must be 0 or more, got {dated}"
+            )
         message = {**message, "timestamp": dated}
     parsed = parse_message(message)
     role = parsed.role

@@ -152,7 +152,8 @@ class MessageRepository:
         """
         _check_loop_id(loop_id)
         rows, found = self._prepare_turn(loop_id, turn_index, messages, sources, usage_known)
-        if not rows:
+        if not rows:  # nothing to write; an unknown loop is still one
+            self._require_loop(loop_id)
             return []
         try:
             with self._db.write():
@@ -377,6 +378,7 @@ class MessageRepository:
             LoopNotFound: no such loop.
             TurnNotFound: the loop has no message in that turn.
         """
+        _check_loop_id(loop_id)
         if not isinstance(turn_index, int) or isinstance(turn_index, bool):
             raise InvalidArgument("turn_index", f"must be an integer, got {turn_index!r}")
         if not 0 <= turn_index <= MAX_TURN_INDEX:  # no stored turn (and no 64-bit value, past a point)
@@ -736,6 +738,8 @@ class MessageRepository:
 def _check_loop_id(loop_id: object) -> None:
     if not isinstance(loop_id, str):
         raise InvalidArgument("loop_id", f"must be a string, not {type(loop_id).__name__}")
+    if "\x00" in loop_id:  # no loop id holds NUL (PostgreSQL could not even look one up)
+        raise LoopNotFound(f"loop {loop_id!r} not found")
 
 
 def _check_count(n: object) -> None:
