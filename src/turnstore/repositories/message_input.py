@@ -97,7 +97,6 @@ def prepare_row(
     usage_known: bool = True,
     *,
     limits: Limits,
-    postgresql: bool,
     model: str | None = None,
     provider: str | None = None,
 ) -> tuple[dict[str, Any], dict[str, str]]:
@@ -114,7 +113,7 @@ def prepare_row(
 
     Raises:
         InvalidMessage / TurnIdMismatch / InvalidArgument / LimitExceeded: as ``append`` documents them.
-        LoopNotFound: ``postgresql`` and a loop id holding NUL, which it cannot even look up.
+        LoopNotFound: a loop id holding NUL (no loop's does; PostgreSQL could not even look one up).
     """
     _check_arguments(loop_id, timestamp, usage_known, model, provider, source, limits)
     usage = usage_argument(usage)
@@ -143,8 +142,8 @@ def prepare_row(
         loop_id, turn_index = turn.loop_id, turn.turn_index
     if loop_id is None:
         raise InvalidArgument("loop_id", "append needs a loop_id (or a message with a turnId)")
-    if postgresql and isinstance(loop_id, str) and "\x00" in loop_id:
-        raise LoopNotFound(f"loop {loop_id!r} not found")  # PostgreSQL cannot even look a NUL up
+    if "\x00" in loop_id:
+        raise LoopNotFound(f"loop {loop_id!r} not found")
     if turn_index is not None and (
         not isinstance(turn_index, int) or isinstance(turn_index, bool) or not 0 <= turn_index <= MAX_TURN_INDEX
     ):

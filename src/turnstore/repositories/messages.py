@@ -105,7 +105,15 @@ class MessageRepository:
             LoopNotFound: no such loop.
         """
         params, found = prepare_row(
-            message, loop_id, turn_index, usage, timestamp, source, model=model, provider=provider, **self._row_checks()
+            message,
+            loop_id,
+            turn_index,
+            usage,
+            timestamp,
+            source,
+            model=model,
+            provider=provider,
+            limits=self._settings.limits,
         )
         statement = q.insert_message(not self._db.is_sqlite)
         touch = (q.touch_session_of_loop(), self._touch_params(params["loop_id"]))
@@ -224,7 +232,7 @@ class MessageRepository:
         found: dict[str, str] = {}
         for message, source in zip(messages, _one_per_message(sources, len(messages))):
             params, more = prepare_row(
-                message, loop_id, turn_index, None, None, source, usage_known, **self._row_checks()
+                message, loop_id, turn_index, None, None, source, usage_known, limits=self._settings.limits
             )
             rows.append(params)
             found.update(more)
@@ -341,10 +349,6 @@ class MessageRepository:
                 if segment.loop_id == owner and (segment.upper is None or message_id <= segment.upper):
                     return segment.loop_id
         raise InvalidArgument("after", f"{message_id!r} is not a message of loop {loop.loop_id!r}'s history")
-
-    def _row_checks(self) -> dict[str, Any]:
-        """What :func:`.message_input.prepare_row` checks a row against: this store's limits and backend."""
-        return {"limits": self._settings.limits, "postgresql": self._db.is_postgresql}
 
     def _touch_params(self, loop_id: str) -> dict[str, Any]:
         return {"loop_id": loop_id, "updated_at": self._db.bind_time(utcnow())}
