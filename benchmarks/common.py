@@ -119,6 +119,7 @@ OPS = {  # operation key -> its number, the same in every table
     "usage": 7,
     "usage_loop": 8,
     "usage_by_model": 9,
+    "walk": 10,
 }
 
 

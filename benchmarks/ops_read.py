@@ -1,4 +1,4 @@
-"""The main table's read operations (4-9), on one database written through turnstore.
+"""The main table's read operations (4-10), on one database written through turnstore.
 
 The database holds a session of ~5,000 messages (4 loops) among other
 sessions' traffic. ``raw`` and ``turnstore`` read that file; ``raw_default``
@@ -16,7 +16,12 @@ connection that sets no pragma.
 8. ``usage_loop``: one loop's usage totals (``store.usage.loop``), each of the
    session's loops in turn, vs one ``SUM`` by ``loop_id``;
 9. ``usage_by_model``: usage per model across every session
-   (``store.usage.by_model()``) vs ``SUM … GROUP BY model, provider``.
+   (``store.usage.by_model()``) vs ``SUM … GROUP BY model, provider``;
+10. ``walk``: the whole session walked, each message built as it is reached
+   and let go (``for stored in store.messages.records(sid)``) vs one cursor
+   + ``json.loads`` of each row, nothing kept. Op 5 holds every model at once,
+   as an app that keeps the list does; this is how an app that renders,
+   exports or sums a session reads it.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import pstats
 import random
 import shutil
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -108,6 +113,11 @@ def _cycling(call: Callable[..., Any], args: list[tuple[Any, ...]]) -> Callable[
     return lambda: call(*next(it))
 
 
+def _count(items: Iterable[Any]) -> int:
+    """How many items an iterator yields, keeping none (how an app walks ``records()``)."""
+    return sum(1 for _ in items)
+
+
 def read_ops(db: ReadDb, sizes: Sizes) -> list[ReadOp]:
     sid, n, store = db.session_id, sizes.last_n, db.store
     pairs = random.Random(workload.SEED + 3).choices(db.turns, k=max(sizes.turn_calls, 1))
@@ -133,6 +143,13 @@ def read_ops(db: ReadDb, sizes: Sizes) -> list[ReadOp]:
             sizes.session_calls,
             2,
             runs(lambda rs: lambda: rs.session(sid), lambda: list(store.messages.records(sid))),
+        ),
+        ReadOp(
+            "walk",
+            f"walk the whole {db.in_session:,}-message session (each message built as reached, none kept)",
+            sizes.session_calls,
+            2,
+            runs(lambda rs: lambda: rs.walk(sid), lambda: _count(store.messages.records(sid))),
         ),
         ReadOp(
             "turn",
@@ -227,6 +244,8 @@ def check_reads(db: ReadDb, n: int) -> str:
         ]
         if mine != rs.session(sid):
             raise SystemExit(f"records(): turnstore and {name} returned different rows")
+        if rs.walk(sid) != len(mine):
+            raise SystemExit(f"walk: {name} walked {rs.walk(sid)} rows, turnstore {len(mine)}")
         for loop_id, k in db.turns[:: max(len(db.turns) // 50, 1)]:
             got = [m.model_dump(mode="json") for m in store.messages.turn(loop_id, k).messages]
             if got != rs.turn(loop_id, k):

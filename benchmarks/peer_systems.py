@@ -90,6 +90,13 @@ class System:
     async def whole(self, session_id: str) -> list[Any]:
         raise NotImplementedError
 
+    async def walk(self, session_id: str) -> int:
+        """Walk the whole session, item by item, keeping none; how many items.
+
+        A store with no streaming read walks the list its whole read returns.
+        """
+        return sum(1 for _ in await self.whole(session_id))
+
     async def usage(self, session_ids: list[str]) -> Totals:
         raise NotImplementedError
 
@@ -131,6 +138,13 @@ class Floor(System):
         text = raw.whole_text
         return [json.loads(text(self.connection, row[0])) for row in self.connection.execute(WHOLE, (session_id,))]
 
+    async def walk(self, session_id: str) -> int:
+        text, walked = raw.whole_text, 0
+        for row in self.connection.execute(WHOLE, (session_id,)):
+            json.loads(text(self.connection, row[0]))
+            walked += 1
+        return walked
+
     async def usage(self, session_ids: list[str]) -> Totals:
         return {row[0]: tuple(row[1:]) for row in sorted(self.connection.execute(USAGE_BY_MODEL))}  # type: ignore[misc]
 
@@ -167,6 +181,9 @@ class TurnstoreStore(System):
 
     async def whole(self, session_id: str) -> list[Any]:
         return list(self.store.messages.records(session_id))
+
+    async def walk(self, session_id: str) -> int:
+        return sum(1 for _ in self.store.messages.records(session_id))
 
     async def usage(self, session_ids: list[str]) -> Totals:
         return {

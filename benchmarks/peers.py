@@ -240,6 +240,8 @@ async def check_reads(
         whole = await system.whole(session_id)
         if comparable(system, whole) != expected_whole(system, turns, session_id):
             raise SystemExit(f"whole session: {system.label} did not return what was written")
+        if await system.walk(session_id) != len(whole):
+            raise SystemExit(f"walk: {system.label} walked another number of items than its whole read returns")
         last = await system.last(session_id, records)
         if not last or comparable(system, last) != comparable(system, whole)[-len(last) :]:
             raise SystemExit(f"last: {system.label} returned a different window")
@@ -316,6 +318,10 @@ async def run_reads(
         ops = {
             "last": (f"last {sizes.last_n} of a {in_session:,}-message session", lambda s: s.last(session_id, records)),
             "whole": (f"whole {in_session:,}-message session", lambda s: s.whole(session_id)),
+            "walk": (
+                f"walk the whole {in_session:,}-message session (none kept; a list where the store cannot stream)",
+                lambda s: s.walk(session_id),
+            ),
             "usage": (f"usage by model, all sessions ({total:,} messages)", lambda s: s.usage(session_ids)),
         }
         rows: list[Row] = []

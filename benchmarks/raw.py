@@ -285,6 +285,18 @@ class RawStore:
         rows = self.connection.execute(SESSION, (session_id,)).fetchall()
         return [(r[0], r[1], r[2], r[3], r[4], loads(r[5]), r[6]) for r in rows]
 
+    def walk(self, session_id: str) -> int:
+        """Every message row of a session in order, each parsed as it is reached and let go; returns how many.
+
+        What an app that walks a session (renders, exports, sums it) does by hand:
+        one cursor, ``json.loads`` per row, nothing kept.
+        """
+        loads, walked = self._loads, 0
+        for row in self.connection.execute(SESSION, (session_id,)):
+            loads(row[5])
+            walked += 1
+        return walked
+
     def turn(self, loop_id: str, turn_index: int) -> list[dict[str, Any]]:
         """The messages of one turn, in order, as dicts."""
         return [self._loads(row[0]) for row in self.connection.execute(TURN, (loop_id, turn_index)).fetchall()]

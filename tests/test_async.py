@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 from factories import assistant, user
 
+import turnstore.aio as aio
+import turnstore.repositories.messages as messages_module
 from turnstore import AsyncStore, SessionNotFound, Store
 
 
@@ -221,6 +223,29 @@ def test_records_stream_as_an_async_iterator(url: str) -> None:
                 await store.messages.append(user(str(turn)), loop_id=loop.loop_id, turn_index=turn)
             texts = [stored.message.content[0].text async for stored in store.messages.records("s")]
             assert texts == [str(turn) for turn in range(600)]
+        finally:
+            await store.close()
+
+    run(scenario())
+
+
+def test_records_read_a_small_batch_per_thread_hop(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first item costs one batch of STREAM_BATCH models, not hundreds: a live batch outlives the collector's young passes."""
+    built: list[int] = []
+    build = messages_module.stored_message
+    monkeypatch.setattr(messages_module, "stored_message", lambda row: built.append(row[0]) or build(row))
+
+    async def scenario() -> None:
+        store = await _fresh(url)
+        try:
+            await store.sessions.create("s")
+            loop = await store.loops.start("s")
+            await store.messages.append_turn(loop.loop_id, 0, [user(str(i)) for i in range(300)])
+            stream = store.messages.records("s")
+            first = await anext(stream)
+            assert len(built) == aio.STREAM_BATCH < 300
+            assert built[0] == first.id
+            await stream.aclose()
         finally:
             await store.close()
 

@@ -870,6 +870,26 @@ def test_records_streams_many_messages(store: Store, session_id: str, loop_id: s
     assert [r.id for r in store.messages.records(session_id)] == ids
 
 
+def test_records_builds_each_model_only_as_it_is_reached(sync_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model is built when the iteration reaches it, never a batch ahead (a batch of live models costs the collector).
+
+    The async store's batches are tested in test_async.py.
+    """
+    store = sync_store
+    session_id = store.sessions.create().session_id
+    loop_id = store.loops.start(session_id).loop_id
+    store.messages.append_turn(loop_id, 0, [user(f"m{i}") for i in range(50)])
+    built: list[int] = []
+    build = messages_module.stored_message
+    monkeypatch.setattr(messages_module, "stored_message", lambda row: built.append(row[0]) or build(row))
+    records = store.messages.records(session_id)
+    first = next(records)
+    assert built == [first.id]
+    second = next(records)
+    assert built == [first.id, second.id]
+    assert len(list(records)) == 48 and len(built) == 50
+
+
 def test_records_of_an_empty_session_or_loop(store: Store, session_id: str, loop_id: str) -> None:
     assert list(store.messages.records(session_id)) == []
     assert list(store.messages.records(loop_id=loop_id)) == []

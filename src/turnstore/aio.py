@@ -84,8 +84,14 @@ def _pinned_worker() -> ThreadPoolExecutor | None:
     return pin.worker if pin is not None and pin.open else None
 
 
-STREAM_BATCH = 500
-"""Items a streamed read (``records()``) fetches per thread hop."""
+STREAM_BATCH = 64
+"""Items a streamed read (``records()``) fetches per thread hop.
+
+Small on purpose: a batch is alive until the caller has iterated it, and a
+few hundred models at a time (about ten tracked objects each) outlive the
+cyclic collector's young passes, so it promotes them and its full passes walk
+the app's whole heap again. With 64 a batch stays below the first threshold;
+the extra thread hops cost less than those passes."""
 
 
 class _Workers:

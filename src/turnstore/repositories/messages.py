@@ -786,7 +786,13 @@ NOT_NULL_VIOLATION = "23502"
 """PostgreSQL's SQLSTATE for a NULL in a NOT NULL column: an insert's guard left the session NULL."""
 
 STREAM_BATCH = 2_000
-"""Rows :meth:`MessageRepository.records` reads and validates at a time."""
+"""Rows :meth:`MessageRepository.records` and :meth:`MessageRepository.rows` fetch at a time.
+
+``records()`` builds each model only as it is yielded, never a batch of them:
+models the caller has let go die before the cyclic collector sees them, so
+walking a session costs about what ``json.loads`` of its rows does, however
+large the app's heap (a list of thousands of live models is walked by the
+collector again and again)."""
 
 NAMES_BATCH = 16
 """Assistant messages :meth:`MessageRepository.tool_names` reads at a time: a call is most often among the newest."""
@@ -798,8 +804,5 @@ def _export_rows(db: Database, cursor: Any, mode: MediaMode) -> Iterator[ExportR
 
 
 def _stream(db: Database, cursor: Any, mode: MediaMode) -> Iterator[StoredMessage]:
-    while True:
-        models = [stored_message(row) for row in out_of_line.restore(db, cursor.fetchmany(STREAM_BATCH), (5, 6), mode)]
-        if not models:
-            return
-        yield from models
+    while batch := cursor.fetchmany(STREAM_BATCH):
+        yield from map(stored_message, out_of_line.restore(db, batch, (5, 6), mode))
