@@ -941,6 +941,27 @@ def test_show_marks_an_assistant_message_without_usage(run: Any, tmp_path: Path)
     assert result.code == 0 and "usage unknown" in result.out
 
 
+def test_show_says_usage_unknown_for_a_reply_stored_without_it(run: Any, tmp_path: Path) -> None:
+    """A reply stored with usage_known=False (an OpenAI Agents import) holds zeros in its JSON: shown as unknown."""
+    path = tmp_path / "run.db"
+    with Store(path) as store:
+        store.sessions.create("run")
+        loop = store.loops.start("run", config={"model": "gpt-5", "provider": "openai"})
+        store.messages.append_turn(loop.loop_id, 0, [user("q"), assistant("unknown", u=usage(0, 0))], usage_known=False)
+        store.messages.append_turn(loop.loop_id, 1, [user("q"), assistant("known", u=usage(12, 34))])
+    result = run("--db", path, "show", "run")
+    assert result.code == 0
+    unknown, known = (
+        next(line for line in result.out.splitlines() if f"assistant  {t}" in line) for t in ("unk", "kno")
+    )
+    assert "usage unknown" in unknown and "tok" not in unknown
+    assert "12+34 tok" in known
+
+    shown = json.loads(run("--db", path, "--json", "show", "run").out)
+    flags = [(m["message"]["role"], m.get("usage_known")) for m in shown["loops"][0]["messages"]]
+    assert flags == [("user", None), ("assistant", False), ("user", None), ("assistant", None)]
+
+
 def test_json_times_are_written_one_way(run: Any, db: Path) -> None:
     """Session, loop and list times in --json output alike: ISO 8601, UTC as Z (as pydantic writes the records')."""
     shown = run("--db", db, "show", ONE, "--json").json()

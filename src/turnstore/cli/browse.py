@@ -21,6 +21,7 @@ from ..models import (
     ToolResultMessage,
 )
 from ..records import ContinuationKind, Loop, StoredMessage
+from ..repositories.rows import ExportRow
 from .app import Settings, cli, media_option, pass_settings, shared_options
 from .output import console, json_time, print_json, short, text
 
@@ -99,18 +100,25 @@ def show(settings: Settings, session_id: str, loop_id: str | None, turn_index: i
                 messages[loop.loop_id].append(stored)
     if turn_index is not None and not messages[loops[0].loop_id]:
         raise TurnNotFound(f"loop {loops[0].loop_id!r} has no turn {turn_index}")
+    # Replies whose source recorded no usage: their JSON holds zeros, their row no token counts.
+    unknown = {row.id for row in store.messages.rows(session_id, media="omit") if _usage_unknown(row)}
     if settings.json:
         print_json(
             {
                 "session": session.model_dump(mode="json"),
-                "loops": [_loop_json(loop, messages[loop.loop_id]) for loop in loops],
+                "loops": [_loop_json(loop, messages[loop.loop_id], unknown) for loop in loops],
             }
         )
         return
-    _print_tree(session.session_id, session.title, loops, messages)
+    _print_tree(session.session_id, session.title, loops, messages, unknown)
 
 
-def _loop_json(loop: Loop, stored: list[StoredMessage]) -> dict[str, Any]:
+def _usage_unknown(row: ExportRow) -> bool:
+    """An assistant message stored with ``usage_known=False`` (counted at loop level, if at all)."""
+    return row.role == "assistant" and row.input_tokens is None
+
+
+def _loop_json(loop: Loop, stored: list[StoredMessage], unknown: set[int]) -> dict[str, Any]:
     return {
         "loop_id": loop.loop_id,
         "parent_loop_id": loop.parent_loop_id,
@@ -121,14 +129,20 @@ def _loop_json(loop: Loop, stored: list[StoredMessage]) -> dict[str, Any]:
         "started_at": json_time(loop.started_at),
         "ended_at": json_time(loop.ended_at) if loop.ended_at else None,
         "messages": [
-            {"id": m.id, "turn_index": m.turn_index, "seq": m.seq, "message": m.message.model_dump(mode="json")}
+            {
+                "id": m.id,
+                "turn_index": m.turn_index,
+                "seq": m.seq,
+                "message": m.message.model_dump(mode="json"),
+                **({"usage_known": False} if m.id in unknown else {}),
+            }
             for m in stored
         ],
     }
 
 
 def _print_tree(
-    session_id: str, title: str | None, loops: list[Loop], messages: dict[str, list[StoredMessage]]
+    session_id: str, title: str | None, loops: list[Loop], messages: dict[str, list[StoredMessage]], unknown: set[int]
 ) -> None:
     label = Text.assemble(("session ", "bold"), text(session_id, "bold"), "  " if title else "", text(title or ""))
     root = Tree(label)
@@ -157,14 +171,17 @@ def _print_tree(
                     f"#{stored.id} turn {turn} seq {stored.seq}  ",
                     (stored.message.role, "cyan"),
                     "  ",
-                    _describe(stored),
+                    _describe(stored, stored.id in unknown),
                 )
             )
     console().print(root)
 
 
-def _describe(stored: StoredMessage) -> Text:
-    """One line about a message; every stored value in it escaped and printed as plain text."""
+def _describe(stored: StoredMessage, usage_unknown: bool = False) -> Text:
+    """One line about a message; every stored value in it escaped and printed as plain text.
+
+    ``usage_unknown``: an assistant message stored without usage, whose JSON holds zeros.
+    """
     message = stored.message
     if isinstance(message, ExtensionMessage):
         return Text(short(f"[{message.kind}] {message.data}", 90))
@@ -181,7 +198,7 @@ def _describe(stored: StoredMessage) -> Text:
     line = Text(short(" ".join(parts), 90))
     if isinstance(message, AssistantMessage):
         used = message.usage
-        counts = f"{used.input}+{used.output} tok" if used is not None else "usage unknown"
+        counts = f"{used.input}+{used.output} tok" if used is not None and not usage_unknown else "usage unknown"
         line.append(f"  {message.stop_reason.value}, {counts}", "dim")
         if message.error_message:
             line.append(f"  {short(message.error_message, 60)}", "red")
