@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -841,6 +842,17 @@ def test_demo_prints_three_usage_tables_with_cost(run: Any, tmp_path: Path) -> N
     total_rows = [line for line in result.out.splitlines() if re.match(r"│ total\b", line)]
     assert len(total_rows) == 3 and all("$" in line for line in total_rows)
     assert not re.search(r"│\s+-\s+│", result.out)  # every cost is known
+
+
+def test_demo_prints_commands_that_run_as_pasted_from_a_folder_with_spaces(run: Any, tmp_path: Path) -> None:
+    folder = tmp_path / "my agent's data"
+    folder.mkdir()
+    result = run("--db", folder / "demo.db", "demo")
+    commands = [shlex.split(line) for line in result.out.splitlines() if line.startswith("  turnstore --db ")]
+    assert len(commands) == 4
+    for command in commands:
+        assert command[:3] == ["turnstore", "--db", f"sqlite:///{folder / 'demo.db'}"]
+        assert run(*command[1:]).code == 0, command
 
 
 def test_demo_twice_gives_the_same_sessions(run: Any, tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 import click
 
 from ..usage import UsageTotals
@@ -50,9 +52,9 @@ def demo(settings: Settings) -> None:
     out.print(usage_table("Usage by loop", "loop", [(lid, u) for _, lid, u in by_loop]))
     out.print()
     out.print(usage_table("Usage by model", "model", [(_model_label(r.model, r.provider), r) for r in by_model]))
-    db = visible(store.url)
+    db = shlex.quote(visible(store.url))  # pasted into a shell: a path with spaces stays one argument
     click.echo("\nExplore it:")
-    for command in ("sessions", f"show {session_ids[0]}", "usage --by day", "search tests"):
+    for command in ("sessions", f"show {shlex.quote(session_ids[0])}", "usage --by day", "search tests"):
         click.echo(f"  turnstore --db {db} {command}")
 
 
