@@ -7,8 +7,11 @@ The script writes a deterministic pi-mono v3 session file (user prompts;
 assistant replies with thinking blocks and their signatures, text and tool
 calls; tool results; usage with cost; model and thinking-level changes; two
 branches, one with a branch summary; a compaction) and times
-``store.import_("pi", path)``, each repetition into a new SQLite file (the
-store is opened, and its schema created, before the clock starts). A session
+``store.import_("pi", path, tune_process=True)``, as ``turnstore import`` runs
+it, each repetition into a new SQLite file (the store is opened, and its schema
+created, before the clock starts); and the same import as a library call gets
+it by default, without ``tune_process`` (the collector left as the app set it,
+no thread of the import's own). With it, a session
 this large leaves its WAL checkpoint to the import's own thread
 (``turnstore/repositories/import_writes.py``), which is joined before the call
 returns; a second time is taken when the checkpoint is done too (the same, now;
@@ -363,8 +366,9 @@ def write_sessions(directory: Path, messages: int, files: int) -> Path:
 TABLES = ("sessions", "loops", "messages", "imports")
 
 LABELS = {
-    "turnstore": "turnstore `store.import_`",
+    "turnstore": "turnstore `store.import_(..., tune_process=True)` (as `turnstore import`)",
     "turnstore_checkpointed": "turnstore, until the WAL is checkpointed",
+    "turnstore_guest": "turnstore `store.import_` (default: the process left alone)",
     "raw": "raw sqlite3 floor",
 }
 
@@ -391,14 +395,17 @@ def table_rows(path: Path, *, with_ids: bool = True) -> dict[str, tuple[list[str
         connection.close()
 
 
-def run_turnstore(source: Path, db: Path, messages: int, sessions: int = 1) -> tuple[int, int]:
+def run_turnstore(source: Path, db: Path, messages: int, sessions: int = 1, tune: bool = True) -> tuple[int, int]:
     """Import ``source`` into a new SQLite file; nanoseconds until ``store.import_`` returns, and until
-    the write-ahead log is also checkpointed (``turnstore/repositories/import_writes.py``)."""
+    the write-ahead log is also checkpointed (``turnstore/repositories/import_writes.py``).
+
+    ``tune``: ``tune_process=True``, as ``turnstore import`` passes (off: a library call's default).
+    """
     remove_db(db)
     store = Store(db)
     try:
         start = time.perf_counter_ns()
-        report = store.import_("pi", source)
+        report = store.import_("pi", source, **({"tune_process": True} if tune else {}))
         returned = time.perf_counter_ns()
         checkpoints = getattr(store._db, "checkpoints", None)  # older versions checkpoint after import_ returns
         if checkpoints is not None:
@@ -519,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
             remove_db(db)
             store = Store(db)
             profiler = cProfile.Profile()
-            profiler.runcall(store.import_, "pi", source)
+            profiler.runcall(store.import_, "pi", source, tune_process=True)
             store.close()
             profiler.dump_stats(args.profile)
             print(f"wrote the profile of one import to {args.profile}")
@@ -589,6 +596,10 @@ class Case:
         self.samples["turnstore"].append(returned)
         self.samples["turnstore_checkpointed"].append(checkpointed)
         self.samples["raw"].append(run_raw(self.table, db))
+        remove_db(db)
+        self.samples["turnstore_guest"].append(
+            run_turnstore(self.source, db, messages * self.sessions, self.sessions, tune=False)[0]
+        )
         remove_db(db)
 
     def ratio(self, system: str) -> float:

@@ -227,7 +227,8 @@ def build(db: Path, sessions: list[int], exports: Path, images: bool) -> dict[st
 
     store = Store(db)
     started = time.perf_counter()
-    report = store.import_("turnstore", *files, progress=progress)
+    # The benchmark's own process: build as `turnstore import` does.
+    report = store.import_("turnstore", *files, progress=progress, tune_process=True)
     seconds = time.perf_counter() - started
     store.close()
     if not report.ok or report.messages != len(sessions) * MESSAGES_PER_SESSION:

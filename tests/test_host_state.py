@@ -298,13 +298,14 @@ def test_imports_leave_the_process_as_they_found_it_during_and_after(tmp_path: P
     assert report.sessions_written or report.sessions_unchanged, report
     dry = store.import_(fmt, *paths, dry_run=True)
     assert dry.dry_run
+    tuned = store.import_(fmt, *paths, skip_invalid=True, replace=True, tune_process=True)
+    assert tuned.sessions_written or tuned.sessions_unchanged, tuned
     store.close()
     assert_unchanged(before, host_state(), f"import {fmt}")
     assert during, "progress was never called"
     for seen in during:
-        seen.pop("threads")  # an import may run its checkpoint thread meanwhile (joined before it returns)
-        seen.pop("fds")  # and has the file open
-        expected = {key: value for key, value in before.items() if key not in ("threads", "fds")}
+        seen.pop("fds")  # the import has the file open
+        expected = {key: value for key, value in before.items() if key != "fds"}
         assert_unchanged(expected, seen, f"import {fmt} (during, in progress)")
 
 
@@ -413,10 +414,13 @@ def restore_gc() -> Iterator[None]:
     (gc.enable if was else gc.disable)()
 
 
-def test_an_import_keeps_a_collector_the_app_turned_off_off(tmp_path: Path, restore_gc: None) -> None:
+@pytest.mark.parametrize("tune_process", [False, True])
+def test_an_import_keeps_a_collector_the_app_turned_off_off(
+    tmp_path: Path, restore_gc: None, tune_process: bool
+) -> None:
     gc.disable()
     with Store(tmp_path / "store.db") as store:
-        store.import_("pi", *_sources(tmp_path)["pi"])
+        store.import_("pi", *_sources(tmp_path)["pi"], tune_process=tune_process)
         assert not gc.isenabled()
 
 
@@ -458,7 +462,7 @@ def test_an_import_that_fails_midway_leaves_the_process_as_it_found_it(
     store = Store(tmp_path / "store.db")
     before = host_state()
     with pytest.raises(KeyboardInterrupt):
-        store.import_("pi", *_sources(tmp_path)["pi"])
+        store.import_("pi", *_sources(tmp_path)["pi"], tune_process=True)
     store.close()
     assert_unchanged(before, host_state(), "an interrupted import")
 

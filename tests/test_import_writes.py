@@ -96,7 +96,7 @@ def test_a_plain_commit_checkpoints_itself(sqlite_store: Store) -> None:
 def test_a_large_session_leaves_the_pages_in_the_log_and_asks_the_thread(
     sqlite_store: Store, requests: list[ImportWrites]
 ) -> None:
-    writes = ImportWrites(sqlite_store._db)
+    writes = ImportWrites(sqlite_store._db, checkpoint_thread=True)
     with writes.session(LARGE_SESSION_MESSAGES):
         assert sqlite_store._db.pragma("wal_autocheckpoint") == 0
         assert sqlite_store._db.pragma("cache_size") == -3 * LARGE_SESSION_MESSAGES
@@ -110,7 +110,7 @@ def test_a_large_session_leaves_the_pages_in_the_log_and_asks_the_thread(
 
 
 def test_the_thread_copies_the_log_and_ends_on_close(sqlite_store: Store) -> None:
-    writes = ImportWrites(sqlite_store._db)
+    writes = ImportWrites(sqlite_store._db, checkpoint_thread=True)
     with writes.session(LARGE_SESSION_MESSAGES):
         session_id, _ = write_log_pages(sqlite_store)
     executor = writes._executor
@@ -125,7 +125,7 @@ def test_the_thread_copies_the_log_and_ends_on_close(sqlite_store: Store) -> Non
 
 
 def test_a_spilled_large_session_keeps_the_default_cache(sqlite_store: Store, requests: list[ImportWrites]) -> None:
-    with ImportWrites(sqlite_store._db).session(LARGE_SESSION_MESSAGES, spilled=True):
+    with ImportWrites(sqlite_store._db, checkpoint_thread=True).session(LARGE_SESSION_MESSAGES, spilled=True):
         assert sqlite_store._db.pragma("cache_size") == -2000
         assert sqlite_store._db.pragma("wal_autocheckpoint") == 0
 
@@ -135,7 +135,10 @@ def test_a_failed_write_restores_the_settings_and_asks_nothing(
 ) -> None:
     session_id = sqlite_store.sessions.create().session_id
     with pytest.raises(RuntimeError, match="stop"):
-        with ImportWrites(sqlite_store._db).session(LARGE_SESSION_MESSAGES), sqlite_store.transaction():
+        with (
+            ImportWrites(sqlite_store._db, checkpoint_thread=True).session(LARGE_SESSION_MESSAGES),
+            sqlite_store.transaction(),
+        ):
             sqlite_store.loops.start(session_id)
             raise RuntimeError("stop")
 
@@ -155,7 +158,7 @@ def test_deferral_leaves_other_settings_alone(
 ) -> None:
     with Store(tmp_path / "a.db", pragmas=pragmas) as store:
         before = store._db.pragma("wal_autocheckpoint")
-        with ImportWrites(store._db).session(LARGE_SESSION_MESSAGES):
+        with ImportWrites(store._db, checkpoint_thread=True).session(LARGE_SESSION_MESSAGES):
             assert store._db.pragma("wal_autocheckpoint") == before
             write_log_pages(store)
 
@@ -166,7 +169,7 @@ def test_deferral_leaves_other_settings_alone(
 def test_small_sessions_and_enclosing_transactions_keep_sqlites_settings(
     sqlite_store: Store, requests: list[ImportWrites]
 ) -> None:
-    writes = ImportWrites(sqlite_store._db)
+    writes = ImportWrites(sqlite_store._db, checkpoint_thread=True)
     with writes.session(LARGE_SESSION_MESSAGES - 1):
         assert sqlite_store._db.pragma("wal_autocheckpoint") == 1000
         assert sqlite_store._db.pragma("cache_size") == -2000
@@ -178,14 +181,16 @@ def test_small_sessions_and_enclosing_transactions_keep_sqlites_settings(
 
 
 @pytest.mark.parametrize("messages", [LARGE_SESSION_MESSAGES - 1, LARGE_SESSION_MESSAGES])
-def test_only_large_imports_ask_for_a_checkpoint(
-    store: Any, backend: str, tmp_path: Path, requests: list[ImportWrites], messages: int
+@pytest.mark.parametrize("tune_process", [True, False])
+def test_only_large_imports_that_may_tune_the_process_ask_for_a_checkpoint(
+    store: Any, backend: str, tmp_path: Path, requests: list[ImportWrites], messages: int, tune_process: bool
 ) -> None:
-    report = store.import_("turnstore", write_export(tmp_path / "big.jsonl", messages))
+    report = store.import_("turnstore", write_export(tmp_path / "big.jsonl", messages), tune_process=tune_process)
 
     assert report.ok and report.messages == messages
     large = messages >= LARGE_SESSION_MESSAGES
-    assert len(requests) == (1 if large and backend.startswith("sqlite") else 0)  # PostgreSQL has no WAL file
+    # PostgreSQL has no WAL file; without tune_process the commit checkpoints itself, as SQLite does by default.
+    assert len(requests) == (1 if large and tune_process and backend.startswith("sqlite") else 0)
 
 
 def test_a_failed_checkpoint_is_logged(
@@ -200,7 +205,7 @@ def test_a_failed_checkpoint_is_logged(
 
     monkeypatch.setattr(Database, "pragma", refuse)
     with caplog.at_level(logging.WARNING, logger=import_writes.__name__):
-        with ImportWrites(sqlite_store._db) as writes:
+        with ImportWrites(sqlite_store._db, checkpoint_thread=True) as writes:
             writes._request()
 
     assert "WAL checkpoint after an import failed: disk I/O error" in caplog.text
@@ -215,16 +220,31 @@ def test_no_thread_outlives_an_import(sqlite_store: Store, tmp_path: Path) -> No
         (folder / f"{index}.jsonl").write_text(text.replace('"big', f'"big{index}'))
     seen: list[set[threading.Thread]] = []
 
-    report = sqlite_store.import_("turnstore", folder, progress=lambda *_: seen.append(set(threading.enumerate())))
+    report = sqlite_store.import_(
+        "turnstore", folder, progress=lambda *_: seen.append(set(threading.enumerate())), tune_process=True
+    )
 
     assert report.ok and len(report.sessions_written) == 2
     assert any(thread not in before for thread in seen[0])  # the first file's checkpoint thread, during the call
     assert set(threading.enumerate()) == before
 
 
+def test_an_import_starts_no_thread_unless_it_may_tune_the_process(sqlite_store: Store, tmp_path: Path) -> None:
+    before = set(threading.enumerate())
+    seen: list[set[threading.Thread]] = []
+    path = write_export(tmp_path / "big.jsonl", LARGE_SESSION_MESSAGES + 1)
+
+    report = sqlite_store.import_("turnstore", path, progress=lambda *_: seen.append(set(threading.enumerate())))
+
+    assert report.ok and report.messages == LARGE_SESSION_MESSAGES + 1
+    assert seen == [before] and set(threading.enumerate()) == before
+
+
+@pytest.mark.parametrize("tune_process", [False, True])
 def test_an_import_leaves_the_adapter_registry_and_the_collector_as_they_were(
-    store: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tune_process: bool
 ) -> None:
+    """Without tune_process the collector is as the app set it even while rows are written; with it, paused then."""
     adapters = dict(sqlite3.adapters)
     during: list[tuple[dict[Any, Any], bool]] = []
     real = imports._insert_messages
@@ -234,16 +254,20 @@ def test_an_import_leaves_the_adapter_registry_and_the_collector_as_they_were(
         real(db, rows)
 
     monkeypatch.setattr(imports, "_insert_messages", watch)
-    path = write_export(tmp_path / "big.jsonl", 40)
+    text = write_export(tmp_path / "big.jsonl", 40).read_text()
     for enabled in (True, False):
+        path = tmp_path / f"{enabled}.jsonl"
+        path.write_text(text.replace('"big', f'"big-{enabled}'))
         (gc.enable if enabled else gc.disable)()
         try:
-            assert store.import_("turnstore", path, replace=True).ok
+            during.clear()
+            assert store.import_("turnstore", path, tune_process=tune_process).ok
             assert gc.isenabled() is enabled
+            assert during and all(collector is (enabled and not tune_process) for _, collector in during)
+            assert all(registry == adapters for registry, _ in during)
         finally:
             gc.enable()
     assert sqlite3.adapters == adapters
-    assert during and all(registry == adapters for registry, _ in during)
 
 
 @pytest.mark.parametrize("messages", [8, LARGE_SESSION_MESSAGES + 3])

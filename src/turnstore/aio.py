@@ -519,6 +519,7 @@ class AsyncStore:
         replace: bool = False,
         session_id: str | None = None,
         progress: Any = None,
+        tune_process: bool = False,
     ) -> ImportReport:
         """Import histories; see :meth:`turnstore.Store.import_`.
 
@@ -538,6 +539,7 @@ class AsyncStore:
                     replace=replace,
                     session_id=session_id,
                     progress=progress,
+                    tune_process=tune_process,
                 )
 
         return await self._workers.call(run, on_cancel=stop.set)

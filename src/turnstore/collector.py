@@ -7,7 +7,8 @@ walks them again in its older generations, and in an app with a large heap
 its full passes also walk everything the app holds.
 
 This is the library's only use of :mod:`gc`, and only ``Store.import_``
-(:mod:`turnstore.importing`) makes it, around each file it reads and writes:
+(:mod:`turnstore.importing`) makes it, when the app asks with
+``tune_process=True`` (``turnstore import`` does), around each file it reads and writes:
 :func:`collector_paused` turns the collector off for that block and back on
 (if it was on) as soon as the block ends, so anything it would have
 collected still is; reference counting frees memory meanwhile. The

@@ -12,6 +12,7 @@ joined before the call returns.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -41,6 +42,8 @@ def import_paths(
     paths: Sequence[str | Path],
     options: ImportOptions | None = None,
     progress: Progress | None = None,
+    *,
+    tune_process: bool = False,
 ) -> ImportReport:
     """Import every session found in ``paths`` (files or directories) of format ``fmt``.
 
@@ -50,7 +53,9 @@ def import_paths(
     ``options.skip_invalid``, which skips just the record (``report.skipped``).
     A file that cannot be read, or holds no records, and an entry of a walked
     directory that is not a regular file, are listed in ``report.errors``
-    (file and reason); the other files are imported.
+    (file and reason); the other files are imported. ``tune_process``: as in
+    :meth:`turnstore.Store.import_` (the collector paused per file, WAL
+    checkpoints on the import's own thread).
 
     Raises:
         ImportFailed: unknown format, or a path that does not exist or is
@@ -64,8 +69,8 @@ def import_paths(
     importer = get_importer(fmt)
     report = ImportReport(format=fmt, dry_run=options.dry_run)
     files = list(iter_files(paths, importer, report.errors))
-    with imports.writes() as writes:
-        run = _Run(store, imports, writes, importer, options, report)
+    with imports.writes(checkpoint_thread=tune_process) as writes:
+        run = _Run(store, imports, writes, importer, options, report, tune_process)
         for done, path in enumerate(files, start=1):
             report.files += 1
             problem = _blank_or_unreadable(path) or run.file(path)
@@ -95,11 +100,13 @@ class _Run:
     importer: Importer
     options: ImportOptions
     report: ImportReport
+    tune_process: bool
+    """Pause the cyclic collector around each file (``Store.import_(tune_process=True)``)."""
 
     def file(self, path: Path) -> RecordError | None:
         """Import every session of one file; what failed the file as a whole, if anything did."""
         try:
-            with collector_paused():
+            with collector_paused() if self.tune_process else contextlib.nullcontext():
                 for bundle in self.importer.bundles(path, self.options):
                     self.bundle(bundle)
                     # Freed now, by reference counting: not kept alive while the next session is

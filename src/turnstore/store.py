@@ -128,6 +128,7 @@ class Store:
         replace: bool = False,
         session_id: str | None = None,
         progress: Any = None,
+        tune_process: bool = False,
     ) -> ImportReport:
         """Import histories of ``format`` from files or directories; see :mod:`turnstore.importers`.
 
@@ -142,6 +143,13 @@ class Store:
             replace: overwrite a session that exists with other content.
             session_id: the session id for sources that name none.
             progress: ``callable(file, done, total)`` called after each file.
+            tune_process: let the import tune this process while it runs, as
+                ``turnstore import`` does: pause Python's cyclic garbage collector
+                while it reads and writes each file, and copy SQLite's write-ahead
+                log into the database on a thread of its own. Both end with the call
+                (the collector is switched back on only if it was on; the thread is
+                joined). Off by default: the process is the app's, and an import
+                then changes nothing of it (large imports run slower: docs/importers.md).
         """
         from .importers import ImportOptions
         from .importing import import_paths
@@ -155,6 +163,7 @@ class Store:
             [os.path.expanduser(os.fspath(p)) for p in paths],
             options,
             progress,
+            tune_process=tune_process,
         )
 
     def export(

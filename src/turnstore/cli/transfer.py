@@ -97,10 +97,17 @@ def import_(
                 replace=replace,
                 session_id=session_id,
                 progress=advance,
+                tune_process=True,  # this process is turnstore's own
             )
     else:
         report = store.import_(
-            fmt, *paths, dry_run=dry_run, skip_invalid=skip_invalid, replace=replace, session_id=session_id
+            fmt,
+            *paths,
+            dry_run=dry_run,
+            skip_invalid=skip_invalid,
+            replace=replace,
+            session_id=session_id,
+            tune_process=True,  # this process is turnstore's own
         )
     if settings.json:
         print_json(report.as_dict())

@@ -20,7 +20,10 @@ commit therefore runs with automatic checkpoints off, and a thread that the
 import starts (one per import call, at its first large session) runs ``PRAGMA
 wal_checkpoint(PASSIVE)`` on a connection of its own while the import reads
 its next file. :meth:`ImportWrites.close` waits for the last checkpoint and
-ends the thread before ``import_`` returns: no thread outlives the call.
+ends the thread before ``import_`` returns: no thread outlives the call. The
+thread is the app's to allow: only an import called with
+``tune_process=True`` (as ``turnstore import`` is) starts it; otherwise each
+large commit checkpoints itself, as SQLite does by default.
 
 Nothing is less durable or less visible: a session has committed when it is
 written, and every connection reads the log. Small sessions, spilled ones,
@@ -57,8 +60,10 @@ LARGE_WRITE_CACHE_KIB = 65_536
 class ImportWrites:
     """The large-write settings of one import call; :meth:`close` (or leaving the ``with`` block) ends its thread."""
 
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, *, checkpoint_thread: bool) -> None:
         self._database = database
+        self._checkpoint_thread = checkpoint_thread
+        """Whether large sessions commit with automatic checkpoints off and a thread of the import's copies the log."""
         self._executor: ThreadPoolExecutor | None = None
         self._queued: Future[None] | None = None
         self._wal: bool | None = None
@@ -81,7 +86,9 @@ class ImportWrites:
             if not spilled:  # a spilled session is read in bounded memory: its cache stays bounded too
                 kib = min(LARGE_WRITE_CACHE_KIB, LARGE_WRITE_CACHE_KIB_PER_MESSAGE * messages)
                 stack.enter_context(database.pragmas_during(cache_size=-kib))
-            deferred = self._in_wal_mode() and (database.pragma("wal_autocheckpoint") or 0) > 0
+            deferred = (
+                self._checkpoint_thread and self._in_wal_mode() and (database.pragma("wal_autocheckpoint") or 0) > 0
+            )
             if deferred:
                 stack.enter_context(database.pragmas_during(wal_autocheckpoint=0))
             yield

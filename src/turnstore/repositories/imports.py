@@ -52,9 +52,9 @@ class ImportRepository:
         """The store's limits, which imported sessions are held to."""
         return self._settings.limits
 
-    def writes(self) -> ImportWrites:
-        """The large-write settings for one import call (a ``with`` block; its checkpoint thread ends with it)."""
-        return ImportWrites(self._db)
+    def writes(self, *, checkpoint_thread: bool = False) -> ImportWrites:
+        """The large-write settings for one import call (a ``with`` block; its checkpoint thread, if any, ends with it)."""
+        return ImportWrites(self._db, checkpoint_thread=checkpoint_thread)
 
     def check(self, bundle: SessionBundle, fmt: str, *, replace: bool) -> str:
         """What writing the bundle would do, without writing; see :func:`check_bundle`."""
