@@ -588,6 +588,10 @@ class MessageRepository:
     ) -> Iterator[StoredMessage]:
         """Stream a session's (or a loop's) stored messages in order, without loading them all.
 
+        Each model is built as the iteration reaches it: walking a long session
+        this way, keeping none, costs about what parsing its rows does, while a
+        ``list()`` of thousands of models is walked by the cyclic collector again
+        and again (the more so in an app with a large heap).
         ``media``: as in :meth:`last`, for the message and its source.
 
         Raises:
