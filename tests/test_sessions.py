@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from factories import assistant, user
 
+import turnstore.queries as queries
 from turnstore import (
     AlreadyExists,
     InvalidArgument,
@@ -78,6 +80,29 @@ def test_create_exist_ok_returns_the_existing_session_unchanged(store: Store) ->
     assert again == first
     assert store.sessions.get("dup") == first
     assert store.sessions.count() == 1
+
+
+@pytest.mark.parametrize("exist_ok", [True, False])
+def test_a_session_created_by_another_connection_first_leaves_the_transaction_usable(
+    sync_store: Store, monkeypatch: pytest.MonkeyPatch, exist_ok: bool
+) -> None:
+    """The race of two creators: the other one's row lands between this one's check and insert.
+
+    On PostgreSQL a failed INSERT aborted the enclosing transaction, so the session
+    could not even be read back in it (what the integrations do on first write).
+    """
+    sync_store.sessions.create("raced", title="other")
+    real, checks = queries.session_exists, iter([sa.select(sa.literal(1)).where(sa.false())])
+    monkeypatch.setattr(queries, "session_exists", lambda: next(checks, real()))  # create's own check misses it
+    with sync_store.transaction():
+        if exist_ok:
+            assert sync_store.sessions.create("raced", title="mine", exist_ok=True).title == "other"
+        else:
+            with pytest.raises(AlreadyExists):
+                sync_store.sessions.create("raced", title="mine")
+        loop = sync_store.loops.start("raced")
+        sync_store.messages.append(user("still in the transaction"), loop_id=loop.loop_id, turn_index=0)
+    assert [m.message.text() for m in sync_store.messages.records("raced")] == ["still in the transaction"]
 
 
 def test_create_exist_ok_creates_when_missing(store: Store) -> None:

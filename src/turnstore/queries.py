@@ -12,6 +12,7 @@ from functools import cache
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 
 from .schema import USAGE_COLUMNS, imports, loops, messages, sessions, staging
 
@@ -88,14 +89,24 @@ def loop_visible() -> Any:
 
 @cache
 def insert_session() -> sa.Insert:
-    return sa.insert(sessions).values(
-        session_id=bp("session_id"),
-        agent_id=bp("agent_id"),
-        title=bp("title"),
-        metadata=bp("metadata"),
-        created_at=bp("created_at"),
-        updated_at=bp("updated_at"),
-        source=bp("source"),
+    return sa.insert(sessions).values(**{column: bp(column) for column in SESSION_INSERT_COLUMNS})
+
+
+SESSION_INSERT_COLUMNS = ("session_id", "agent_id", "title", "metadata", "created_at", "updated_at", "source")
+
+
+@cache
+def create_session() -> sa.Insert:
+    """:func:`insert_session` that inserts nothing when the id is taken (its rowcount says which).
+
+    A taken id raises no error, so on PostgreSQL an enclosing transaction is
+    not aborted by a session another connection created first. ``INSERT … ON
+    CONFLICT DO NOTHING`` is the same on SQLite (3.24 and later) and PostgreSQL.
+    """
+    return (
+        postgresql.insert(sessions)
+        .values(**{column: bp(column) for column in SESSION_INSERT_COLUMNS})
+        .on_conflict_do_nothing(index_elements=["session_id"])
     )
 
 

@@ -74,12 +74,15 @@ class SessionRepository:
             with self._db.write():
                 if self._db.fetchone(q.session_exists(), {"session_id": session_id}) is not None:
                     raise AlreadyExists(f"session {session_id!r} already exists")
-                self._db.execute(q.insert_session(), params)
-        except (AlreadyExists, self._db.IntegrityError):
-            # Exists already, or another process created it between the check and the insert.
+                # Another connection may create it between the check and the insert: then nothing is
+                # inserted and nothing fails, so an enclosing transaction goes on (PostgreSQL aborts a
+                # transaction at its first error).
+                if self._db.execute(q.create_session(), params).rowcount != 1:
+                    raise AlreadyExists(f"session {session_id!r} already exists")
+        except AlreadyExists:
             if exist_ok:
                 return self.get(session_id)
-            raise AlreadyExists(f"session {session_id!r} already exists") from None
+            raise
         return Session(
             session_id=session_id,
             agent_id=agent_id,
