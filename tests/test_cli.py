@@ -17,6 +17,7 @@ import pytest
 from alembic.script import ScriptDirectory
 from cli_runner import Result
 from factories import assistant, extension, tool_result, usage, user
+from sqlalchemy.engine import make_url
 
 import turnstore
 from turnstore import Message, Store, migrate
@@ -851,8 +852,21 @@ def test_demo_prints_commands_that_run_as_pasted_from_a_folder_with_spaces(run: 
     commands = [shlex.split(line) for line in result.out.splitlines() if line.startswith("  turnstore --db ")]
     assert len(commands) == 4
     for command in commands:
-        assert command[:3] == ["turnstore", "--db", f"sqlite:///{folder / 'demo.db'}"]
+        assert command[:3] == ["turnstore", "--db", str(folder / "demo.db")]
         assert run(*command[1:]).code == 0, command
+
+
+def test_demo_never_prints_a_database_password(run: Any, postgres: Any) -> None:
+    postgres.empty()
+    url = make_url(postgres.url).set(password="s3cr$t-pw").render_as_string(hide_password=False)  # trust auth
+    result = run("--db", url, "demo")
+    assert result.code == 0 and "s3cr" not in result.out and "***" in result.out
+    commands = [line for line in result.out.splitlines() if line.startswith("  turnstore ")]
+    assert len(commands) == 4 and not any("--db" in line for line in commands)
+    assert "TURNSTORE_URL" in result.out
+    shown = run("--db", url, "--json", "demo")
+    assert shown.code == 0 and "s3cr" not in shown.out and "***" in shown.json()["db"]
+    postgres.empty()
 
 
 def test_demo_twice_gives_the_same_sessions(run: Any, tmp_path: Path) -> None:
@@ -971,7 +985,7 @@ def test_show_says_usage_unknown_for_a_reply_stored_without_it(run: Any, tmp_pat
 
     shown = json.loads(run("--db", path, "--json", "show", "run").out)
     flags = [(m["message"]["role"], m.get("usage_known")) for m in shown["loops"][0]["messages"]]
-    assert flags == [("user", None), ("assistant", False), ("user", None), ("assistant", None)]
+    assert flags == [("user", None), ("assistant", False), ("user", None), ("assistant", True)]
 
 
 def test_json_times_are_written_one_way(run: Any, db: Path) -> None:

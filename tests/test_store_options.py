@@ -137,6 +137,18 @@ def test_a_bare_path_with_a_tilde_is_in_the_home_folder(tmp_path: Path, monkeypa
         assert [s.session_id for s in other.sessions.list()] == [session.session_id]
 
 
+@pytest.mark.parametrize("name", ["q?x.db", "p%41x.db", "a#b.db", "50% off.db", "x?mode=ro.db"])
+def test_a_bare_path_names_exactly_that_file(tmp_path: Path, name: str) -> None:
+    """``?``, ``#`` and ``%`` in a bare path are part of the file name, not the URL's query, fragment or escapes."""
+    with Store(tmp_path / name) as store:
+        store.sessions.create("s")
+    with Store(str(tmp_path / name)) as again:
+        assert again.sessions.exists("s")
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(("-wal", "-shm"))) == [name]
+    result = run_cli("--db", str(tmp_path / name), "sessions", "--json")
+    assert result.code == 0 and '"s"' in result.out
+
+
 def test_an_unknown_export_format_is_a_typed_error(tmp_path: Path) -> None:
     with Store(tmp_path / "store.db") as store:
         session = store.sessions.create()

@@ -133,6 +133,17 @@ def test_messages_without_usage_are_not_requests(store: Store, loop_id: str) -> 
     assert store.usage.loop(loop_id).requests == 1
 
 
+def test_unknown_lists_the_replies_stored_without_usage(store: Store, session_id: str, loop_id: str) -> None:
+    unknown = store.messages.append_turn(loop_id, 0, [user(), assistant(u=usage(0, 0))], usage_known=False)
+    store.messages.append_turn(loop_id, 1, [user(), assistant(u=usage(0, 0)), tool_result("x")])
+    later = store.messages.append_turn(loop_id, 2, [assistant(u=usage(5, 1))], usage_known=False)
+    assert store.usage.unknown(loop_id) == [unknown[1], later[0]]  # not the prompt, not the known zeros
+    other = store.loops.start(session_id).loop_id
+    assert store.usage.unknown(other) == []
+    with pytest.raises(LoopNotFound):
+        store.usage.unknown("no-such-loop")
+
+
 def test_reasoning_is_not_charged_twice(store: Store, loop_id: str) -> None:
     with_reasoning = usage(input=0, output=1_000_000, reasoning=800_000)
     store.messages.append_turn(loop_id, 0, [assistant(u=with_reasoning)])

@@ -496,3 +496,7 @@ class AsyncUsageRepository:
         return await self._workers.call(
             functools.partial(self._sync.by_day, session_id, loop_id=loop_id, prices=prices)
         )
+
+    async def unknown(self, loop_id: str) -> list[int]:
+        """Async twin of :meth:`UsageRepository.unknown <turnstore.repositories.usage.UsageRepository.unknown>`."""
+        return await self._workers.call(functools.partial(self._sync.unknown, loop_id))

@@ -70,7 +70,9 @@ def resolve_url(url: str | os.PathLike[str] | None = None) -> str:
     """Turn what a user typed into a SQLAlchemy URL string.
 
     ``None`` → ``$TURNSTORE_URL`` or ``sqlite:///turnstore.db``; a bare path →
-    ``sqlite:///<path>``, a leading ``~`` meaning the home folder as in a shell;
+    ``sqlite:///<path>``, a leading ``~`` meaning the home folder as in a shell
+    (its ``?``, ``#`` and ``%`` escaped, so they name the file and are not read
+    as the URL's query, fragment or escapes);
     ``postgresql://`` and ``postgres://`` → the psycopg 3 driver
     (``postgresql+psycopg://``).
     """
@@ -78,7 +80,7 @@ def resolve_url(url: str | os.PathLike[str] | None = None) -> str:
         url = os.environ.get("TURNSTORE_URL") or DEFAULT_URL
     text = os.fspath(url)
     if "://" not in text:
-        return f"sqlite:///{os.path.expanduser(text)}"
+        return sa.URL.create("sqlite", database=os.path.expanduser(text)).render_as_string()
     scheme, rest = text.split("://", 1)
     if scheme in {"postgresql", "postgres"}:
         return f"postgresql+psycopg://{rest}"

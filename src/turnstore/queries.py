@@ -111,6 +111,21 @@ def create_session() -> sa.Insert:
 
 
 @cache
+def unknown_usage() -> sa.Select[Any]:
+    """Ids of a loop's assistant messages stored without usage (``usage_known=False``), in order."""
+    return (
+        sa.select(messages.c.id)
+        .where(
+            messages.c.loop_id == bp("loop_id"),
+            messages.c.role == "assistant",
+            messages.c.input_tokens.is_(None),
+            loop_visible(),
+        )
+        .order_by(messages.c.id)
+    )
+
+
+@cache
 def get_session() -> sa.Select[Any]:
     return sa.select(*SESSION_COLUMNS).where(sessions.c.session_id == bp("session_id"), visible(bp("session_id")))
 

@@ -21,7 +21,6 @@ from ..models import (
     ToolResultMessage,
 )
 from ..records import ContinuationKind, Loop, StoredMessage
-from ..repositories.rows import ExportRow
 from .app import Settings, cli, media_option, pass_settings, shared_options
 from .output import console, json_time, print_json, short, text
 
@@ -101,7 +100,7 @@ def show(settings: Settings, session_id: str, loop_id: str | None, turn_index: i
     if turn_index is not None and not messages[loops[0].loop_id]:
         raise TurnNotFound(f"loop {loops[0].loop_id!r} has no turn {turn_index}")
     # Replies whose source recorded no usage: their JSON holds zeros, their row no token counts.
-    unknown = {row.id for row in store.messages.rows(session_id, media="omit") if _usage_unknown(row)}
+    unknown = {message_id for loop in loops for message_id in store.usage.unknown(loop.loop_id)}
     if settings.json:
         print_json(
             {
@@ -111,11 +110,6 @@ def show(settings: Settings, session_id: str, loop_id: str | None, turn_index: i
         )
         return
     _print_tree(session.session_id, session.title, loops, messages, unknown)
-
-
-def _usage_unknown(row: ExportRow) -> bool:
-    """An assistant message stored with ``usage_known=False`` (counted at loop level, if at all)."""
-    return row.role == "assistant" and row.input_tokens is None
 
 
 def _loop_json(loop: Loop, stored: list[StoredMessage], unknown: set[int]) -> dict[str, Any]:
@@ -134,7 +128,7 @@ def _loop_json(loop: Loop, stored: list[StoredMessage], unknown: set[int]) -> di
                 "turn_index": m.turn_index,
                 "seq": m.seq,
                 "message": m.message.model_dump(mode="json"),
-                **({"usage_known": False} if m.id in unknown else {}),
+                **({"usage_known": m.id not in unknown} if isinstance(m.message, AssistantMessage) else {}),
             }
             for m in stored
         ],

@@ -5,7 +5,9 @@ from __future__ import annotations
 import shlex
 
 import click
+from sqlalchemy.engine import make_url
 
+from ..engine import describe
 from ..usage import UsageTotals
 from .app import Settings, cli, pass_settings, shared_options
 from .escaping import visible
@@ -35,7 +37,7 @@ def demo(settings: Settings) -> None:
     if settings.json:
         print_json(
             {
-                "db": store.url,
+                "db": describe(store.url),
                 "sessions": [
                     {"session_id": sid, "title": sessions[sid].title, **u.model_dump(mode="json")}
                     for sid, u in by_session
@@ -46,16 +48,21 @@ def demo(settings: Settings) -> None:
         )
         return
     out = console()
-    click.echo(f"Built {len(session_ids)} demo sessions in {visible(store.url)}\n")
+    where = describe(store.url)  # a file's path; a server's URL with its password masked
+    click.echo(f"Built {len(session_ids)} demo sessions in {visible(where)}\n")
     out.print(usage_table("Usage by session", "session", [(f"{sessions[sid].title}", u) for sid, u in by_session]))
     out.print()
     out.print(usage_table("Usage by loop", "loop", [(lid, u) for _, lid, u in by_loop]))
     out.print()
     out.print(usage_table("Usage by model", "model", [(_model_label(r.model, r.provider), r) for r in by_model]))
-    db = shlex.quote(visible(store.url))  # pasted into a shell: a path with spaces stays one argument
-    click.echo("\nExplore it:")
+    if make_url(store.url).password is None:
+        db = f"--db {shlex.quote(visible(where))} "  # pasted into a shell: a path with spaces stays one argument
+        click.echo("\nExplore it:")
+    else:  # a command line would show the password, and a masked one would not log in
+        db = ""
+        click.echo("\nExplore it (with TURNSTORE_URL set to this database's URL):")
     for command in ("sessions", f"show {shlex.quote(session_ids[0])}", "usage --by day", "search tests"):
-        click.echo(f"  turnstore --db {db} {command}")
+        click.echo(f"  turnstore {db}{command}")
 
 
 def _model_label(model: str | None, provider: str | None) -> str:

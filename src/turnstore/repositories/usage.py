@@ -105,6 +105,24 @@ class UsageRepository:
 
     # --- helpers ------------------------------------------------------------------
 
+    # --- what is not known -------------------------------------------------------
+
+    def unknown(self, loop_id: str) -> list[int]:
+        """Ids of the loop's assistant messages whose usage is unknown, oldest first.
+
+        Such a message was stored with ``usage_known=False`` (an import whose source
+        recorded usage per run, not per reply): its JSON holds zero token counts,
+        which mean nothing, and it counts toward no total (the loop's reported usage
+        stands in for it). A display shows it as unknown, not as 0 tokens.
+
+        Raises:
+            LoopNotFound: no such loop.
+        """
+        ids = [row[0] for row in self._db.execute(q.unknown_usage(), {"loop_id": loop_id})]
+        if not ids:
+            self._require_loop(loop_id)
+        return ids
+
     def _prices(self, prices: Prices) -> PriceTable:
         return self._settings.prices.merged(prices) if prices is not None else self._settings.prices
 
