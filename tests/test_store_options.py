@@ -149,6 +149,17 @@ def test_a_bare_path_names_exactly_that_file(tmp_path: Path, name: str) -> None:
     assert result.code == 0 and '"s"' in result.out
 
 
+@pytest.mark.parametrize("flag", ["dry_run", "skip_invalid", "replace", "tune_process"])
+@pytest.mark.parametrize("value", ["no", 1, None])
+def test_an_import_flag_that_is_not_a_bool_is_refused_before_anything_is_read(
+    tmp_path: Path, flag: str, value: object
+) -> None:
+    with Store(tmp_path / "store.db") as store:
+        with pytest.raises(InvalidArgument, match=f"^{flag}: must be True or False"):
+            store.import_("turnstore", tmp_path / "missing.jsonl", **{flag: value})  # type: ignore[arg-type]
+        assert store.sessions.count() == 0
+
+
 def test_an_unknown_export_format_is_a_typed_error(tmp_path: Path) -> None:
     with Store(tmp_path / "store.db") as store:
         session = store.sessions.create()

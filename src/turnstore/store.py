@@ -14,7 +14,7 @@ from typing_extensions import Self
 from . import migrate
 from .database import Database
 from .engine import describe, open_engine, resolve_url, storage_error
-from .errors import ReadOnlyStore, StorageError
+from .errors import InvalidArgument, ReadOnlyStore, StorageError
 from .limits import Limits
 from .repositories import (
     LoopRepository,
@@ -150,11 +150,19 @@ class Store:
                 (the collector is switched back on only if it was on; the thread is
                 joined). Off by default: the process is the app's, and an import
                 then changes nothing of it (large imports run slower: docs/importers.md).
+
+        Raises:
+            InvalidArgument: a flag that is not True or False.
+            ImportFailed: an unknown format, or a path that does not exist.
         """
         from .importers import ImportOptions
         from .importing import import_paths
         from .repositories.imports import ImportRepository  # loaded with the importers, on first use
 
+        flags = {"dry_run": dry_run, "skip_invalid": skip_invalid, "replace": replace, "tune_process": tune_process}
+        for name, value in flags.items():
+            if not isinstance(value, bool):  # "no" would read as True
+                raise InvalidArgument(name, f"must be True or False, got {value!r}")
         options = ImportOptions(dry_run=dry_run, skip_invalid=skip_invalid, replace=replace, session_id=session_id)
         return import_paths(
             self,
