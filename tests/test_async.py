@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from factories import assistant, user
 
 import turnstore.aio as aio
 import turnstore.repositories.messages as messages_module
-from turnstore import AsyncStore, SessionNotFound, Store
+from turnstore import AsyncStore, SessionNotFound, StorageError, Store
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -246,6 +247,43 @@ def test_records_read_a_small_batch_per_thread_hop(url: str, monkeypatch: pytest
             assert len(built) == aio.STREAM_BATCH < 300
             assert built[0] == first.id
             await stream.aclose()
+        finally:
+            await store.close()
+
+    run(scenario())
+
+
+def test_a_corrupt_stored_row_fails_after_the_rows_before_it_sync_and_async(url: str) -> None:
+    """Changed outside turnstore: both iterations yield the 100 good records first, then one typed error."""
+
+    async def scenario() -> None:
+        store = await _fresh(url)
+        try:
+            await store.sessions.create("s")
+            loop = await store.loops.start("s")
+            ids = await store.messages.append_turn(loop.loop_id, 0, [user(str(i)) for i in range(150)])
+            with Store(url) as opened:
+                engine = sa.create_engine(opened.engine.url, poolclass=sa.pool.NullPool)
+            with engine.begin() as connection:
+                connection.execute(
+                    sa.text("UPDATE messages SET message = :text WHERE id = :id"),
+                    {"text": '{"role":"user","content":5,"timestamp":1}', "id": ids[100]},
+                )
+            engine.dispose()
+            seen: list[int] = []
+            with pytest.raises(StorageError, match=f"stored message {ids[100]} cannot be read: .*content"):
+                async for stored in store.messages.records("s"):
+                    seen.append(stored.id)
+            assert seen == ids[:100]
+            with Store(url) as sync:
+                seen = []
+                with pytest.raises(StorageError, match=f"stored message {ids[100]} cannot be read"):
+                    for record in sync.messages.records("s"):
+                        seen.append(record.id)
+                assert seen == ids[:100]
+                with pytest.raises(StorageError, match="a stored message cannot be read"):
+                    sync.messages.last("s", 60)
+            assert len(await store.messages.last("s", 49)) == 49  # the store is still usable
         finally:
             await store.close()
 

@@ -282,7 +282,7 @@ class _Stream(Generic[T]):
     the sync iterator is closed on its worker, and the worker goes back to the pool.
     """
 
-    __slots__ = ("_borrowed", "_iterator", "_open", "_worker", "_workers")
+    __slots__ = ("_borrowed", "_failed", "_iterator", "_open", "_worker", "_workers")
 
     def __init__(self, workers: _Workers, open: Callable[[], Iterator[T]]) -> None:
         self._workers = workers
@@ -290,15 +290,30 @@ class _Stream(Generic[T]):
         self._worker: ThreadPoolExecutor | None = None
         self._borrowed = False
         self._iterator: Iterator[T] | None = None
+        self._failed: Exception | None = None
+        """What the sync iterator raised after the items of the last batch: raised at the next one."""
 
     async def batch(self) -> list[T]:
-        """The next items (at most :data:`STREAM_BATCH`, one thread hop); empty at the end."""
+        """The next items (at most :data:`STREAM_BATCH`, one thread hop); empty at the end.
+
+        An error of the sync iterator comes after the items it yielded first, as in a sync loop.
+        """
+        if self._failed is not None:
+            pending, self._failed = self._failed, None
+            raise pending
         if self._worker is None:
             self._worker, self._borrowed = self._workers.for_stream()
             self._iterator = await _complete(self._worker.submit(self._open))
         if self._iterator is None:
             return []
-        return await _complete(self._worker.submit(_take, self._iterator, STREAM_BATCH))
+        taken: tuple[list[T], Exception | None] = await _complete(
+            self._worker.submit(_take, self._iterator, STREAM_BATCH)
+        )
+        batch, failed = taken
+        if failed is not None and not batch:
+            raise failed
+        self._failed = failed
+        return batch
 
     async def close(self) -> None:
         """Close the iterator on its worker and give a borrowed worker back."""
@@ -399,13 +414,17 @@ def _hand_over(waiter: asyncio.Future[None], workers: _Workers) -> None:
         waiter.set_result(None)
 
 
-def _take(iterator: Iterator[T], count: int) -> list[T]:
+def _take(iterator: Iterator[T], count: int) -> tuple[list[T], Exception | None]:
+    """Up to ``count`` items, and what the iterator raised after them, if it did."""
     batch: list[T] = []
-    for item in iterator:
-        batch.append(item)
-        if len(batch) == count:
-            break
-    return batch
+    try:
+        for item in iterator:
+            batch.append(item)
+            if len(batch) == count:
+                break
+    except Exception as error:
+        return batch, error
+    return batch, None
 
 
 class AsyncStore:

@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
-from ..errors import InvalidMessage
+from pydantic import ValidationError
+
+from ..errors import InvalidMessage, StorageError
 from ..models import (
     AGENT_MESSAGE,
     AGENT_MESSAGES,
@@ -70,10 +72,21 @@ def parse_rows(texts: Iterable[str]) -> list[Any]:
     copied into one large string, which costs more than the calls it saves.
     """
     texts = list(texts)
-    if sum(map(len, texts)) > JOIN_LIMIT:
-        return [_VALIDATE_JSON(text) for text in texts]
-    messages: list[Any] = AGENT_MESSAGES.validate_json("[" + ",".join(texts) + "]")
+    try:
+        if sum(map(len, texts)) > JOIN_LIMIT:
+            return [_VALIDATE_JSON(text) for text in texts]
+        messages: list[Any] = AGENT_MESSAGES.validate_json("[" + ",".join(texts) + "]")
+    except ValidationError as error:
+        raise unreadable(None, error) from None
     return messages
+
+
+def unreadable(message_id: int | None, error: ValidationError) -> StorageError:
+    """The error for a stored message text that is not a valid message (changed outside turnstore)."""
+    first = error.errors()[0]
+    place = ".".join(str(part) for part in first["loc"]) or "message"
+    which = f"stored message {message_id}" if message_id is not None else "a stored message"
+    return StorageError(f"{which} cannot be read: {place}: {first['msg']} (the database was changed outside turnstore)")
 
 
 def tool_calls(text: str) -> Iterator[tuple[str, str]]:
@@ -90,7 +103,10 @@ JOIN_LIMIT = 128 * 1024
 
 def parse_parts(parts: list[str]) -> list[Any]:
     """Validate a JSON array of messages given as the pieces of its text (joined once, however many)."""
-    messages: list[Any] = AGENT_MESSAGES.validate_json("".join(parts))
+    try:
+        messages: list[Any] = AGENT_MESSAGES.validate_json("".join(parts))
+    except ValidationError as error:
+        raise unreadable(None, error) from None
     return messages
 
 
@@ -105,6 +121,10 @@ def stored_message(row: Iterable[Any]) -> StoredMessage:
     message (pydantic copies it before any change, as in ``model_copy``).
     """
     message_id, session_id, loop_id, turn_index, seq, text, source = row
+    try:
+        message = _VALIDATE_JSON(text)
+    except ValidationError as error:
+        raise unreadable(message_id, error) from None
     stored = _NEW(StoredMessage)
     _SET(
         stored,
@@ -115,7 +135,7 @@ def stored_message(row: Iterable[Any]) -> StoredMessage:
             "loop_id": loop_id,
             "turn_index": turn_index,
             "seq": seq,
-            "message": _VALIDATE_JSON(text),
+            "message": message,
             "source": source,
         },
     )
