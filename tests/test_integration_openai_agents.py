@@ -802,6 +802,54 @@ def test_usage_without_request_entries_goes_on_the_run_loop(tmp_path: Path) -> N
     run(scenario())
 
 
+@pytest.mark.parametrize("how", ["argument", "agent's model name", "agent's model object"])
+def test_recorded_usage_is_priced_as_the_runs_model(tmp_path: Path, how: str) -> None:
+    from agents import Usage
+
+    class Named:
+        model = "gpt-4o"
+
+    class Wrapper:
+        usage = Usage(requests=2, input_tokens=1_000_000, output_tokens=0, total_tokens=1_000_000)
+
+    class Agentish:
+        model: Any = {"argument": None, "agent's model name": "gpt-4o", "agent's model object": Named()}[how]
+
+    class Result:
+        context_wrapper = Wrapper()
+        last_agent = Agentish()
+
+    async def scenario() -> None:
+        async with await AsyncStore.open(tmp_path / "t.db") as store:
+            session = TurnstoreSession("priced", store)
+            await session.record_usage(Result(), **({"model": "gpt-4o"} if how == "argument" else {}))
+            totals = await store.usage.session("priced")
+            assert totals.input == 1_000_000 and totals.cost == pytest.approx(2.5)  # gpt-4o: $2.50 per M input
+            assert [row.model for row in await store.usage.by_model()] == ["gpt-4o"]
+
+    run(scenario())
+
+
+def test_recorded_usage_of_an_unnamed_model_has_no_cost_and_model_must_be_a_string(tmp_path: Path) -> None:
+    from agents import Usage
+
+    class Wrapper:
+        usage = Usage(requests=1, input_tokens=10, output_tokens=1, total_tokens=11)
+
+    class Result:
+        context_wrapper = Wrapper()
+
+    async def scenario() -> None:
+        async with await AsyncStore.open(tmp_path / "t.db") as store:
+            session = TurnstoreSession("unpriced", store)
+            await session.record_usage(Result())
+            assert (await store.usage.session("unpriced")).cost is None
+            with pytest.raises(InvalidArgument, match="^model: must be a model name"):
+                await session.record_usage(Result(), model=4)  # type: ignore[arg-type]
+
+    run(scenario())
+
+
 def test_request_usage_is_kept_as_extension_messages(tmp_path: Path) -> None:
     app = example()
 

@@ -220,17 +220,25 @@ class TurnstoreSession(SessionABC):
 
     # --- usage -------------------------------------------------------------------------
 
-    async def record_usage(self, result: Any) -> str:
+    async def record_usage(self, result: Any, *, model: str | None = None) -> str:
         """Store the usage of a run (a ``RunResult``, or anything with ``context_wrapper.usage``); returns its loop id.
 
         One extension message of kind :data:`REQUEST_USAGE` per model request where
-        the SDK lists them, else the run's totals on the loop.
+        the SDK lists them, else the run's totals on the loop. ``model`` (what the
+        usage is priced as) defaults to the model the run's last agent names: its
+        ``model`` when that is a string, or a model object's ``model`` string. A run
+        whose model is named nowhere has usage but no cost.
+
+        Raises:
+            InvalidArgument: ``model`` is not a string.
         """
+        if model is not None and not isinstance(model, str):
+            raise InvalidArgument("model", f"must be a model name (a string), got {type(model).__name__}")
         usage = result.context_wrapper.usage
         entries = list(getattr(usage, "request_usage_entries", None) or [])
-        return cast(str, await self._call(self._record, usage, entries))
+        return cast(str, await self._call(self._record, usage, entries, model or _run_model(result)))
 
-    def _record(self, store: Store, usage: Any, entries: list[Any]) -> str:
+    def _record(self, store: Store, usage: Any, entries: list[Any], model: str | None) -> str:
         self._started = False
         self._start(store)
         with store.transaction():
@@ -238,6 +246,7 @@ class TurnstoreSession(SessionABC):
                 self.session_id,
                 parent_loop_id=None,
                 continuation="initial",
+                config={"model": model} if model else None,
                 metadata={"kind": "openai_agents.run_usage"},
             )
             if entries:
@@ -246,6 +255,7 @@ class TurnstoreSession(SessionABC):
                         ExtensionMessage(kind=REQUEST_USAGE, data=_usage_data(entry)),
                         loop_id=loop.loop_id,
                         usage=_usage(entry),
+                        model=model,
                     )
                 store.loops.end(loop.loop_id)
             else:
@@ -257,6 +267,14 @@ class TurnstoreSession(SessionABC):
         if self._owned and self._store is not None:
             await self._store.close()
             self._store = None
+
+
+def _run_model(result: Any) -> str | None:
+    """The model a run's last agent names: ``Agent.model`` as a string, or a ``Model`` object's ``model``."""
+    named = getattr(getattr(result, "last_agent", None), "model", None)
+    if not isinstance(named, str):
+        named = getattr(named, "model", None)
+    return named if isinstance(named, str) and named else None
 
 
 def _usage(usage: Any) -> Usage:
