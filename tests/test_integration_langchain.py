@@ -210,3 +210,18 @@ def test_a_tool_message_is_named_after_its_call_stored_earlier_or_in_the_same_ad
         ("unknown", ""),
         ("c1", "own"),  # a name the message gives is kept
     ]
+
+
+def test_built_with_the_wrong_arguments_it_says_which_in_one_line(sync_store: Store, tmp_path: Path) -> None:
+    from turnstore import AsyncStore, InvalidArgument
+
+    with pytest.raises(InvalidArgument, match="^session_id: must be a string, got Store"):
+        TurnstoreChatMessageHistory(sync_store, "chat")  # type: ignore[arg-type]
+    opened = asyncio.run(AsyncStore.open(tmp_path / "a.db"))
+    try:
+        with pytest.raises(InvalidArgument, match="^store: must be a turnstore Store, got AsyncStore"):
+            TurnstoreChatMessageHistory("chat", opened)  # type: ignore[arg-type]
+    finally:
+        asyncio.run(opened.close())
+    with pytest.raises(InvalidArgument, match="^url: give a store or a url, not both"):
+        TurnstoreChatMessageHistory("chat", sync_store, url=str(tmp_path / "b.db"))

@@ -942,3 +942,13 @@ def test_the_docs_offline_example_runs_twice_as_written(tmp_path: Path) -> None:
         lines = done.stdout.splitlines()
         assert lines[0] == str([user("Remember: blue."), {"role": "assistant", "content": "Noted: blue."}])
         assert lines[1:] == [str({"role": "assistant", "content": "Noted: blue."}), "1"]
+
+
+def test_built_with_the_wrong_arguments_it_says_which_in_one_line(tmp_path: Path) -> None:
+    with Store(tmp_path / "sync.db") as sync:
+        with pytest.raises(
+            InvalidArgument, match="^store: must be a turnstore AsyncStore, got Store; .*AsyncStore.open"
+        ):
+            TurnstoreSession("s", sync)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match="^session_id: must be a string, got int"):
+        TurnstoreSession(42, url=str(tmp_path / "t.db"))  # type: ignore[arg-type]

@@ -136,6 +136,23 @@ def test_append_takes_run_usage_counted_once(sync_store: Store) -> None:
     assert _json(history.load()) == _json(messages)
 
 
+def test_a_response_pydantic_ai_could_not_measure_has_unknown_usage_not_zeros(sync_store: Store) -> None:
+    history = TurnstoreHistory(sync_store, "unmeasured")
+    messages: list[ModelMessage] = [
+        ModelRequest.user_text_prompt("hi"),
+        ModelResponse(
+            parts=[TextPart("hello")], usage=RequestUsage(unmeasured_requests=1), model_name="claude-sonnet-4-5"
+        ),
+    ]
+    loop_id = history.append(messages, usage=RunUsage(input_tokens=500_000, output_tokens=20, requests=1))
+    totals = sync_store.usage.session("unmeasured")
+    assert (totals.input, totals.output, totals.requests) == (500_000, 20, 1)  # the run's usage counts
+    assert totals.cost is not None and totals.cost > 1  # priced at the reply's model, not a false $0
+    reply = [r.id for r in sync_store.messages.records(loop_id=loop_id) if r.message.role == "assistant"]
+    assert sync_store.usage.unknown(loop_id) == reply
+    assert _json(history.load()) == _json(messages)
+
+
 def test_retry_and_unmodelled_requests_are_kept(sync_store: Store) -> None:
     history = TurnstoreHistory(sync_store, "odd")
     messages: list[ModelMessage] = [
@@ -204,3 +221,20 @@ def test_a_tool_return_appended_after_its_call_keeps_the_tools_name(sync_store: 
     (row,) = sync_store.messages.records(loop_id=loop_id)
     assert isinstance(row.message, ToolResultMessage)
     assert (row.message.tool_call_id, row.message.tool_name) == ("c1", "weather")
+
+
+def test_built_with_the_wrong_arguments_it_says_which_in_one_line(sync_store: Store, tmp_path: Path) -> None:
+    import asyncio
+
+    from turnstore import AsyncStore, InvalidArgument
+
+    with pytest.raises(InvalidArgument, match="^session_id: must be a string, got Store"):
+        TurnstoreHistory("chat", sync_store)  # type: ignore[arg-type]  (swapped: the store comes first here)
+    with pytest.raises(InvalidArgument, match="^store: a turnstore Store is needed"):
+        TurnstoreHistory(None, "chat")  # type: ignore[arg-type]
+    opened = asyncio.run(AsyncStore.open(tmp_path / "a.db"))
+    try:
+        with pytest.raises(InvalidArgument, match="^store: .*got AsyncStore; .*through a thread"):
+            TurnstoreHistory(opened, "chat")  # type: ignore[arg-type]
+    finally:
+        asyncio.run(opened.close())

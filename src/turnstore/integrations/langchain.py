@@ -40,9 +40,10 @@ from langchain_core.messages import (
 )
 from langchain_core.runnables.config import run_in_executor
 
-from ..errors import SessionNotFound
+from ..errors import InvalidArgument, SessionNotFound
 from ..models import ExtensionMessage, Message, Usage
 from ..store import Store
+from ._arguments import check_adapter_arguments
 
 __all__ = ["TurnstoreChatMessageHistory", "to_turnstore_usage"]
 
@@ -63,7 +64,8 @@ class TurnstoreChatMessageHistory(BaseChatMessageHistory):
 
     def __init__(self, session_id: str, store: Store | None = None, *, url: str | None = None) -> None:
         if store is not None and url is not None:
-            raise ValueError("give a store or a url, not both")
+            raise InvalidArgument("url", "give a store or a url, not both")
+        check_adapter_arguments(session_id, store, Store, "TurnstoreChatMessageHistory(session_id, store) is sync")
         self.session_id = session_id
         self._owned = store is None
         self.store = Store(url) if store is None else store

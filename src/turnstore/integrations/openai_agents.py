@@ -40,6 +40,7 @@ from ..errors import AlreadyExists, InvalidArgument, LoopNotFound, SessionNotFou
 from ..importers.base import RecordError
 from ..importers.openai_agents_items import Row, item_messages
 from ..models import ExtensionMessage, ToolResultMessage, Usage, now_ms
+from ._arguments import check_adapter_arguments
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -74,6 +75,12 @@ class TurnstoreSession(SessionABC):
     ) -> None:
         if store is not None and url is not None:
             raise InvalidArgument("url", "give a store or a url, not both")
+        check_adapter_arguments(
+            session_id,
+            store,
+            AsyncStore,
+            "TurnstoreSession(session_id, store) takes an AsyncStore (await AsyncStore.open(url))",
+        )
         self.session_id = session_id
         self.session_settings = (
             SessionSettings() if session_settings is None else coerce_session_settings(session_settings)

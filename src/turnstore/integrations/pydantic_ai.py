@@ -48,9 +48,10 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from ..errors import SessionNotFound
+from ..errors import InvalidArgument, SessionNotFound
 from ..models import ExtensionMessage, Message, Usage
 from ..store import Store
+from ._arguments import check_adapter_arguments
 
 __all__ = ["TurnstoreHistory", "to_turnstore_usage"]
 
@@ -75,6 +76,11 @@ class TurnstoreHistory:
     """
 
     def __init__(self, store: Store, session_id: str) -> None:
+        if store is None:
+            raise InvalidArgument("store", "a turnstore Store is needed: TurnstoreHistory(store, session_id)")
+        check_adapter_arguments(
+            session_id, store, Store, "TurnstoreHistory(store, session_id) is sync: call it through a thread"
+        )
         self.store = store
         self.session_id = session_id
 
@@ -98,13 +104,18 @@ class TurnstoreHistory:
 
         Each response's own usage is recorded on its assistant message.
         ``usage`` (a pydantic-ai ``RunUsage``, or a turnstore ``Usage``) is the
-        run's, given to ``loops.end``: it counts only if no response carried usage.
+        run's, given to ``loops.end``: it counts only if no response carried usage
+        (a response pydantic-ai could not measure carries none), priced as the model
+        of the run's last response.
         """
         run_usage, requests = _run_usage(usage)
         store = self.store
+        # The run's model (its last response's): what the run's usage is priced as, where it counts.
+        last = next((m for m in reversed(messages) if isinstance(m, ModelResponse) and m.model_name), None)
+        config = {"model": last.model_name, "provider": last.provider_name} if last is not None else None
         with store.transaction():
             store.sessions.create(self.session_id, exist_ok=True)
-            loop = store.loops.start(self.session_id, metadata={"framework": KIND})
+            loop = store.loops.start(self.session_id, config=config, metadata={"framework": KIND})
             turn = -1
             responded = False
             for message in messages:
@@ -220,7 +231,8 @@ def _assistant(response: ModelResponse) -> Message:
         blocks,
         model=response.model_name or "",
         provider=response.provider_name or "",
-        usage=to_turnstore_usage(response.usage),
+        # A request pydantic-ai could not measure: unknown usage, not zeros (the run's usage stands in).
+        usage=None if getattr(response.usage, "unmeasured_requests", 0) else to_turnstore_usage(response.usage),
         timestamp=_ms(response.timestamp),
     )
 
