@@ -225,3 +225,18 @@ def test_built_with_the_wrong_arguments_it_says_which_in_one_line(sync_store: St
         asyncio.run(opened.close())
     with pytest.raises(InvalidArgument, match="^url: give a store or a url, not both"):
         TurnstoreChatMessageHistory("chat", sync_store, url=str(tmp_path / "b.db"))
+
+
+def test_a_lone_surrogate_in_tool_output_is_kept_for_langchain_and_replaced_in_the_row(sync_store: Store) -> None:
+    name = b"report-\xff.txt".decode("utf-8", "surrogateescape")
+    history = TurnstoreChatMessageHistory("s", sync_store)
+    added = [
+        HumanMessage("list files"),
+        AIMessage("", tool_calls=[{"id": "c1", "name": "ls", "args": {"dir": name}}]),
+        ToolMessage(name, tool_call_id="c1"),
+    ]
+    history.add_messages(added)
+    assert [m.model_dump() for m in history.messages] == [m.model_dump() for m in added]
+    stored = [r.message for r in sync_store.messages.records("s")]
+    assert stored[-1].text() == "report-\ufffd.txt"
+    assert stored[1].content[0].arguments == {"dir": "report-\ufffd.txt"}  # type: ignore[union-attr]

@@ -952,3 +952,23 @@ def test_built_with_the_wrong_arguments_it_says_which_in_one_line(tmp_path: Path
             TurnstoreSession("s", sync)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgument, match="^session_id: must be a string, got int"):
         TurnstoreSession(42, url=str(tmp_path / "t.db"))  # type: ignore[arg-type]
+
+
+def test_a_lone_surrogate_in_tool_output_is_kept_for_the_sdk_and_replaced_in_the_row(tmp_path: Path) -> None:
+    """A file name read with surrogateescape: SQLiteSession stores it, so must turnstore (not fail the run)."""
+    name = b"report-\xff.txt".decode("utf-8", "surrogateescape")
+    items: list[Any] = [
+        {"role": "user", "content": "list files"},
+        {"type": "function_call", "call_id": "c1", "name": "ls", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": name},
+    ]
+
+    async def scenario() -> None:
+        async with await AsyncStore.open(tmp_path / "t.db") as store:
+            session = TurnstoreSession("s", store)
+            await session.add_items(items)
+            assert await session.get_items() == items  # the surrogate itself, as the SDK gave it
+            context = await store.messages.context(session.loop_id)
+            assert context[-1].text() == "report-\ufffd.txt"
+
+    run(scenario())

@@ -44,6 +44,7 @@ from ..errors import InvalidArgument, SessionNotFound
 from ..models import ExtensionMessage, Message, Usage
 from ..store import Store
 from ._arguments import check_adapter_arguments
+from ._surrogates import has_surrogates, without_surrogates
 
 __all__ = ["TurnstoreChatMessageHistory", "to_turnstore_usage"]
 
@@ -100,6 +101,11 @@ class TurnstoreChatMessageHistory(BaseChatMessageHistory):
             turn, after_tools = -1, False
             for message in messages:
                 row = _row(message, names)
+                data = message_to_dict(message)
+                source = json.dumps(data, ensure_ascii=False)
+                if has_surrogates(source):  # UTF-8 cannot hold them: escaped in the source, U+FFFD in the row
+                    source = json.dumps(data)
+                    row = type(row).model_validate(without_surrogates(row.model_dump()))
                 if isinstance(message, HumanMessage) or turn < 0 or (isinstance(message, AIMessage) and after_tools):
                     turn += 1
                 after_tools = isinstance(message, ToolMessage)
@@ -107,7 +113,7 @@ class TurnstoreChatMessageHistory(BaseChatMessageHistory):
                     row,
                     loop_id=loop.loop_id,
                     turn_index=None if isinstance(row, ExtensionMessage) else turn,
-                    source=json.dumps(message_to_dict(message), ensure_ascii=False),
+                    source=source,
                 )
             store.loops.end(loop.loop_id)
 

@@ -41,6 +41,7 @@ from ..importers.base import RecordError
 from ..importers.openai_agents_items import Row, item_messages
 from ..models import ExtensionMessage, ToolResultMessage, Usage, now_ms
 from ._arguments import check_adapter_arguments
+from ._surrogates import without_surrogates
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -143,7 +144,14 @@ class TurnstoreSession(SessionABC):
             texts.append(json.dumps(item))
         stamp = now_ms()
         rows = [
-            Row(index, text, cast("dict[str, Any]", item), f"item {index}", stamp)
+            # The source keeps a lone surrogate as its JSON escape; the canonical row gets U+FFFD.
+            Row(
+                index,
+                text,
+                cast("dict[str, Any]", without_surrogates(item) if "\\ud" in text else item),
+                f"item {index}",
+                stamp,
+            )
             for index, (text, item) in enumerate(zip(texts, items))
         ]
         errors: list[RecordError] = []
