@@ -240,3 +240,31 @@ def test_a_lone_surrogate_in_tool_output_is_kept_for_langchain_and_replaced_in_t
     stored = [r.message for r in sync_store.messages.records("s")]
     assert stored[-1].text() == "report-\ufffd.txt"
     assert stored[1].content[0].arguments == {"dir": "report-\ufffd.txt"}  # type: ignore[union-attr]
+
+
+def test_image_blocks_are_media_blocks_not_text(sync_store: Store) -> None:
+    import base64
+
+    data = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 200).decode()
+    history = TurnstoreChatMessageHistory("media", sync_store)
+    added = [
+        HumanMessage(
+            content=[
+                {"type": "text", "text": "what are these?"},
+                {"type": "image", "source_type": "base64", "data": data, "mime_type": "image/png"},
+                {"type": "image_url", "image_url": {"url": f"data:image/jpeg;base64,{data}"}},
+                {"type": "image", "url": "https://x.test/cat.png"},
+            ]
+        )
+    ]
+    history.add_messages(added)
+    prompt = next(iter(sync_store.messages.records("media"))).message
+    blocks = [block.model_dump(mode="json") for block in prompt.content]  # type: ignore[union-attr]
+    assert blocks == [
+        {"type": "text", "text": "what are these?"},
+        {"type": "image", "data": data, "mimeType": "image/png"},
+        {"type": "image", "data": data, "mimeType": "image/jpeg"},
+        {"type": "file", "url": "https://x.test/cat.png"},
+    ]
+    assert sync_store.messages.search(data[:40]) == []
+    assert [m.model_dump() for m in history.messages] == [m.model_dump() for m in added]

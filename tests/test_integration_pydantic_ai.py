@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 from typing import Any
 
@@ -238,3 +239,28 @@ def test_built_with_the_wrong_arguments_it_says_which_in_one_line(sync_store: St
             TurnstoreHistory(opened, "chat")  # type: ignore[arg-type]
     finally:
         asyncio.run(opened.close())
+
+
+def test_images_and_files_in_a_prompt_are_media_blocks_not_text(sync_store: Store) -> None:
+    from pydantic_ai.messages import BinaryContent, DocumentUrl, UserPromptPart
+
+    png = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 200
+    history = TurnstoreHistory(sync_store, "media")
+    messages: list[ModelMessage] = [
+        ModelRequest(
+            parts=[
+                UserPromptPart(
+                    ["what is this?", BinaryContent(png, media_type="image/png"), DocumentUrl("https://x.test/a.pdf")]
+                )
+            ]
+        ),
+        ModelResponse(parts=[TextPart("a picture")], usage=RequestUsage(input_tokens=5, output_tokens=2)),
+    ]
+    history.append(messages)
+    prompt = next(iter(sync_store.messages.records("media"))).message
+    blocks = [block.model_dump(mode="json") for block in prompt.content]  # type: ignore[union-attr]
+    assert blocks[0] == {"type": "text", "text": "what is this?"}
+    assert blocks[1] == {"type": "image", "data": base64.b64encode(png).decode(), "mimeType": "image/png"}
+    assert blocks[2] == {"type": "file", "url": "https://x.test/a.pdf", "mimeType": "application/pdf"}
+    assert sync_store.messages.search(base64.b64encode(png).decode()[:40]) == []  # base64 is never indexed
+    assert _json(history.load()) == _json(messages)

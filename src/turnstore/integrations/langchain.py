@@ -44,6 +44,7 @@ from ..errors import InvalidArgument, SessionNotFound
 from ..models import ExtensionMessage, Message, Usage
 from ..store import Store
 from ._arguments import check_adapter_arguments
+from ._media import media_block
 from ._surrogates import has_surrogates, without_surrogates
 
 __all__ = ["TurnstoreChatMessageHistory", "to_turnstore_usage"]
@@ -171,13 +172,13 @@ def _row(message: BaseMessage, tool_names: dict[str, str]) -> Message | Extensio
     """The canonical row of a message; ``tool_names`` (call id -> name) names a tool message that names no tool."""
     text = _text(message.content)
     if isinstance(message, HumanMessage):
-        return Message.user(text)
+        return Message.user(_blocks(message.content))
     if isinstance(message, SystemMessage):
-        return Message.system(text)
+        return Message.system(_blocks(message.content))
     if isinstance(message, ToolMessage):
         return Message.tool_result(
             message.tool_call_id,
-            text,
+            _blocks(message.content),
             tool_name=message.name or tool_names.get(message.tool_call_id, ""),
             is_error=message.status == "error",
         )
@@ -193,6 +194,44 @@ def _row(message: BaseMessage, tool_names: dict[str, str]) -> Message | Extensio
         usage = None if message.usage_metadata is None else to_turnstore_usage(message.usage_metadata)
         return Message.assistant(blocks, model=str(model), provider=str(provider), usage=usage)
     return ExtensionMessage(kind=f"{FRAMEWORK}.{message.type}")
+
+
+def _blocks(content: Any) -> str | list[dict[str, Any]]:
+    """A message's content as canonical blocks: text as text, image/audio/file blocks as media (``_media``)."""
+    if isinstance(content, str):
+        return content
+    blocks: list[dict[str, Any]] = []
+    for block in content:
+        media = _media_of(block)
+        if media is not None:
+            blocks.append(media)
+        elif blocks and blocks[-1]["type"] == "text":
+            blocks[-1]["text"] += "\n" + _text([block])
+        else:
+            blocks.append({"type": "text", "text": _text([block])})
+    return blocks
+
+
+def _media_of(block: Any) -> dict[str, Any] | None:
+    """A LangChain image, audio or file block (standard v1 and v0.3 forms, OpenAI's ``image_url``) as media."""
+    if not isinstance(block, dict) or block.get("type") not in ("image", "audio", "file", "image_url"):
+        return None
+    if block["type"] == "image_url":
+        url = block.get("image_url")
+        url = url.get("url") if isinstance(url, dict) else url
+        return media_block(url=url) if isinstance(url, str) else None  # a data: URL names its own media type
+    data = block.get("base64", block.get("data") if block.get("source_type", "base64") == "base64" else None)
+    url = block.get("url")
+    mime = block.get("mime_type") or block.get("mimeType")
+    if not isinstance(data, str) and not isinstance(url, str):
+        return None
+    name = (block.get("extras") or {}).get("filename") or block.get("filename")
+    return media_block(
+        data=data if isinstance(data, str) else None,
+        mime_type=mime if isinstance(mime, str) else None,
+        url=url if isinstance(url, str) else None,
+        name=name if isinstance(name, str) else None,
+    )
 
 
 def _text(content: Any) -> str:

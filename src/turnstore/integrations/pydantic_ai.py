@@ -35,6 +35,8 @@ from typing import Any
 
 import pydantic_ai.messages as _messages
 from pydantic_ai.messages import (
+    BinaryContent,
+    FileUrl,
     ModelMessage,
     ModelMessagesTypeAdapter,
     ModelRequest,
@@ -52,6 +54,7 @@ from ..errors import InvalidArgument, SessionNotFound
 from ..models import ExtensionMessage, Message, Usage
 from ..store import Store
 from ._arguments import check_adapter_arguments
+from ._media import media_block
 
 __all__ = ["TurnstoreHistory", "to_turnstore_usage"]
 
@@ -183,7 +186,7 @@ def _request_rows(request: ModelRequest) -> list[Message | ExtensionMessage]:
         if isinstance(part, SystemPromptPart):
             rows.append(Message.system(part.content, timestamp=stamp))
         elif isinstance(part, UserPromptPart):
-            rows.append(Message.user(_text(part.content), timestamp=stamp))
+            rows.append(Message.user(_user_blocks(part.content), timestamp=stamp))
         elif isinstance(part, ToolReturnPart):
             failed = getattr(part, "outcome", "success") != "success"
             rows.append(
@@ -245,12 +248,27 @@ def _arguments(part: ToolCallPart) -> Any:
         return part.args
 
 
-def _text(content: Any) -> str:
-    """A user prompt's text: a string as is; other content (images, files) as its JSON, or its repr."""
+def _user_blocks(content: Any) -> str | list[dict[str, Any]]:
+    """A user prompt's content as canonical blocks: text as text, ``BinaryContent`` and file URLs as media."""
     if isinstance(content, str):
         return content
-    parts = [item if isinstance(item, str) else _describe(item) for item in content]
-    return "\n".join(parts)
+    blocks: list[dict[str, Any]] = []
+    for item in content:
+        if isinstance(item, BinaryContent):
+            blocks.append(media_block(data=item.data, mime_type=item.media_type, name=getattr(item, "identifier", None)))
+        elif isinstance(item, FileUrl):
+            blocks.append(media_block(url=item.url, mime_type=_media_type(item)))
+        else:
+            blocks.append({"type": "text", "text": item if isinstance(item, str) else _describe(item)})
+    return blocks
+
+
+def _media_type(item: FileUrl) -> str | None:
+    """A file URL's media type, where pydantic-ai can tell it (it raises for an extension it does not know)."""
+    try:
+        return str(item.media_type)
+    except ValueError:
+        return None
 
 
 def _describe(item: Any) -> str:
