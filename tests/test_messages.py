@@ -890,6 +890,25 @@ def test_records_builds_each_model_only_as_it_is_reached(sync_store: Store, monk
     assert len(list(records)) == 48 and len(built) == 50
 
 
+@pytest.mark.parametrize("walk", ["records", "records(loop_id)", "rows"])
+def test_a_walk_left_half_read_does_not_keep_the_store_from_writing(tmp_path: Path, walk: str) -> None:
+    """Nothing stays open between pages: an old SQLite snapshot would keep this connection from writing."""
+    with Store(tmp_path / "s.db", busy_budget=1) as store, Store(tmp_path / "s.db") as other:
+        session_id = store.sessions.create().session_id
+        loop_id = store.loops.start(session_id).loop_id
+        ids = store.messages.append_turn(loop_id, 0, [user(str(i)) for i in range(messages_module.STREAM_BATCH + 5)])
+        started = {
+            "records": lambda: store.messages.records(session_id),
+            "records(loop_id)": lambda: store.messages.records(loop_id=loop_id),
+            "rows": lambda: store.messages.rows(session_id),
+        }[walk]()
+        first = next(started)  # type: ignore[call-overload]
+        other.sessions.create("meanwhile")  # a commit by another connection
+        added = store.messages.append(user("written while the walk is open"), loop_id=loop_id, turn_index=1)
+        rest = [item.id for item in started]  # type: ignore[attr-defined]
+        assert [first.id, *rest] == [*ids, added]  # pages read after the write see it
+
+
 def test_records_of_an_empty_session_or_loop(store: Store, session_id: str, loop_id: str) -> None:
     assert list(store.messages.records(session_id)) == []
     assert list(store.messages.records(loop_id=loop_id)) == []

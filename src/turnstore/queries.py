@@ -571,10 +571,19 @@ def compaction_summaries() -> sa.Select[Any]:
 
 @cache
 def stored_messages(by_loop: bool) -> sa.Select[Any]:
+    """One page of a session's messages in global order (a loop's: in ``seq`` order), after ``:after``.
+
+    ``:after`` is the last id (``seq``) of the page before, -1 for the first;
+    ``:limit`` rows at most. Each page is a statement of its own, read to its
+    end: nothing stays open between pages (an open SQLite read would keep its
+    connection on an old snapshot, so that connection could not write).
+    """
     statement = sa.select(*STORED_COLUMNS, messages.c.source)
     if by_loop:
-        return statement.where(messages.c.loop_id == bp("loop_id")).order_by(messages.c.seq)
-    return statement.where(messages.c.session_id == bp("session_id")).order_by(messages.c.id)
+        statement = statement.where(messages.c.loop_id == bp("loop_id"), messages.c.seq > bp("after"))
+        return statement.order_by(messages.c.seq).limit(bp("limit"))
+    statement = statement.where(messages.c.session_id == bp("session_id"), messages.c.id > bp("after"))
+    return statement.order_by(messages.c.id).limit(bp("limit"))
 
 
 @cache
@@ -640,7 +649,7 @@ def _in_loop_order(statement: sa.Select[Any], latest: bool) -> sa.Select[Any]:
 
 @cache
 def export_messages() -> sa.Select[Any]:
-    """Every column an export needs, in global order."""
+    """Every column an export needs, in global order: one page, as :func:`stored_messages` (by id)."""
     return (
         sa.select(
             *STORED_COLUMNS,
@@ -652,8 +661,9 @@ def export_messages() -> sa.Select[Any]:
             messages.c.provider,
             messages.c.timestamp,
         )
-        .where(messages.c.session_id == bp("session_id"))
+        .where(messages.c.session_id == bp("session_id"), messages.c.id > bp("after"))
         .order_by(messages.c.id)
+        .limit(bp("limit"))
     )
 
 

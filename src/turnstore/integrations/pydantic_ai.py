@@ -255,7 +255,9 @@ def _user_blocks(content: Any) -> str | list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     for item in content:
         if isinstance(item, BinaryContent):
-            blocks.append(media_block(data=item.data, mime_type=item.media_type, name=getattr(item, "identifier", None)))
+            blocks.append(
+                media_block(data=item.data, mime_type=item.media_type, name=getattr(item, "identifier", None))
+            )
         elif isinstance(item, FileUrl):
             blocks.append(media_block(url=item.url, mime_type=_media_type(item)))
         else:

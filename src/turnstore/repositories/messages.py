@@ -591,7 +591,10 @@ class MessageRepository:
         Each model is built as the iteration reaches it: walking a long session
         this way, keeping none, costs about what parsing its rows does, while a
         ``list()`` of thousands of models is walked by the cyclic collector again
-        and again (the more so in an app with a large heap).
+        and again (the more so in an app with a large heap). Rows are read a page
+        (:data:`STREAM_BATCH`) at a time, each page a statement of its own, so the
+        store can write while a walk is open; a page sees what was committed
+        before it was read (in a transaction: what the transaction holds).
         ``media``: as in :meth:`last`, for the message and its source.
 
         Raises:
@@ -603,11 +606,11 @@ class MessageRepository:
             raise InvalidMessage("records() takes a session_id or a loop_id", [("session_id", "one of two")])
         if loop_id is not None:
             self._require_loop(loop_id)
-            cursor = self._db.execute(q.stored_messages(True), {"loop_id": loop_id})
+            pages = _pages(self._db, q.stored_messages(True), {"loop_id": loop_id}, key=4)  # by seq
         else:
             self._require_session(session_id)  # type: ignore[arg-type]
-            cursor = self._db.execute(q.stored_messages(False), {"session_id": session_id})
-        return _stream(self._db, cursor, mode)
+            pages = _pages(self._db, q.stored_messages(False), {"session_id": session_id}, key=0)  # by id
+        return _stream(self._db, pages, mode)
 
     def rows(self, session_id: str, *, media: MediaMode = "inline") -> Iterator[ExportRow]:
         """Stream a session's message rows as stored, in order: JSON text, usage columns, source (what exports write).
@@ -621,7 +624,7 @@ class MessageRepository:
         """
         mode = check_mode(media)
         self._require_session(session_id)
-        return _export_rows(self._db, self._db.execute(q.export_messages(), {"session_id": session_id}), mode)
+        return _export_rows(self._db, _pages(self._db, q.export_messages(), {"session_id": session_id}, key=0), mode)
 
     def sources(self, loop_id: str, *, last: int | None = None) -> list[SourceRow]:
         """A loop's messages as ids, turn indexes and verbatim sources, oldest first; ``last``: only the last ``last``.
@@ -790,7 +793,10 @@ NOT_NULL_VIOLATION = "23502"
 """PostgreSQL's SQLSTATE for a NULL in a NOT NULL column: an insert's guard left the session NULL."""
 
 STREAM_BATCH = 2_000
-"""Rows :meth:`MessageRepository.records` and :meth:`MessageRepository.rows` fetch at a time.
+"""Rows :meth:`MessageRepository.records` and :meth:`MessageRepository.rows` read at a time, one statement each.
+
+Between pages no statement is open, so the store's connection can write while
+a walk is under way, and a page sees what was committed before it was read.
 
 ``records()`` builds each model only as it is yielded, never a batch of them:
 models the caller has let go die before the cyclic collector sees them, so
@@ -802,11 +808,21 @@ NAMES_BATCH = 16
 """Assistant messages :meth:`MessageRepository.tool_names` reads at a time: a call is most often among the newest."""
 
 
-def _export_rows(db: Database, cursor: Any, mode: MediaMode) -> Iterator[ExportRow]:
-    while batch := cursor.fetchmany(STREAM_BATCH):
-        yield from map(ExportRow._make, out_of_line.restore(db, batch, (5, 6), mode))
+def _pages(db: Database, statement: Any, params: dict[str, Any], key: int) -> Iterator[list[Any]]:
+    """The rows of a paged statement (``:after``, ``:limit``), a page at a time; ``key``: the column paged by."""
+    after = -1
+    while page := db.execute(statement, {**params, "after": after, "limit": STREAM_BATCH}).fetchall():
+        yield page
+        if len(page) < STREAM_BATCH:
+            return
+        after = page[-1][key]
 
 
-def _stream(db: Database, cursor: Any, mode: MediaMode) -> Iterator[StoredMessage]:
-    while batch := cursor.fetchmany(STREAM_BATCH):
-        yield from map(stored_message, out_of_line.restore(db, batch, (5, 6), mode))
+def _export_rows(db: Database, pages: Iterator[list[Any]], mode: MediaMode) -> Iterator[ExportRow]:
+    for page in pages:
+        yield from map(ExportRow._make, out_of_line.restore(db, page, (5, 6), mode))
+
+
+def _stream(db: Database, pages: Iterator[list[Any]], mode: MediaMode) -> Iterator[StoredMessage]:
+    for page in pages:
+        yield from map(stored_message, out_of_line.restore(db, page, (5, 6), mode))
