@@ -972,3 +972,18 @@ def test_a_lone_surrogate_in_tool_output_is_kept_for_the_sdk_and_replaced_in_the
             assert context[-1].text() == "report-\ufffd.txt"
 
     run(scenario())
+
+
+def test_a_session_id_too_long_for_its_items_loop_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    from turnstore import LimitExceeded
+
+    async def scenario() -> None:
+        async with await AsyncStore.open(tmp_path / "t.db") as store:
+            with pytest.raises(LimitExceeded, match="^session_id is 146 characters; .* at most 144"):
+                await TurnstoreSession("x" * 146, store).add_items([{"role": "user", "content": "hi"}])
+            assert await store.sessions.count() == 0
+            fits = TurnstoreSession("y" * 144, store)
+            await fits.add_items([{"role": "user", "content": "hi"}])
+            assert await fits.get_items() == [{"role": "user", "content": "hi"}]
+
+    run(scenario())

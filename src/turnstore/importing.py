@@ -4,9 +4,10 @@
 read; every bundle is checked and written by
 :class:`~turnstore.repositories.imports.ImportRepository`, each session in its
 own transaction. Whatever the call sets up for itself ends with it: the
-collector pause around each file's reading and writing
-(:mod:`turnstore.collector`) and the large-write settings with their
-checkpoint thread (:mod:`turnstore.repositories.import_writes`), which is
+large-write settings of its connection (:mod:`turnstore.repositories.import_writes`)
+and, only when the app lends it the process (``tune_process=True``, as
+``turnstore import`` does), the collector pause around each file's reading
+and writing (:mod:`turnstore.collector`) and the checkpoint thread, which is
 joined before the call returns.
 """
 

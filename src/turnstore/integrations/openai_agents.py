@@ -36,7 +36,7 @@ from agents.memory import SessionABC
 from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
 
 from ..aio import AsyncStore
-from ..errors import AlreadyExists, InvalidArgument, LoopNotFound, SessionNotFound
+from ..errors import AlreadyExists, InvalidArgument, LimitExceeded, LoopNotFound, SessionNotFound
 from ..importers.base import RecordError
 from ..importers.openai_agents_items import Row, item_messages
 from ..models import ExtensionMessage, ToolResultMessage, Usage, now_ms
@@ -49,6 +49,9 @@ if TYPE_CHECKING:
     from ..store import Store
 
 __all__ = ["REQUEST_USAGE", "TurnstoreSession"]
+
+ITEMS_SUFFIX = ".items"
+"""The items loop's id is the session id and this."""
 
 REQUEST_USAGE = "openai_agents.request_usage"
 """Kind of the extension message holding one model request's usage."""
@@ -86,7 +89,7 @@ class TurnstoreSession(SessionABC):
         self.session_settings = (
             SessionSettings() if session_settings is None else coerce_session_settings(session_settings)
         )
-        self.loop_id = f"{session_id}.items"
+        self.loop_id = f"{session_id}{ITEMS_SUFFIX}"
         """The loop holding the session's items."""
         self._store = store
         self._url = url
@@ -198,6 +201,13 @@ class TurnstoreSession(SessionABC):
         Outside any transaction: on PostgreSQL a refused insert would abort the one around it."""
         if self._started:
             return
+        longest = store.settings.limits.max_id_length
+        if len(self.loop_id) > longest:  # found before an empty session is left behind
+            raise LimitExceeded(
+                f"session_id is {len(self.session_id)} characters; with its items loop's suffix "
+                f"{ITEMS_SUFFIX!r} it may be at most {longest - len(ITEMS_SUFFIX)}",
+                [("session_id", "too long")],
+            )
         store.sessions.create(session_id=self.session_id, exist_ok=True)
         if not any(loop.loop_id == self.loop_id for loop in store.loops.list(self.session_id)):
             try:  # under the session's lock: a concurrent first call's loop is seen, not written twice
