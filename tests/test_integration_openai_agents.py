@@ -987,3 +987,31 @@ def test_a_session_id_too_long_for_its_items_loop_is_refused_before_anything_is_
             assert await fits.get_items() == [{"role": "user", "content": "hi"}]
 
     run(scenario())
+
+
+def test_requests_the_sdk_counted_without_usage_entries_still_count(tmp_path: Path) -> None:
+    from agents import Usage
+    from agents.usage import RequestUsage
+
+    class Wrapper:
+        usage = Usage(requests=2, input_tokens=10, output_tokens=1, total_tokens=11)
+        usage.request_usage_entries = [
+            RequestUsage(
+                input_tokens=10,
+                output_tokens=1,
+                total_tokens=11,
+                input_tokens_details=usage.input_tokens_details,
+                output_tokens_details=usage.output_tokens_details,
+            )
+        ]
+
+    class Result:
+        context_wrapper = Wrapper()
+
+    async def scenario() -> None:
+        async with await AsyncStore.open(tmp_path / "t.db") as store:
+            await TurnstoreSession("req", store).record_usage(Result())
+            totals = await store.usage.session("req")
+            assert (totals.requests, totals.input, totals.output) == (2, 10, 1)
+
+    run(scenario())

@@ -282,6 +282,15 @@ class TurnstoreSession(SessionABC):
                         usage=_usage(entry),
                         model=model,
                     )
+                # Requests the SDK counted but listed no usage for (a response that reported no tokens):
+                # each a request of zero tokens, so requests equal the SDK's too.
+                for _ in range(int(usage.requests or 0) - len(entries)):
+                    store.messages.append(
+                        ExtensionMessage(kind=REQUEST_USAGE, data={"unlisted": True}),
+                        loop_id=loop.loop_id,
+                        usage=Usage(input=0, output=0),
+                        model=model,
+                    )
                 store.loops.end(loop.loop_id)
             else:
                 store.loops.end(loop.loop_id, usage=_usage(usage), requests=int(usage.requests))
