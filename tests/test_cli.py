@@ -983,6 +983,11 @@ def test_show_says_usage_unknown_for_a_reply_stored_without_it(run: Any, tmp_pat
     assert "usage unknown" in unknown and "tok" not in unknown
     assert "12+34 tok" in known
 
+    assert "run:" not in result.out  # no usage reported for the run
+    with Store(path) as store:
+        store.loops.end(store.loops.list("run")[0].loop_id, usage={"input": 700, "output": 30})
+    assert "run: 700+30 tok" in run("--db", path, "show", "run").out
+
     shown = json.loads(run("--db", path, "--json", "show", "run").out)
     flags = [(m["message"]["role"], m.get("usage_known")) for m in shown["loops"][0]["messages"]]
     assert flags == [("user", None), ("assistant", False), ("user", None), ("assistant", True)]

@@ -148,6 +148,8 @@ def _print_tree(
         if loop.parent_loop_id:
             relation += f" of {loop.parent_loop_id}" + (f" after #{loop.fork_after}" if loop.fork_after else "")
         model = f"  {loop.model}" if loop.model else ""
+        reported = loop.reported_usage  # the run's usage, where its replies carry none of their own
+        run_usage = f"  run: {reported.input}+{reported.output} tok" if reported is not None else ""
         branch = root.add(
             Text.assemble(
                 ("loop ", "bold"),
@@ -156,6 +158,7 @@ def _print_tree(
                 text(relation),
                 f", {loop.status.value})",
                 text(model),
+                (run_usage, "dim"),
             )
         )
         for stored in messages[loop.loop_id]:
