@@ -16,6 +16,8 @@ import os
 import pickle
 import shutil
 import sqlite3
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -362,3 +364,21 @@ def test_a_new_database_in_a_folder_it_may_not_write_is_a_read_only_error() -> N
     finally:
         folder.chmod(0o755)
         shutil.rmtree(folder)
+
+
+def test_a_second_store_on_an_open_file_leaves_the_first_ones_locks(tmp_path: Path) -> None:
+    """Opening a store reads the file's header; closing a descriptor of a file drops every POSIX lock the
+    process holds on it, so the header is read through the descriptor SQLite holds. Otherwise another
+    process's closing connection took itself for the last, checkpointed, and deleted the -wal file."""
+    path = tmp_path / "shared.db"
+    other = "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('SELECT 1 FROM sessions').fetchall(); c.close()"
+    with Store(path) as first:
+        first.sessions.create("a")
+        with Store(path) as second:
+            subprocess.run([sys.executable, "-c", other, str(path)], check=True, timeout=60)
+            assert Path(f"{path}-wal").exists()
+            first.sessions.create("b")
+            assert second.sessions.count() == 2
+        counted = "import sys; from turnstore import Store; print(Store(sys.argv[1]).sessions.count())"
+        seen = subprocess.run([sys.executable, "-c", counted, str(path)], capture_output=True, text=True, timeout=60)
+        assert seen.stdout.strip() == "2"

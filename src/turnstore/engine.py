@@ -162,12 +162,55 @@ def sqlite_contents(path: Path) -> Contents:
 
 
 def _header(path: Path) -> bytes:
-    """The first 100 bytes of a file: a SQLite database's header."""
+    """The first 100 bytes of a file (a SQLite database's header), read without dropping this process's locks on it.
+
+    Closing any descriptor of a file drops every POSIX lock the process holds
+    on that file (``fcntl`` semantics), SQLite's included. Were this process
+    already connected to the file (another ``Store`` on it, or the app's own
+    ``sqlite3`` connection), that connection would go on without its shared
+    lock, and another process closing its own connection would then take
+    itself for the last one and delete the ``-wal`` file under it. So where a
+    descriptor of the file is open here already, the header is read through
+    it (``pread``: its offset does not move, and it stays open); only a file
+    this process does not have open is opened and closed.
+    """
     try:
+        held = _held_descriptor(path)
+        if held is not None:
+            return held
         with open(path, "rb") as handle:
             return handle.read(100)
     except OSError as error:
         raise StorageError(f"cannot read database {path}: {error.strerror}") from None
+
+
+def _held_descriptor(path: Path) -> bytes | None:
+    """The header read through a descriptor of ``path`` this process holds open, or None when it holds none.
+
+    The descriptors are listed in ``/proc/self/fd`` (Linux) or ``/dev/fd``; where
+    neither exists (Windows, whose locks belong to a handle), None.
+    """
+    target = os.stat(path)
+    for listing in ("/proc/self/fd", "/dev/fd"):
+        try:
+            names = os.listdir(listing)
+        except OSError:
+            continue
+        for name in names:
+            try:
+                descriptor = int(name)
+                if _same_file(os.fstat(descriptor), target):
+                    header = os.pread(descriptor, 100, 0)
+                    if _same_file(os.fstat(descriptor), target):  # not closed and reused meanwhile
+                        return header
+            except (ValueError, OSError):
+                continue
+        return None
+    return None
+
+
+def _same_file(one: os.stat_result, other: os.stat_result) -> bool:
+    return (one.st_dev, one.st_ino) == (other.st_dev, other.st_ino)
 
 
 def _in_wal(header: bytes) -> bool:
