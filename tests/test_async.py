@@ -283,6 +283,17 @@ def test_a_corrupt_stored_row_fails_after_the_rows_before_it_sync_and_async(url:
                 assert seen == ids[:100]
                 with pytest.raises(StorageError, match="a stored message cannot be read"):
                     sync.messages.last("s", 60)
+                with pytest.raises(StorageError, match=f"stored message {ids[100]} cannot be read"):
+                    sync.messages.context(loop.loop_id)
+            if engine.dialect.name != "sqlite":  # PostgreSQL's json column holds JSON only
+                return
+            with engine.begin() as connection:  # not JSON at all
+                connection.execute(sa.text("UPDATE messages SET message = 'not json' WHERE id = :id"), {"id": ids[100]})
+            engine.dispose()
+            with Store(url) as sync:
+                for fmt in ("turnstore", "phi-core"):
+                    with pytest.raises(StorageError, match=f"stored message {ids[100]} cannot be read"):
+                        sync.export("s", fmt)
             assert len(await store.messages.last("s", 49)) == 49  # the store is still usable
         finally:
             await store.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import run_doc_example, run_example
@@ -268,3 +269,32 @@ def test_image_blocks_are_media_blocks_not_text(sync_store: Store) -> None:
     ]
     assert sync_store.messages.search(data[:40]) == []
     assert [m.model_dump() for m in history.messages] == [m.model_dump() for m in added]
+
+
+@pytest.mark.parametrize(
+    ("block", "expected"),
+    [
+        (
+            {"type": "image_url", "image_url": "data:image/png;base64,not base64!!"},
+            {"type": "file", "mimeType": "image/png"},
+        ),
+        ({"type": "image", "base64": "", "mime_type": "image/png"}, {"type": "file", "mimeType": "image/png"}),
+        (
+            {"type": "image", "base64": "iVBORw0KGgoAAAA="},
+            {"type": "image", "data": "iVBORw0KGgoAAAA=", "mimeType": "image/png"},
+        ),
+        (
+            {"type": "image", "base64": "aGVsbG8=", "mime_type": "IMAGE/PNG"},
+            {"type": "image", "data": "aGVsbG8=", "mimeType": "image/png"},
+        ),
+    ],
+)
+def test_an_image_a_provider_would_refuse_is_not_sent_as_one(
+    sync_store: Store, block: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    history = TurnstoreChatMessageHistory("odd", sync_store)
+    added = [HumanMessage(content=[block])]
+    history.add_messages(added)
+    prompt = next(iter(sync_store.messages.records("odd"))).message
+    assert [b.model_dump(mode="json") for b in prompt.content] == [expected]  # type: ignore[union-attr]
+    assert [m.model_dump() for m in history.messages] == [m.model_dump() for m in added]  # kept as given

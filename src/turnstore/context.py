@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from pydantic import ValidationError
+
 from .models import (
     AGENT_MESSAGE,
     AssistantMessage,
@@ -35,6 +37,7 @@ from .models import (
     ToolCallContent,
     ToolResultMessage,
     UserMessage,
+    unreadable,
 )
 
 __all__ = [
@@ -202,11 +205,14 @@ def to_messages(rows: Iterable[Sequence[Any]]) -> list[Any]:
 
     Extension rows other than summaries are left out unread.
     """
-    return [
-        AGENT_MESSAGE.validate_json(text)
-        for _id, _loop_id, role, kind, text, *_rest in rows
-        if role != "extension" or kind in SUMMARY_KINDS
-    ]
+    messages = []
+    for message_id, _loop_id, role, kind, text, *_rest in rows:
+        if role != "extension" or kind in SUMMARY_KINDS:
+            try:
+                messages.append(AGENT_MESSAGE.validate_json(text))
+            except ValidationError as error:  # changed outside turnstore
+                raise unreadable(message_id, error) from None
+    return messages
 
 
 def assemble(segments: Sequence[Segment], rows: Iterable[tuple[Any, ...]]) -> list[Any]:

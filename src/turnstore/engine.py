@@ -510,4 +510,15 @@ def describe(url: str | sa.URL | os.PathLike[str]) -> str:
     path = sqlite_file(parsed)
     if path is not None:
         return str(path)
-    return parsed.render_as_string(hide_password=True)
+    secrets = {key: "***" for key in parsed.query if key.lower() in SECRET_QUERY_KEYS}
+    return parsed.update_query_dict(secrets).render_as_string(hide_password=True)
+
+
+SECRET_QUERY_KEYS = frozenset({"password", "sslpassword"})
+"""Query parameters of a server URL that hold a password (libpq takes ``?password=``); masked like the password."""
+
+
+def holds_secret(url: str | sa.URL) -> bool:
+    """Whether a URL carries a password, in its user part or its query."""
+    parsed = make_url(url)
+    return parsed.password is not None or any(key.lower() in SECRET_QUERY_KEYS for key in parsed.query)

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from .errors import ExportFailed, InvalidArgument
+from .errors import ExportFailed, InvalidArgument, StorageError
 from .media import MediaMode
 from .records import LoopConfig
 from .repositories._shared import loads
@@ -110,7 +110,7 @@ class _Exporter:
     def phi_core_message(self, row: ExportRow) -> dict[str, Any]:
         # The canonical JSON of an imported phi-core record equals the record by value;
         # records in other spellings (yoagent's) come out in phi-core's.
-        return to_phi_core(json.loads(row.message))
+        return to_phi_core(stored_json(row))
 
 
 def iter_export(store: Store, session_id: str, fmt: str, *, media: MediaMode = "inline") -> Iterator[str]:
@@ -268,7 +268,7 @@ def _turnstore_lines(exporter: _Exporter) -> Iterator[str]:
             "loop_id": row.loop_id,
             "turn_index": row.turn_index,
             "seq": row.seq,
-            "message": json.loads(row.message),
+            "message": stored_json(row),
         }
         if row.role != "assistant" and row.input_tokens is not None:
             record["usage"] = {**dict(zip(USAGE_FIELDS, (int(v or 0) for v in row.usage_tokens()))), "cost": row.cost}
@@ -280,6 +280,16 @@ def _turnstore_lines(exporter: _Exporter) -> Iterator[str]:
         if row.source is not None:
             record["source"] = row.source
         yield _dumps(record) + "\n"
+
+
+def stored_json(row: ExportRow) -> Any:
+    """A row's stored message text as JSON; text that is not JSON (changed outside turnstore) is a StorageError."""
+    try:
+        return json.loads(row.message)
+    except ValueError as error:
+        raise StorageError(
+            f"stored message {row.id} cannot be read: {error} (the database was changed outside turnstore)"
+        ) from None
 
 
 def _dumps(value: Any) -> str:

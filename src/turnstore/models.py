@@ -46,7 +46,7 @@ from pydantic import (
 )
 from pydantic_core import core_schema
 
-from .errors import InvalidMessage
+from .errors import InvalidMessage, StorageError
 
 __all__ = [
     "AgentMessage",
@@ -631,6 +631,14 @@ class WireAdapter:
         if validator is None:
             validator = self._build()
         return validator.validate_json(text, by_alias=True, by_name=False)
+
+
+def unreadable(message_id: int | None, error: ValidationError) -> StorageError:
+    """The error for a stored message text that is not a valid message (changed outside turnstore)."""
+    first = error.errors()[0]
+    place = ".".join(str(part) for part in first["loc"]) or "message"
+    which = f"stored message {message_id}" if message_id is not None else "a stored message"
+    return StorageError(f"{which} cannot be read: {place}: {first['msg']} (the database was changed outside turnstore)")
 
 
 AGENT_MESSAGE = WireAdapter(AgentMessage)

@@ -122,6 +122,7 @@ def _loop_json(loop: Loop, stored: list[StoredMessage], unknown: set[int]) -> di
         "config": loop.config,
         "started_at": json_time(loop.started_at),
         "ended_at": json_time(loop.ended_at) if loop.ended_at else None,
+        "reported_usage": loop.reported_usage.model_dump(mode="json") if loop.reported_usage is not None else None,
         "messages": [
             {
                 "id": m.id,

@@ -5,9 +5,8 @@ from __future__ import annotations
 import shlex
 
 import click
-from sqlalchemy.engine import make_url
 
-from ..engine import describe
+from ..engine import describe, holds_secret
 from ..usage import UsageTotals
 from .app import Settings, cli, pass_settings, shared_options
 from .escaping import visible
@@ -55,7 +54,7 @@ def demo(settings: Settings) -> None:
     out.print(usage_table("Usage by loop", "loop", [(lid, u) for _, lid, u in by_loop]))
     out.print()
     out.print(usage_table("Usage by model", "model", [(_model_label(r.model, r.provider), r) for r in by_model]))
-    if make_url(store.url).password is None:
+    if not holds_secret(store.url):
         db = f"--db {shlex.quote(visible(where))} "  # pasted into a shell: a path with spaces stays one argument
         click.echo("\nExplore it:")
     else:  # a command line would show the password, and a masked one would not log in

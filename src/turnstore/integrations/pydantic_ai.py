@@ -256,7 +256,7 @@ def _user_blocks(content: Any) -> str | list[dict[str, Any]]:
     for item in content:
         if isinstance(item, BinaryContent):
             blocks.append(
-                media_block(data=item.data, mime_type=item.media_type, name=getattr(item, "identifier", None))
+                media_block(data=item.data, mime_type=item.media_type)  # its identifier is a hash, not a name
             )
         elif isinstance(item, FileUrl):
             blocks.append(media_block(url=item.url, mime_type=_media_type(item)))

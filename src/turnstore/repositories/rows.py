@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
-from ..errors import InvalidMessage, StorageError
+from ..errors import InvalidMessage
 from ..models import (
     AGENT_MESSAGE,
     AGENT_MESSAGES,
@@ -23,6 +23,7 @@ from ..models import (
     ExtensionMessage,
     Message,
     Usage,
+    unreadable,
 )
 from ..records import Loop, SearchHit, Session, SessionSummary, StoredMessage
 from ..schema import USAGE_COLUMNS
@@ -79,14 +80,6 @@ def parse_rows(texts: Iterable[str]) -> list[Any]:
     except ValidationError as error:
         raise unreadable(None, error) from None
     return messages
-
-
-def unreadable(message_id: int | None, error: ValidationError) -> StorageError:
-    """The error for a stored message text that is not a valid message (changed outside turnstore)."""
-    first = error.errors()[0]
-    place = ".".join(str(part) for part in first["loc"]) or "message"
-    which = f"stored message {message_id}" if message_id is not None else "a stored message"
-    return StorageError(f"{which} cannot be read: {place}: {first['msg']} (the database was changed outside turnstore)")
 
 
 def tool_calls(text: str) -> Iterator[tuple[str, str]]:
