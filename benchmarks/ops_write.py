@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import cProfile
 import gc
+import inspect
 import pstats
 import sqlite3
 from collections.abc import Callable
@@ -93,9 +94,11 @@ def _raw_import(rs: raw.RawStore, paths: list[Path]) -> None:
 
 def _ts_import(store: Store, paths: list[Path]) -> None:
     # As `turnstore import` runs it: the floor is a bulk writer with the process to itself too. A library
-    # call's default (the collector and threads left alone) is measured by the import-pi suite.
+    # call's default (the collector and threads left alone) is measured by the import-pi suite. (Older
+    # checkouts, run with --against-style PYTHONPATH A/Bs, always tuned the process and take no such flag.)
+    tuned = {"tune_process": True} if "tune_process" in inspect.signature(store.import_).parameters else {}
     for path in paths:
-        store.import_("turnstore", path, tune_process=True)
+        store.import_("turnstore", path, **tuned)
 
 
 RUNS: dict[str, tuple[Callable[..., None], Callable[..., None]]] = {
