@@ -22,6 +22,7 @@ from sqlalchemy.engine import make_url
 import turnstore
 from turnstore import Message, Store, migrate
 from turnstore.cli import cli, main
+from turnstore.cli.escaping import UNSAFE
 from turnstore.demo import DEMO_SESSIONS
 from turnstore.migrate import head
 
@@ -854,6 +855,29 @@ def test_demo_prints_commands_that_run_as_pasted_from_a_folder_with_spaces(run: 
     for command in commands:
         assert command[:3] == ["turnstore", "--db", str(folder / "demo.db")]
         assert run(*command[1:]).code == 0, command
+
+
+@pytest.mark.parametrize(
+    "name", ["esc\x1b]0;pwned\x07 here", "tab\there", "bidi\u202egnp.db", "latin1 \udce9t\udce9", "quote ' and \\"]
+)
+def test_demo_prints_commands_that_name_a_folder_with_control_characters_exactly(
+    run: Any, tmp_path: Path, name: str
+) -> None:
+    """The printed command holds only printable characters, and bash reads back the very path (bash's $'...')."""
+    folder = tmp_path / name
+    folder.mkdir()
+    result = run("--db", folder / "demo.db", "demo")
+    assert result.code == 0
+    lines = [line for line in result.out.splitlines() if line.startswith("  turnstore --db ")]
+    assert len(lines) == 4
+    for line in lines:
+        assert not any(ord(char) in UNSAFE for char in line), line
+        shown = subprocess.run(
+            ["bash", "-c", "printf '%s\\0' " + line.removeprefix("  turnstore ")], capture_output=True, check=True
+        )
+        words = [os.fsdecode(word) for word in shown.stdout.split(b"\0")[:-1]]
+        assert words[:2] == ["--db", str(folder / "demo.db")], line
+        assert run(*words).code == 0, line
 
 
 @pytest.mark.parametrize("where", ["user part", "query"])

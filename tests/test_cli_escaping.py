@@ -23,6 +23,8 @@ from cli_runner import UNSAFE, Result, assert_one_error_line, raw_unsafe, run_cl
 from factories import assistant, extension, tool_result, usage
 
 from turnstore import Store, TextContent, ToolCallContent, UserMessage
+from turnstore.cli.escaping import UNSAFE as UNSAFE_POINTS
+from turnstore.cli.escaping import shell_word
 
 CLEAR = "\x1b[2J\x1b[H"
 CLIPBOARD = "\x1b]52;c;aGFja2Vk\x07"
@@ -291,3 +293,25 @@ def test_zero_width_characters_are_shown_as_escapes() -> None:
 
     assert visible("s\u200bi\u2060d\ufeff") == "s\\u200bi\\u2060d\\ufeff"
     assert json.loads(json_safe(json.dumps("s\u200bid", ensure_ascii=False))) == "s\u200bid"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "plain",
+        "with space and 'quote'",
+        "esc\x1b[31mred\x1b]52;c;aGk=\x07",
+        "c1 \x9b2J and del \x7f",
+        "bidi \u202egnp.exe \u2066x\u2069",
+        "zero\u200bwidth \ufeff",
+        "tab\tnew\nline\rcr",
+        "back\\slash \\x41 and \\'",
+        "not utf-8 \udce9\udcff",
+        "é and 漢字 stay as they are",
+    ],
+)
+def test_shell_word_is_printable_and_bash_reads_back_the_same_bytes(text: str) -> None:
+    word = shell_word(text)
+    assert not any(ord(char) in UNSAFE_POINTS for char in word), word
+    read = subprocess.run(["bash", "-c", f"printf '%s' {word}"], capture_output=True, check=True).stdout
+    assert read == os.fsencode(text)

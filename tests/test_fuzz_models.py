@@ -121,7 +121,7 @@ def check_stored(model: Any) -> str:
     dumped = model.model_dump(mode="json")
     assert json.loads(text) == dumped
     assert AGENT_MESSAGE.validate_json(text).model_dump(mode="json") == dumped
-    assert [m.model_dump(mode="json") for m in parse_rows([text, text])] == [dumped, dumped]
+    assert [m.model_dump(mode="json") for m in parse_rows([1, 2], [text, text])] == [dumped, dumped]
     return "accepted"
 
 

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import base64
 import concurrent.futures
 import json
 import random
+import re
 import threading
 import time
 from collections import UserList, deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from factories import assistant, extension, tool_result, user
 from helpers import SONNET
 
@@ -32,6 +36,7 @@ from turnstore import (
     NotFound,
     SessionNotFound,
     StopReason,
+    StorageError,
     Store,
     StoredMessage,
     TextContent,
@@ -1444,14 +1449,14 @@ def test_last_validates_only_the_newest_n_rows_when_they_decide_the_tail(
     for k in range(30):
         store.messages.append_turn(loop_id, k, [user(f"u{k}"), assistant(f"a{k}")])
     validated: list[int] = []
-    parse = message_tail.parse
+    parse = message_tail.parse_texts_of
 
-    def counting(db: Any, texts: Any, mode: Any = "inline") -> list[Any]:
-        parsed = parse(db, texts, mode)
+    def counting(db: Any, rows: Any, mode: Any = "inline") -> list[Any]:
+        parsed = parse(db, rows, mode)
         validated.append(len(parsed))
         return parsed
 
-    monkeypatch.setattr(message_tail, "parse", counting)
+    monkeypatch.setattr(message_tail, "parse_texts_of", counting)
     assert texts(store.messages.last(session_id, 20)) == texts(store.messages.context(loop_id)[-20:])
     assert validated == [20]
     store.close()
@@ -1593,3 +1598,53 @@ def test_a_negative_time_for_a_dict_without_one_blames_the_argument(store: Store
         store.messages.append({"role": "user", "content": "hi"}, loop_id=loop_id, turn_index=0, timestamp=-5)
     note = {"role": "extension", "kind": "note", "data": "before 1970"}
     assert store.messages.get(store.messages.append(note, loop_id=loop_id, timestamp=-5)).message.role == "extension"
+
+
+def _rewrite_stored(store: Store, message_id: int, text: str) -> None:
+    """Change a stored message's text behind turnstore's back (as a hand edit or another tool would)."""
+    engine = sa.create_engine(store.engine.url, poolclass=sa.pool.NullPool)
+    with engine.begin() as connection:
+        connection.execute(
+            sa.text("UPDATE messages SET message = :text WHERE id = :id"), {"text": text, "id": message_id}
+        )
+    engine.dispose()
+
+
+@pytest.mark.parametrize("how", ["as one array", "with media", "one by one"])
+def test_every_batch_read_names_the_stored_message_it_cannot_read(
+    sync_store: Store, how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A row changed outside turnstore: turn(), turns(), loop(), last() and search() name it by id, not by place."""
+    store = sync_store
+    if how == "one by one":
+        monkeypatch.setattr(rows_module, "JOIN_LIMIT", 0)
+    store.sessions.create("s")
+    loop = store.loops.start("s")
+    texts = [f"word{i}" for i in range(12)]
+    ids = store.messages.append_turn(loop.loop_id, 0, [user(text) for text in texts[:6]])
+    ids += store.messages.append_turn(loop.loop_id, 1, [user(text) for text in texts[6:]])
+    if how == "with media":  # an image kept out of line in the same turn: the reads put its data back as they validate
+        image = base64.b64encode(bytes(range(256)) * 100).decode()
+        shot = UserMessage(content=[ImageContent(data=image, mime_type="image/png")], timestamp=5)
+        ids.append(store.messages.append(shot, loop_id=loop.loop_id, turn_index=1))
+    bad = ids[8]
+    _rewrite_stored(store, bad, '{"role":"user","content":5,"timestamp":1}')
+    named = f"stored message {bad} cannot be read: user.content: "
+    reads: list[Callable[[], object]] = [
+        lambda: store.messages.turns(loop.loop_id),
+        lambda: store.messages.turn(loop.loop_id, 1),
+        lambda: store.messages.loop(loop.loop_id),
+        lambda: store.messages.last("s", 12),  # the session's newest rows
+        lambda: store.messages.last("s", 12, loop_id=loop.loop_id),  # the path read backwards
+        lambda: store.messages.search("word8"),  # its words were indexed before the change
+    ]
+    for read in reads:
+        with pytest.raises(StorageError, match=re.escape(named)):
+            read()
+    assert [message.content[0].text for message in store.messages.turn(loop.loop_id, 0).messages] == texts[:6]
+    if store.engine.url.get_backend_name() != "sqlite":
+        return  # PostgreSQL's json column refuses text that is not JSON
+    _rewrite_stored(store, bad, user("word8 changed").model_dump_json(by_alias=True)[:-3])  # no longer JSON
+    for read in reads:
+        with pytest.raises(StorageError, match=re.escape(f"stored message {bad} cannot be read: ")):
+            read()

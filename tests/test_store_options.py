@@ -3,14 +3,17 @@ does not keep its data in, or whose driver or server is missing, is a typed one-
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from cli_runner import assert_one_error_line, run_cli
 
 from turnstore import InvalidArgument, StorageError, Store
+from turnstore.engine import sqlite_file
 from turnstore.pragmas import check_pragmas
 
 
@@ -137,9 +140,12 @@ def test_a_bare_path_with_a_tilde_is_in_the_home_folder(tmp_path: Path, monkeypa
         assert [s.session_id for s in other.sessions.list()] == [session.session_id]
 
 
-@pytest.mark.parametrize("name", ["q?x.db", "p%41x.db", "a#b.db", "50% off.db", "x?mode=ro.db"])
+@pytest.mark.parametrize(
+    "name", ["q?x.db", "p%41x.db", "a#b.db", "50% off.db", "x?mode=ro.db", "latin1 \udce9t\udce9.db", "\udce9?%.db"]
+)
 def test_a_bare_path_names_exactly_that_file(tmp_path: Path, name: str) -> None:
-    """``?``, ``#`` and ``%`` in a bare path are part of the file name, not the URL's query, fragment or escapes."""
+    """``?``, ``#`` and ``%`` in a bare path are part of the file name, not the URL's query, fragment or escapes;
+    a name that is not UTF-8 (``\\udcXX``: its bytes, as Python gives them) opens that very file."""
     with Store(tmp_path / name) as store:
         store.sessions.create("s")
     with Store(str(tmp_path / name)) as again:
@@ -147,6 +153,21 @@ def test_a_bare_path_names_exactly_that_file(tmp_path: Path, name: str) -> None:
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(("-wal", "-shm"))) == [name]
     result = run_cli("--db", str(tmp_path / name), "sessions", "--json")
     assert result.code == 0 and '"s"' in result.out
+
+
+def test_a_store_whose_name_is_not_utf8_opens_read_only_and_by_uri(tmp_path: Path) -> None:
+    """The file SQLite opens is the one named: by bare path, read-only, and as a ``file:`` URI of its bytes."""
+    path = tmp_path / "caf\udce9.db"
+    with Store(path) as store:
+        store.sessions.create("s")
+    with Store(path, read_only=True) as store:
+        assert store.sessions.exists("s")
+    file_uri = "file:" + quote(os.fsencode(path), safe="/")  # SQLite's URI filename: its bytes, %-escaped
+    uri = f"sqlite:///{quote(file_uri, safe='/:')}?mode=ro&uri=true"  # in a URL, escaped once more
+    assert sqlite_file(uri) == path
+    with Store(uri, read_only=True) as store:
+        assert store.sessions.exists("s")
+    assert [p.name for p in tmp_path.iterdir() if p.suffix == ".db"] == [path.name]
 
 
 @pytest.mark.parametrize("flag", ["dry_run", "skip_invalid", "replace", "tune_process"])

@@ -72,7 +72,8 @@ def resolve_url(url: str | os.PathLike[str] | None = None) -> str:
     ``None`` → ``$TURNSTORE_URL`` or ``sqlite:///turnstore.db``; a bare path →
     ``sqlite:///<path>``, a leading ``~`` meaning the home folder as in a shell
     (its ``?``, ``#`` and ``%`` escaped, so they name the file and are not read
-    as the URL's query, fragment or escapes);
+    as the URL's query, fragment or escapes; a name that is not UTF-8 kept as
+    its surrogate escapes, which name the same bytes when the file is opened);
     ``postgresql://`` and ``postgres://`` → the psycopg 3 driver
     (``postgresql+psycopg://``).
     """
@@ -80,7 +81,11 @@ def resolve_url(url: str | os.PathLike[str] | None = None) -> str:
         url = os.environ.get("TURNSTORE_URL") or DEFAULT_URL
     text = os.fspath(url)
     if "://" not in text:
-        return sa.URL.create("sqlite", database=os.path.expanduser(text)).render_as_string()
+        path = os.path.expanduser(text)
+        try:
+            return sa.URL.create("sqlite", database=path).render_as_string()
+        except UnicodeEncodeError:  # a file name that is not UTF-8 (surrogate escapes), which URL quoting cannot take
+            return "sqlite:///" + path.replace("%", "%25").replace("?", "%3F").replace("#", "%23")
     scheme, rest = text.split("://", 1)
     if scheme in {"postgresql", "postgres"}:
         return f"postgresql+psycopg://{rest}"
@@ -106,7 +111,7 @@ def sqlite_file(url: str | sa.URL) -> Path | None:
         path, _, query = parsed.database[5:].partition("?")
         if not path or path == ":memory:" or "mode=memory" in query or parsed.query.get("mode") == "memory":
             return None
-        return Path(unquote(path))
+        return Path(unquote(path, errors="surrogateescape"))  # %XX bytes that are not UTF-8: as os.fsdecode gives them
     return Path(parsed.database)
 
 
@@ -240,7 +245,7 @@ def _sqlite_tables(path: Path, immutable: bool) -> set[str]:
 
 def _file_uri(path: Path) -> str:
     """``path`` as a SQLite URI filename, every character SQLite would read as syntax escaped."""
-    return "file:" + quote(str(path.absolute()), safe="/")
+    return "file:" + quote(os.fsencode(path.absolute()), safe="/")  # its bytes: a name need not be UTF-8
 
 
 def open_engine(

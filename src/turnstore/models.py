@@ -633,12 +633,20 @@ class WireAdapter:
         return validator.validate_json(text, by_alias=True, by_name=False)
 
 
-def unreadable(message_id: int | None, error: ValidationError) -> StorageError:
-    """The error for a stored message text that is not a valid message (changed outside turnstore)."""
+def unreadable(message_id: int, error: ValidationError, *, in_array: bool = False) -> StorageError:
+    """The error for a stored message text that is not a valid message (changed outside turnstore).
+
+    ``in_array``: the text was validated as one element of a JSON array of
+    messages (a batch read), so the error's location starts with its place in
+    the array, which is left out: ``message_id`` already names the message.
+    """
     first = error.errors()[0]
-    place = ".".join(str(part) for part in first["loc"]) or "message"
-    which = f"stored message {message_id}" if message_id is not None else "a stored message"
-    return StorageError(f"{which} cannot be read: {place}: {first['msg']} (the database was changed outside turnstore)")
+    location = first["loc"][1:] if in_array else first["loc"]
+    place = ".".join(str(part) for part in location) or "message"
+    return StorageError(
+        f"stored message {message_id} cannot be read: {place}: {first['msg']} "
+        "(the database was changed outside turnstore)"
+    )
 
 
 AGENT_MESSAGE = WireAdapter(AgentMessage)

@@ -444,7 +444,7 @@ def delete_loop_tail() -> sa.Delete:
 @cache
 def turn_messages() -> sa.Select[Any]:
     return (
-        sa.select(messages.c.message)
+        sa.select(messages.c.id, messages.c.message)
         .where(
             messages.c.loop_id == bp("loop_id"),
             messages.c.turn_index == bp("turn_index"),
@@ -464,7 +464,7 @@ def turn_range_messages(bounded: bool) -> sa.Select[Any]:
     if bounded:
         condition.append(messages.c.turn_index < bp("stop"))
     return (
-        sa.select(messages.c.turn_index, messages.c.message)
+        sa.select(messages.c.id, messages.c.turn_index, messages.c.message)
         .where(*condition)
         .order_by(messages.c.turn_index, messages.c.seq)
     )
@@ -473,7 +473,7 @@ def turn_range_messages(bounded: bool) -> sa.Select[Any]:
 @cache
 def loop_messages() -> sa.Select[Any]:
     return (
-        sa.select(messages.c.message)
+        sa.select(messages.c.id, messages.c.message)
         .where(messages.c.loop_id == bp("loop_id"), loop_visible())
         .order_by(messages.c.seq)
     )
@@ -523,9 +523,9 @@ def loop_tree_and_newest() -> sa.Select[Any]:
 
 @cache
 def session_tail() -> sa.Select[Any]:
-    """A session's newest ``limit`` messages, newest first, with their loop and kind (``last()``'s first read)."""
+    """A session's newest ``limit`` messages, newest first, with their id, loop and kind (``last()``'s first read)."""
     return (
-        sa.select(messages.c.loop_id, messages.c.kind, messages.c.message)
+        sa.select(messages.c.id, messages.c.loop_id, messages.c.kind, messages.c.message)
         .where(messages.c.session_id == bp("session_id"), visible(bp("session_id")))
         .order_by(messages.c.id.desc())
         .limit(bp("limit"))

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import shlex
-
 import click
 
 from ..engine import describe, holds_secret
 from ..usage import UsageTotals
 from .app import Settings, cli, pass_settings, shared_options
-from .escaping import visible
+from .escaping import shell_word, visible
 from .output import console, print_json, usage_table
 
 
@@ -55,12 +53,12 @@ def demo(settings: Settings) -> None:
     out.print()
     out.print(usage_table("Usage by model", "model", [(_model_label(r.model, r.provider), r) for r in by_model]))
     if not holds_secret(store.url):
-        db = f"--db {shlex.quote(visible(where))} "  # pasted into a shell: a path with spaces stays one argument
+        db = f"--db {shell_word(where)} "  # pasted into a shell: a path with spaces (or escapes) stays one argument
         click.echo("\nExplore it:")
     else:  # a command line would show the password, and a masked one would not log in
         db = ""
         click.echo("\nExplore it (with TURNSTORE_URL set to this database's URL):")
-    for command in ("sessions", f"show {shlex.quote(session_ids[0])}", "usage --by day", "search tests"):
+    for command in ("sessions", f"show {shell_word(session_ids[0])}", "usage --by day", "search tests"):
         click.echo(f"  turnstore {db}{command}")
 
 

@@ -9,6 +9,8 @@ clipboard (OSC 52), hide a link (OSC 8) or reorder what the reader sees.
   (``\\x1b``, ``\\x9b``, ``\\u202e``, ``\\n``), on a terminal and in pipes alike.
   Rich then gets the result as :class:`rich.text.Text`, never as markup, so
   ``[bold red]`` prints as written.
+* :func:`shell_word` is for a command printed to be pasted into a shell: one
+  word that reads back as exactly the text, in printable characters only.
 * :func:`json_safe` is for ``--json`` and exports to stdout: JSON itself escapes
   only C0 controls; the same characters beyond C0 (DEL, C1, bidi controls,
   zero-width characters, line and paragraph separators, lone surrogates) become ``\\uXXXX`` escapes, which every JSON
@@ -18,7 +20,9 @@ clipboard (OSC 52), hide a link (OSC 8) or reorder what the reader sees.
 
 from __future__ import annotations
 
-__all__ = ["UNSAFE", "json_safe", "visible"]
+import shlex
+
+__all__ = ["UNSAFE", "json_safe", "shell_word", "visible"]
 
 _BIDI = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
 """Arabic letter mark, LRM/RLM, embeddings and overrides (LRE..RLO), isolates (LRI..PDI)."""
@@ -50,3 +54,30 @@ def visible(text: str) -> str:
 def json_safe(text: str) -> str:
     """JSON text (as ``json.dumps`` writes it) with DEL, C1 and bidi characters escaped as ``\\uXXXX``."""
     return text.translate(_JSON)
+
+
+def shell_word(text: str) -> str:
+    """``text`` as one shell word that reads back as exactly its bytes and prints safely.
+
+    POSIX quoting (:func:`shlex.quote`) when ``text`` holds nothing
+    :func:`visible` would escape; otherwise bash's ``$'...'`` quoting (also
+    zsh's and ksh's), with each such character written as the ``\\xHH``
+    escapes of its UTF-8 bytes, whatever the shell's locale. A lone surrogate
+    from a file name that is not UTF-8 is the one byte it stands for.
+    """
+    if not any(ord(char) in UNSAFE for char in text):
+        return shlex.quote(text)
+    out = []
+    for char in text:
+        point = ord(char)
+        if char in "\\'":
+            out.append("\\" + char)
+        elif point not in UNSAFE:
+            out.append(char)
+        elif point < 0x80:
+            out.append(_VISIBLE[point])
+        elif 0xDC80 <= point <= 0xDCFF:  # surrogateescape: the byte point - 0xDC00
+            out.append(f"\\x{point - 0xDC00:02x}")
+        else:
+            out.append("".join(f"\\x{byte:02x}" for byte in char.encode("utf-8", "surrogatepass")))
+    return "$'" + "".join(out) + "'"

@@ -16,7 +16,7 @@ inserts it again with the data it holds.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cache
 from itertools import repeat
 from operator import contains
@@ -161,15 +161,15 @@ def fetch(db: Database, digest: str) -> str:
     return str(data)
 
 
-def parse(db: Database, texts: list[str], mode: MediaMode = "inline") -> list[Any]:
-    """:func:`~.rows.parse_rows` of stored texts, as written (or per ``mode``).
+def parse(db: Database, ids: Sequence[int], texts: Sequence[str], mode: MediaMode = "inline") -> list[Any]:
+    """:func:`~.rows.parse_rows` of stored texts (the messages ``ids``), as written (or per ``mode``).
 
     Texts that refer to media are not put together one by one: the array
     validated is joined once from all their pieces, so a screenshot's data is
     copied once on its way to the parser, as when it was stored inline.
     """
     if not any(map(contains, texts, repeat(MARK))):  # at C speed: a long history without media pays little
-        return parse_rows(texts)
+        return parse_rows(ids, texts)
     lookup = _fetcher(db)
     parts = ["["]
     for text in texts:
@@ -179,7 +179,12 @@ def parse(db: Database, texts: list[str], mode: MediaMode = "inline") -> list[An
             parts.append(text)
         parts.append(",")
     parts[-1] = "]"
-    return parse_parts(parts)
+    return parse_parts(ids, texts, parts)
+
+
+def parse_texts_of(db: Database, rows: Sequence[Any], mode: MediaMode = "inline") -> list[Any]:
+    """:func:`parse` of rows that hold a message's id first and its stored text last."""
+    return parse(db, [row[0] for row in rows], [row[-1] for row in rows], mode)
 
 
 def _fetcher(db: Database) -> Callable[[str], str]:

@@ -10,7 +10,7 @@ from .. import queries as q
 from ..database import Database
 from ..media import MediaMode
 from ..models import MAX_INT
-from .media import parse
+from .media import parse_texts_of
 
 __all__ = ["TAIL_SLACK", "newest_tail", "path_tail"]
 
@@ -34,18 +34,18 @@ def newest_tail(db: Database, session_id: str, n: int, mode: MediaMode = "inline
     rows = db.fetchall(q.session_tail(), {"session_id": session_id, "limit": limit})
     if not rows:
         return None
-    loop_id, _kind, _text = rows[0]
-    if not all(row_loop == loop_id and kind != ctx.COMPACTION_SUMMARY for row_loop, kind, _text in rows):
+    _id, loop_id, _kind, _text = rows[0]
+    if not all(row_loop == loop_id and kind != ctx.COMPACTION_SUMMARY for _id, row_loop, kind, _text in rows):
         return None
     # The newest n rows alone decide the tail when their context holds n messages: what the older
     # rows could add (tool results of an older call at the front, their synthetic results) comes
     # before the last n. So the older rows are validated only when that falls short.
-    newest = parse(db, [text for _loop, _kind, text in rows[:n]], mode)
+    newest = parse_texts_of(db, rows[:n], mode)
     messages = ctx.provider_safe(reversed(newest))
     if len(messages) >= n:
         return messages
     if len(rows) > n:
-        messages = ctx.provider_safe(reversed(newest + parse(db, [text for _loop, _kind, text in rows[n:]], mode)))
+        messages = ctx.provider_safe(reversed(newest + parse_texts_of(db, rows[n:], mode)))
     # Fewer rows than asked for: the session holds no other row, so no ancestor adds to the context.
     return messages if len(messages) >= n or len(rows) < limit else None
 
@@ -75,7 +75,7 @@ def _backwards(db: Database, session_id: str, piece: ctx.Piece, limit: int, mode
     """A piece's messages, newest first, in batches of ``limit`` rows, then twice as many each time."""
     if piece.summaries:
         rows = db.fetchall(q.compaction_summaries(), {"loop_id": piece.loop_id})
-        yield list(reversed(parse(db, [text for *_columns, text in filter(piece.admits, rows)], mode)))
+        yield list(reversed(parse_texts_of(db, list(filter(piece.admits, rows)), mode)))
         return
     params: dict[str, Any] = {
         "session_id": session_id,
@@ -86,7 +86,7 @@ def _backwards(db: Database, session_id: str, piece: ctx.Piece, limit: int, mode
     }
     while True:
         rows = db.fetchall(q.loop_messages_backwards(piece.summaries is False), params)
-        yield parse(db, [text for _id, text in rows], mode)
+        yield parse_texts_of(db, rows, mode)
         if len(rows) < params["limit"]:
             return
         oldest, _text = rows[-1]

@@ -392,7 +392,7 @@ class MessageRepository:
         if not rows:
             self._require_loop(loop_id)
             raise TurnNotFound(f"loop {loop_id!r} has no turn {turn_index}")
-        messages = out_of_line.parse(self._db, [text for (text,) in rows])
+        messages = out_of_line.parse_texts_of(self._db, rows)
         return Turn(loop_id=loop_id, turn_index=turn_index, messages=messages)
 
     def turns(self, loop_id: str, start: int = 0, stop: int | None = None) -> list[Turn]:
@@ -408,10 +408,10 @@ class MessageRepository:
         if not rows:
             self._require_loop(loop_id)
             return []
-        parsed = out_of_line.parse(self._db, [text for _turn_index, text in rows])
+        parsed = out_of_line.parse_texts_of(self._db, rows)
         turns: list[Turn] = []
         current: list[Any] = []
-        for (index, _), message in zip(rows, parsed):
+        for (_id, index, _text), message in zip(rows, parsed):
             if current and index != current[0]:
                 turns.append(Turn(loop_id=loop_id, turn_index=current[0], messages=current[1:]))
                 current = []
@@ -435,7 +435,7 @@ class MessageRepository:
         rows = self._db.fetchall(q.loop_messages(), {"loop_id": loop_id})
         if not rows:
             self._require_loop(loop_id)
-        return out_of_line.parse(self._db, [text for (text,) in rows], mode)
+        return out_of_line.parse_texts_of(self._db, rows, mode)
 
     def last(
         self,

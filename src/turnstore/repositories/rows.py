@@ -9,12 +9,12 @@ its reader ever disagree on the number of columns.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
-from ..errors import InvalidMessage
+from ..errors import InvalidMessage, StorageError
 from ..models import (
     AGENT_MESSAGE,
     AGENT_MESSAGES,
@@ -64,21 +64,25 @@ _NO_USAGE: dict[str, Any] = dict.fromkeys((*USAGE_COLUMNS, "cost"))
 # --- messages -----------------------------------------------------------------------
 
 
-def parse_rows(texts: Iterable[str]) -> list[Any]:
-    """Validate stored message JSON texts, each once.
+def parse_rows(ids: Sequence[int], texts: Sequence[str]) -> list[Any]:
+    """Validate stored message JSON texts (the messages ``ids``), each once.
 
     Short texts are validated in one pass over one JSON array (no call per
     message); once they add up to more than :data:`JOIN_LIMIT` characters
     (images, files), each is validated on its own, so the texts are never
     copied into one large string, which costs more than the calls it saves.
+
+    Raises:
+        StorageError: a text is not a valid message, named by its id.
     """
-    texts = list(texts)
-    try:
-        if sum(map(len, texts)) > JOIN_LIMIT:
-            return [_VALIDATE_JSON(text) for text in texts]
-        messages: list[Any] = AGENT_MESSAGES.validate_json("[" + ",".join(texts) + "]")
-    except ValidationError as error:
-        raise unreadable(None, error) from None
+    if sum(map(len, texts)) <= JOIN_LIMIT:
+        return parse_parts(ids, texts, ["[", ",".join(texts), "]"])
+    messages = []
+    for message_id, text in zip(ids, texts, strict=True):
+        try:
+            messages.append(_VALIDATE_JSON(text))
+        except ValidationError as error:
+            raise unreadable(message_id, error) from None
     return messages
 
 
@@ -94,13 +98,41 @@ JOIN_LIMIT = 128 * 1024
 """Total characters of stored texts :func:`parse_rows` still validates as one JSON array."""
 
 
-def parse_parts(parts: list[str]) -> list[Any]:
-    """Validate a JSON array of messages given as the pieces of its text (joined once, however many)."""
+def parse_parts(ids: Sequence[int], texts: Sequence[str], parts: list[str]) -> list[Any]:
+    """Validate a JSON array of messages given as the pieces of its text (joined once, however many).
+
+    The array holds the messages ``ids``, stored as ``texts`` (its pieces may
+    differ from them: media put back in).
+
+    Raises:
+        StorageError: a message is not valid, named by its id.
+    """
     try:
         messages: list[Any] = AGENT_MESSAGES.validate_json("".join(parts))
     except ValidationError as error:
-        raise unreadable(None, error) from None
+        raise _first_unreadable(ids, texts, error) from None
     return messages
+
+
+def _first_unreadable(ids: Sequence[int], texts: Sequence[str], error: ValidationError) -> StorageError:
+    """The error for an array of messages that did not validate, naming the message at fault.
+
+    The array's own error names a place in the array, or none when its JSON
+    does not parse, so each text is validated again on its own (only on this
+    path, which a store turnstore alone wrote never takes).
+    """
+    for message_id, text in zip(ids, texts, strict=True):
+        try:
+            _VALIDATE_JSON(text)
+        except ValidationError as own:
+            return unreadable(message_id, own)
+    position = error.errors()[0]["loc"][:1]
+    if position and isinstance(position[0], int) and position[0] < len(ids):
+        return unreadable(ids[position[0]], error, in_array=True)
+    return StorageError(
+        f"stored messages {ids[0]} to {ids[-1]} cannot be read: {error.errors()[0]['msg']} "
+        "(the database was changed outside turnstore)"
+    )
 
 
 def stored_message(row: Iterable[Any]) -> StoredMessage:

@@ -108,7 +108,7 @@ def search(
     if not rows:
         return []
     # As written (a stored text doubles every "\/" of its own, media.py): the snippet is cut from the text as written.
-    messages = out_of_line.parse(db, [row[SEARCH_MESSAGE_COLUMN] for row in rows], "omit")
+    messages = out_of_line.parse(db, [row[0] for row in rows], [row[SEARCH_MESSAGE_COLUMN] for row in rows], "omit")
     return [
         search_hit(row, *snippet(pieces(message), parsed.included, thinking=thinking))
         for row, message in zip(rows, messages)
