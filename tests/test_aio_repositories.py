@@ -54,10 +54,10 @@ def _load(path: Path) -> ModuleType:
 
 
 def _public(cls: type) -> dict[str, Callable[..., Any]]:
-    return {
+    return {  # inherited ones too: MessageRepository's are written in its two halves
         name: member
-        for name, member in vars(cls).items()
-        if not name.startswith("_") and inspect.isfunction(member) and name not in NOT_TWINNED
+        for name, member in inspect.getmembers(cls, inspect.isfunction)
+        if not name.startswith("_") and name not in NOT_TWINNED
     }
 
 

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from factories import assistant, user
 
 import turnstore.aio as aio
-import turnstore.repositories.messages as messages_module
+import turnstore.repositories.message_reads as message_reads
 from turnstore import AsyncStore, SessionNotFound, StorageError, Store
 
 
@@ -233,8 +233,8 @@ def test_records_stream_as_an_async_iterator(url: str) -> None:
 def test_records_read_a_small_batch_per_thread_hop(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The first item costs one batch of STREAM_BATCH models, not hundreds: a live batch outlives the collector's young passes."""
     built: list[int] = []
-    build = messages_module.stored_message
-    monkeypatch.setattr(messages_module, "stored_message", lambda row: built.append(row[0]) or build(row))
+    build = message_reads.stored_message
+    monkeypatch.setattr(message_reads, "stored_message", lambda row: built.append(row[0]) or build(row))
 
     async def scenario() -> None:
         store = await _fresh(url)

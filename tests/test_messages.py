@@ -19,8 +19,8 @@ import sqlalchemy as sa
 from factories import assistant, extension, tool_result, user
 from helpers import SONNET
 
+import turnstore.repositories.message_reads as message_reads
 import turnstore.repositories.message_tail as message_tail
-import turnstore.repositories.messages as messages_module
 import turnstore.repositories.rows as rows_module
 from turnstore import (
     AssistantMessage,
@@ -885,8 +885,8 @@ def test_records_builds_each_model_only_as_it_is_reached(sync_store: Store, monk
     loop_id = store.loops.start(session_id).loop_id
     store.messages.append_turn(loop_id, 0, [user(f"m{i}") for i in range(50)])
     built: list[int] = []
-    build = messages_module.stored_message
-    monkeypatch.setattr(messages_module, "stored_message", lambda row: built.append(row[0]) or build(row))
+    build = message_reads.stored_message
+    monkeypatch.setattr(message_reads, "stored_message", lambda row: built.append(row[0]) or build(row))
     records = store.messages.records(session_id)
     first = next(records)
     assert built == [first.id]
@@ -901,7 +901,7 @@ def test_a_walk_left_half_read_does_not_keep_the_store_from_writing(tmp_path: Pa
     with Store(tmp_path / "s.db", busy_budget=1) as store, Store(tmp_path / "s.db") as other:
         session_id = store.sessions.create().session_id
         loop_id = store.loops.start(session_id).loop_id
-        ids = store.messages.append_turn(loop_id, 0, [user(str(i)) for i in range(messages_module.STREAM_BATCH + 5)])
+        ids = store.messages.append_turn(loop_id, 0, [user(str(i)) for i in range(message_reads.STREAM_BATCH + 5)])
         started = {
             "records": lambda: store.messages.records(session_id),
             "records(loop_id)": lambda: store.messages.records(loop_id=loop_id),
@@ -1266,7 +1266,7 @@ def test_last_in_one_loop_reads_one_statement_when_its_window_starts_at_a_tool_r
             [user(f"u{k}"), assistant(f"a{k}", calls=(f"c{k}",)), tool_result(f"c{k}", "r"), assistant(f"b{k}")],
         )
     expected = store.messages.context(loop_id)
-    monkeypatch.setattr(messages_module, "path_tail", lambda *args: pytest.fail("walked the path"))
+    monkeypatch.setattr(message_reads, "path_tail", lambda *args: pytest.fail("walked the path"))
     for n in (2, 50, 51, 53):
         tail = expected[-n:]
         while tail and tail[0].role == "toolResult":  # last() never starts with a result cut from its call
@@ -1299,7 +1299,7 @@ def test_tool_names_of_an_unknown_session_or_another_sessions_calls_is_empty(sto
 
 def test_tool_names_reads_past_a_batch_of_newer_messages(store: Store, session_id: str, loop_id: str) -> None:
     store.messages.append(_asks(("first", "early")), loop_id=loop_id, turn_index=0)
-    for n in range(messages_module.NAMES_BATCH * 2 + 1):
+    for n in range(message_reads.NAMES_BATCH * 2 + 1):
         store.messages.append(_asks((f"c{n}", "later")), loop_id=loop_id, turn_index=n + 1)
     assert store.messages.tool_names(session_id, ["first", "c0"]) == {"first": "early", "c0": "later"}
 

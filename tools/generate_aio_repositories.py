@@ -109,6 +109,22 @@ class Module:
                 return node
         raise SystemExit(f"{self.name} defines no class {class_name}")
 
+    def methods(self, class_name: str) -> list[tuple[Module, ast.FunctionDef]]:
+        """The class's own methods, then those of its bases in this package, in order, each with its module.
+
+        A repository split in halves (``MessageRepository(MessageWrites, MessageReads)``) keeps each
+        half in a module of its own: a method's annotations are resolved where it is written.
+        """
+        node = self.repository(class_name)
+        found = [(self, item) for item in node.body if isinstance(item, ast.FunctionDef)]
+        for base in node.bases:
+            if not isinstance(base, ast.Name) or base.id not in self.origins:
+                continue
+            module, name = self.origins[base.id]
+            if module.startswith(".repositories."):
+                found += Module(module.removeprefix(".repositories.")).methods(name)
+        return found
+
 
 def _absolute(node: ast.ImportFrom, package_of: str) -> str:
     """The module an import names, relative to the ``turnstore`` package (``.records``) when inside it."""
@@ -140,7 +156,10 @@ def _default(expression: ast.expr) -> str:
     return ast.unparse(expression)
 
 
-def _method(module: Module, sync_class: str, method: ast.FunctionDef, methods: set[str], imports: Imports) -> list[str]:
+def _method(
+    module: Module, public_module: str, sync_class: str, method: ast.FunctionDef, methods: set[str], imports: Imports
+) -> list[str]:
+    """The async twin of ``method`` (written in ``module``) of the repository ``public_module.sync_class``."""
     arguments = method.args
     parameters: list[str] = []
     call: list[str] = [f"self._sync.{method.name}"]
@@ -190,7 +209,7 @@ def _method(module: Module, sync_class: str, method: ast.FunctionDef, methods: s
         module.need(returns, imports.typing)
         result = _shadowed(returns, methods)
 
-    reference = f":meth:`{sync_class}.{method.name} <{module.name}.{sync_class}.{method.name}>`"
+    reference = f":meth:`{sync_class}.{method.name} <{public_module}.{sync_class}.{method.name}>`"
     lines = ["", *_wrapped(f"    async def {method.name}(", parameters, f") -> {result}:")]
     if streamed:
         lines += [
@@ -248,13 +267,12 @@ def render() -> str:
     for module_name, sync_class, async_class in REPOSITORIES:
         module = Module(module_name)
         imports.runtime[(module.relative, sync_class, sync_class)] = None
-        node = module.repository(sync_class)
         public = [
-            item
-            for item in node.body
-            if isinstance(item, ast.FunctionDef) and not item.name.startswith("_") and item.name not in SKIPPED
+            (defined_in, item)
+            for defined_in, item in module.methods(sync_class)
+            if not item.name.startswith("_") and item.name not in SKIPPED
         ]
-        methods = {item.name for item in public}
+        methods = {item.name for _, item in public}
         classes += [
             "",
             "",
@@ -267,8 +285,8 @@ def render() -> str:
             "        self._sync = sync",
             "        self._workers = workers",
         ]
-        for method in public:
-            classes += _method(module, sync_class, method, methods, imports)
+        for defined_in, method in public:
+            classes += _method(defined_in, module.name, sync_class, method, methods, imports)
     uses_builtins = any("builtins." in line for line in classes)
     for key in list(imports.typing):
         if key in imports.runtime:
