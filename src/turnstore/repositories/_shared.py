@@ -9,7 +9,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..errors import InvalidArgument
+from .. import queries as q
+from ..database import Database
+from ..errors import InvalidArgument, LoopNotFound, SessionNotFound
 from ..limits import Limits
 from ..models import Usage
 from ..usage import DEFAULT_PRICES, PriceTable
@@ -32,6 +34,18 @@ def loads(value: Any) -> Any:
 def utcnow() -> datetime:
     """Now, as an aware UTC datetime."""
     return datetime.now(timezone.utc)
+
+
+def require_loop(db: Database, loop_id: str) -> None:
+    """Raise :class:`LoopNotFound` unless ``loop_id`` is a loop of the store (a read that found nothing says why)."""
+    if db.scalar(q.loop_session(), {"loop_id": loop_id}) is None:
+        raise LoopNotFound(f"loop {loop_id!r} not found")
+
+
+def require_session(db: Database, session_id: str) -> None:
+    """Raise :class:`SessionNotFound` unless ``session_id`` is a session of the store."""
+    if db.fetchone(q.session_exists(), {"session_id": session_id}) is None:
+        raise SessionNotFound(f"session {session_id!r} not found")
 
 
 class Settings:

@@ -17,6 +17,7 @@ from ..media import REF_PREFIX, MediaMode
 from ..models import ExtensionMessage, Message
 from ..records import SearchHit, StoredMessage, Turn
 from . import media as out_of_line
+from ._shared import require_loop, require_session
 from .loops import is_message_id
 from .media import check_mode
 from .message_common import MessageRepositoryBase, check_loop_id
@@ -41,11 +42,11 @@ class MessageReads(MessageRepositoryBase):
         if not isinstance(turn_index, int) or isinstance(turn_index, bool):
             raise InvalidArgument("turn_index", f"must be an integer, got {turn_index!r}")
         if not 0 <= turn_index <= MAX_TURN_INDEX:  # no stored turn (and no 64-bit value, past a point)
-            self._require_loop(loop_id)
+            require_loop(self._db, loop_id)
             raise TurnNotFound(f"loop {loop_id!r} has no turn {turn_index}")
         rows = self._db.fetchall(q.turn_messages(), {"loop_id": loop_id, "turn_index": turn_index})
         if not rows:
-            self._require_loop(loop_id)
+            require_loop(self._db, loop_id)
             raise TurnNotFound(f"loop {loop_id!r} has no turn {turn_index}")
         messages = out_of_line.parse_texts_of(self._db, rows)
         return Turn(loop_id=loop_id, turn_index=turn_index, messages=messages)
@@ -61,7 +62,7 @@ class MessageReads(MessageRepositoryBase):
             params["stop"] = stop
         rows = self._db.fetchall(q.turn_range_messages(stop is not None), params)
         if not rows:
-            self._require_loop(loop_id)
+            require_loop(self._db, loop_id)
             return []
         parsed = out_of_line.parse_texts_of(self._db, rows)
         turns: list[Turn] = []
@@ -89,7 +90,7 @@ class MessageReads(MessageRepositoryBase):
         mode = check_mode(media)
         rows = self._db.fetchall(q.loop_messages(), {"loop_id": loop_id})
         if not rows:
-            self._require_loop(loop_id)
+            require_loop(self._db, loop_id)
         return out_of_line.parse_texts_of(self._db, rows, mode)
 
     def last(
@@ -137,10 +138,10 @@ class MessageReads(MessageRepositoryBase):
             if loop_id is None:
                 loop_id = newest
                 if loop_id is None:
-                    self._require_session(session_id)
+                    require_session(self._db, session_id)
                     return []
             elif not any(node_id == loop_id for node_id, *_shape in tree):
-                self._require_session(session_id)
+                require_session(self._db, session_id)
                 raise LoopNotFound(f"loop {loop_id!r} not found in session {session_id!r}")
             if n == 0:
                 return []
@@ -260,10 +261,10 @@ class MessageReads(MessageRepositoryBase):
         if (session_id is None) == (loop_id is None):
             raise InvalidMessage("records() takes a session_id or a loop_id", [("session_id", "one of two")])
         if loop_id is not None:
-            self._require_loop(loop_id)
+            require_loop(self._db, loop_id)
             pages = _pages(self._db, q.stored_messages(True), {"loop_id": loop_id}, key=4)  # by seq
         else:
-            self._require_session(session_id)  # type: ignore[arg-type]
+            require_session(self._db, session_id)  # type: ignore[arg-type]
             pages = _pages(self._db, q.stored_messages(False), {"session_id": session_id}, key=0)  # by id
         return _stream(self._db, pages, mode)
 
@@ -278,7 +279,7 @@ class MessageReads(MessageRepositoryBase):
             InvalidArgument: ``media`` is not a media mode.
         """
         mode = check_mode(media)
-        self._require_session(session_id)
+        require_session(self._db, session_id)
         return _export_rows(self._db, _pages(self._db, q.export_messages(), {"session_id": session_id}, key=0), mode)
 
     def sources(self, loop_id: str, *, last: int | None = None) -> list[SourceRow]:
@@ -315,7 +316,7 @@ class MessageReads(MessageRepositoryBase):
         if last is not None:
             _check_count(last)
         with self._db.read():
-            self._require_loop(loop_id)
+            require_loop(self._db, loop_id)
             if last is None:
                 rows = self._db.fetchall(query(False), {"loop_id": loop_id})
             elif last == 0:

@@ -16,7 +16,7 @@ from ..models import TurnId, Usage
 from ..records import ContinuationKind, Loop, LoopConfig
 from . import media as out_of_line
 from . import search_index
-from ._shared import utcnow
+from ._shared import require_loop, utcnow
 from .loops import is_message_id
 from .message_common import MessageRepositoryBase, check_loop_id
 from .message_input import MessageInput, check_messages, prepare_row
@@ -126,7 +126,7 @@ class MessageWrites(MessageRepositoryBase):
         check_loop_id(loop_id)
         rows, found = self._prepare_turn(loop_id, turn_index, messages, sources, usage_known)
         if not rows:  # nothing to write; an unknown loop is still one
-            self._require_loop(loop_id)
+            require_loop(self._db, loop_id)
             return []
         try:
             with self._db.write():

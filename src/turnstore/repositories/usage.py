@@ -7,9 +7,9 @@ from typing import Any
 from .. import queries as q
 from .. import usage_queries as uq
 from ..database import Database
-from ..errors import InvalidMessage, LoopNotFound, SessionNotFound
+from ..errors import InvalidMessage
 from ..usage import PriceTable, Tally, UsageRow, UsageTotals
-from ._shared import Settings
+from ._shared import Settings, require_loop, require_session
 from .staging import any_staged
 
 __all__ = ["UsageRepository"]
@@ -38,7 +38,7 @@ class UsageRepository:
         """
         totals = self._total("turn", {"loop_id": loop_id, "turn_index": turn_index}, prices)
         if totals.requests == 0:
-            self._require_loop(loop_id)
+            require_loop(self._db, loop_id)
         return totals
 
     def loop(self, loop_id: str, *, prices: Prices = None) -> UsageTotals:
@@ -49,7 +49,7 @@ class UsageRepository:
         """
         totals = self._total("loop", {"loop_id": loop_id}, prices)
         if totals.requests == 0:
-            self._require_loop(loop_id)
+            require_loop(self._db, loop_id)
         return totals
 
     def session(self, session_id: str, *, prices: Prices = None) -> UsageTotals:
@@ -60,7 +60,7 @@ class UsageRepository:
         """
         totals = self._total("session", {"session_id": session_id}, prices)
         if totals.requests == 0:
-            self._require_session(session_id)
+            require_session(self._db, session_id)
         return totals
 
     def total(self, *, prices: Prices = None) -> UsageTotals:
@@ -89,7 +89,7 @@ class UsageRepository:
         Raises:
             SessionNotFound: no such session.
         """
-        self._require_session(session_id)
+        require_session(self._db, session_id)
         return self._grouped("session", "loop", {"session_id": session_id}, "loop_id", prices)
 
     def by_session(self, *, prices: Prices = None) -> list[UsageRow]:
@@ -120,7 +120,7 @@ class UsageRepository:
         """
         ids = [row[0] for row in self._db.execute(q.unknown_usage(), {"loop_id": loop_id})]
         if not ids:
-            self._require_loop(loop_id)
+            require_loop(self._db, loop_id)
         return ids
 
     def _prices(self, prices: Prices) -> PriceTable:
@@ -175,20 +175,12 @@ class UsageRepository:
 
     def _scope(self, session_id: str | None, loop_id: str | None) -> tuple[str, dict[str, Any]]:
         if loop_id is not None:
-            self._require_loop(loop_id)
+            require_loop(self._db, loop_id)
             return "loop", {"loop_id": loop_id}
         if session_id is not None:
-            self._require_session(session_id)
+            require_session(self._db, session_id)
             return "session", {"session_id": session_id}
         return "all", {}
-
-    def _require_loop(self, loop_id: str) -> None:
-        if self._db.scalar(q.loop_session(), {"loop_id": loop_id}) is None:
-            raise LoopNotFound(f"loop {loop_id!r} not found")
-
-    def _require_session(self, session_id: str) -> None:
-        if self._db.fetchone(q.session_exists(), {"session_id": session_id}) is None:
-            raise SessionNotFound(f"session {session_id!r} not found")
 
 
 def _sort_key(item: tuple[Any, Tally]) -> tuple[str]:
