@@ -451,3 +451,40 @@ def test_an_unreadable_tau_database_in_a_walked_folder_is_reported(
 
     assert [(error.place, error.reason) for error in report.errors] == [(str(locked), "cannot read: Permission denied")]
     assert report.sessions_written == ["cycle"] and report.files == 2
+
+
+# --- 4. JSON that Python's parser refuses beyond syntax ------------------------------------------
+
+HUGE_INTEGER = '{"role":"user","content":"hi","timestamp":1' + "0" * 5_000 + "}"
+"""Valid JSON that ``json.loads`` refuses with a plain ``ValueError``: an integer beyond Python's digit limit."""
+
+
+@pytest.mark.parametrize("fmt", ["clark", "phi-core", "pi", "tau", "turnstore", "yoagent"])
+def test_a_number_too_long_to_read_is_reported_at_its_line(store: Store, tmp_path: Path, fmt: str) -> None:
+    path = tmp_path / f"huge{SUFFIXES[fmt]}"
+    path.write_text(HUGE_INTEGER + "\n", encoding="utf-8")
+
+    report = store.import_(fmt, path)
+
+    assert [(error.place, error.reason) for error in report.errors] == [
+        (f"{path}:1", "invalid JSON: a number has more than 4,300 digits")
+    ]
+    assert report.sessions_failed and not report.ok and store.sessions.list() == []
+
+
+def test_a_number_too_long_to_read_leaves_the_other_files_imported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "chats"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text(HUGE_INTEGER + "\n", encoding="utf-8")
+    (folder / "b.jsonl").write_text(json.dumps({"role": "user", "content": "hi", "timestamp": 1}) + "\n")
+    db = tmp_path / "store.db"
+
+    code = main(["--db", str(db), "import", "clark", str(folder)])
+
+    out, err = capsys.readouterr()
+    assert code == 1 and "unexpected" not in err
+    assert f"{folder / 'a.jsonl'}:1: invalid JSON: a number has more than 4,300 digits" in out + err
+    with Store(db) as store:
+        assert [session.session_id for session in store.sessions.list()] == ["b"]

@@ -712,6 +712,7 @@ def test_session_info_names_the_session_and_stays_out_of_the_tree(store: Store, 
         ('{"type":"message","id":"x"}', "header"),
         ({**HEADER, "version": 4}, "unsupported pi session version 4"),
         ("{not json", "invalid JSON: Expecting property name enclosed in double quotes at column 2"),
+        ('{"type": "session', "invalid JSON: Unterminated string starting at column 10"),  # not "at at"
     ],
 )
 def test_a_file_without_a_pi_header_is_refused(store: Store, tmp_path: Path, first: Any, reason: str) -> None:

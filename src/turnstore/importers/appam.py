@@ -42,6 +42,7 @@ from .base import (
     RecordError,
     SessionBundle,
     compact,
+    json_problem,
     parse_agent_message,
     parse_time,
 )
@@ -268,13 +269,9 @@ def _elements(bundle: SessionBundle, value: Any, place: str) -> list[Any]:
         return []
     try:
         elements = json.loads(text)
-    except json.JSONDecodeError as error:
+    except (ValueError, RecursionError) as error:
         bundle.add_source(text)
-        bundle.errors.append(RecordError(place, f"messages is not valid JSON: {error.msg} at char {error.pos}"))
-        return []
-    except RecursionError:
-        bundle.add_source(text)
-        bundle.errors.append(RecordError(place, "messages is nested too deeply"))
+        bundle.errors.append(RecordError(place, f"messages: {json_problem(error)}"))
         return []
     if not isinstance(elements, list):
         bundle.add_source(text)

@@ -22,6 +22,7 @@ import hashlib
 import json
 import mimetypes
 import re
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -415,10 +416,9 @@ def read_json(path: Path) -> Any:
     text = read_text(path)
     try:
         return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise InvalidRecord(f"{path}:{error.lineno}", f"invalid JSON: {error.msg} at column {error.colno}") from None
-    except RecursionError:
-        raise InvalidRecord(f"{path}:1", "JSON nested too deeply") from None
+    except (ValueError, RecursionError) as error:
+        line = error.lineno if isinstance(error, json.JSONDecodeError) else 1
+        raise InvalidRecord(f"{path}:{line}", json_problem(error)) from None
 
 
 def read_lines(path: Path) -> Iterator[tuple[int, str]]:
@@ -474,10 +474,22 @@ def read_jsonl(path: Path, fast: Callable[[str], Any] | None = None) -> Iterator
                 continue
         try:
             yield number, line, loads_json(line)
-        except json.JSONDecodeError as error:
-            yield number, line, InvalidRecord(f"{path}:{number}", f"invalid JSON: {error.msg} at column {error.colno}")
-        except RecursionError:
-            yield number, line, InvalidRecord(f"{path}:{number}", "JSON nested too deeply")
+        except (ValueError, RecursionError) as error:
+            yield number, line, InvalidRecord(f"{path}:{number}", json_problem(error))
+
+
+def json_problem(error: ValueError | RecursionError) -> str:
+    """Why a JSON text did not parse, in one line, for an :class:`InvalidRecord` (its place names file and line).
+
+    ``json.loads`` raises a ``JSONDecodeError`` for bad syntax, ``RecursionError``
+    for nesting deeper than the interpreter's stack, and a plain ``ValueError``
+    for an integer longer than Python reads (``sys.get_int_max_str_digits()``).
+    """
+    if isinstance(error, json.JSONDecodeError):  # "Unterminated string starting at" + the column
+        return f"invalid JSON: {error.msg.removesuffix(' at')} at column {error.colno}"
+    if isinstance(error, RecursionError):
+        return "JSON nested too deeply"
+    return f"invalid JSON: a number has more than {sys.get_int_max_str_digits():,} digits"
 
 
 def loads_json(text: str) -> Any:

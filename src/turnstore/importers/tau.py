@@ -47,6 +47,7 @@ from .base import (
     ImportOptions,
     RecordError,
     SessionBundle,
+    json_problem,
     parse_time,
     read_lines,
 )
@@ -139,10 +140,8 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
 def _parse(text: str, place: str) -> Any:
     try:
         return json.loads(text)
-    except json.JSONDecodeError as error:
-        return InvalidRecord(place, f"invalid JSON: {error.msg} at column {error.colno}")
-    except RecursionError:
-        return InvalidRecord(place, "JSON nested too deeply")
+    except (ValueError, RecursionError) as error:
+        return InvalidRecord(place, json_problem(error))
 
 
 def _database_bundles(path: Path) -> Iterator[SessionBundle]:
