@@ -17,6 +17,7 @@ import pytest
 from alembic.script import ScriptDirectory
 from cli_runner import Result
 from factories import assistant, extension, tool_result, usage, user
+from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
 import turnstore
@@ -719,8 +720,38 @@ def test_import_dry_run_writes_nothing(run: Any, tmp_path: Path) -> None:
 
     assert result.code == 0
     assert "would write 1 session(s)" in result.out
-    assert run("--db", path, "sessions", "--json").json() == []
+    assert list(tmp_path.iterdir()) == []  # no store created for a dry run
+    path.touch()  # an empty file: what a first import would set up
+    assert "would write 1 session(s)" in run("--db", path, "import", "phi-core", ARRAY, "--dry-run").out
+    assert path.read_bytes() == b"" and sorted(p.name for p in tmp_path.iterdir()) == ["import.db"]
     assert "wrote 1 session(s)" in run("--db", path, "import", "phi-core", ARRAY).out
+
+
+def test_import_dry_run_on_a_store_checks_it_read_only(run: Any, tmp_path: Path) -> None:
+    path = tmp_path / "import.db"
+    run("--db", path, "import", "phi-core", ARRAY)
+    run("--db", path, "sessions")  # a clean close: the log checkpointed into the file
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+
+    result = run("--db", path, "import", "phi-core", ARRAY, "--dry-run", "--json")
+
+    assert result.code == 0 and result.json()["sessions"]["unchanged"] == [ARRAY_SESSION]
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_import_dry_run_never_upgrades_an_old_store(run: Any, tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    with Store(path):
+        pass
+    engine = create_engine(f"sqlite:///{path}")
+    migrate.downgrade(engine, "0001")
+    engine.dispose()
+    before = path.read_bytes()
+
+    result = run("--db", path, "import", "phi-core", ARRAY, "--dry-run")
+
+    assert result.code == 1 and "db upgrade" in result.err
+    assert path.read_bytes() == before
 
 
 def test_import_session_id_option(run: Any, tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 import click
 
+from ..engine import resolve_url, sqlite_path
 from ..media import MEDIA_MODES
 from ..store import Store
 
@@ -31,6 +32,18 @@ class Settings:
         if self._store is None:
             self._store = Store(self.db, read_only=read_only)
         return self._store
+
+    def store_to_check(self) -> Store:
+        """The store a dry run checks against, opened so that nothing can be written.
+
+        The store at ``--db`` read-only; an empty store in memory while that is a
+        SQLite file that does not exist yet, or is empty (what a first import
+        would create and set up): a dry run creates no file and changes none.
+        """
+        path = sqlite_path(resolve_url(self.db))
+        if self._store is None and path is not None and (not path.exists() or path.stat().st_size == 0):
+            self._store = Store("sqlite://")
+        return self.store(read_only=True)
 
     def close(self) -> None:
         if self._store is not None:

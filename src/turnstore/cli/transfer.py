@@ -63,7 +63,7 @@ def import_(
     a malformed record (file:line given; 0 with --skip-invalid), or a file
     could not be read, held no records or was not a regular file.
     """
-    store = settings.store()
+    store = settings.store_to_check() if dry_run else settings.store()
     show_progress = sys.stderr.isatty() and not settings.json
     if show_progress:
         from rich.markup import escape
