@@ -282,6 +282,27 @@ def test_snippets_are_cut_around_the_match_and_highlight_it(store: Any, loop_id:
     assert [hit.snippet[a:b] for a, b in hit.highlights] == ["needle", "here"]
 
 
+def test_a_snippet_of_a_huge_text_looks_only_around_the_first_match(
+    sync_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tool's output of megabytes: the snippet is found in one window around the first match (never word
+    by word through all of it), cut with an ellipsis at both ends, the match highlighted."""
+    sync_store.sessions.create("s")
+    loop = sync_store.loops.start("s")
+    before, after = "lorem ipsum " * 2_000, "dolor sit " * 50_000  # 24,000 and 500,000 characters of other words
+    sync_store.messages.append(user(f"{before}the Needle sits here {after}"), loop_id=loop.loop_id, turn_index=0)
+    monkeypatch.setattr(search_module, "SCAN_CHARS", 4_000)
+    longest: list[int] = []
+    spans = search_module.word_spans
+    monkeypatch.setattr(search_module, "word_spans", lambda text: (longest.append(len(text)), spans(text))[1])
+
+    [hit] = sync_store.messages.search("needle")
+
+    assert max(longest) <= search_module.SCAN_CHARS
+    assert hit.snippet.startswith("…") and hit.snippet.endswith("…") and len(hit.snippet) <= 162
+    assert [hit.snippet[a:b] for a, b in hit.highlights] == ["Needle"]
+
+
 # --- bad input ------------------------------------------------------------------------------
 
 

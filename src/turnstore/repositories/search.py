@@ -40,6 +40,11 @@ ROLES = frozenset({"user", "assistant", "toolResult", "extension", "system"})
 SNIPPET_CHARS = 160
 """Longest snippet, in characters (an ellipsis at a cut end comes on top)."""
 
+SCAN_CHARS = 64 * 1024
+"""Most characters of one text a snippet is looked for in: a longer text (a tool's whole output) is looked
+at only around the first place one of the words appears as written (else at its start), so a search hitting
+a message of megabytes costs what one window of it does."""
+
 _SPACES = re.compile(r"\s+")
 
 
@@ -121,9 +126,10 @@ def snippet(found: Pieces, terms: Sequence[Term], *, thinking: bool = True) -> t
     exact = {word for term in terms for word in (term.words[:-1] if term.prefix else term.words)}
     prefixes = tuple(term.words[-1] for term in terms if term.prefix)
     texts, thought = found
-    best: tuple[int, str, list[tuple[int, int]]] = (-1, "", [])
+    best: tuple[int, str, list[tuple[int, int]], bool, bool] = (-1, "", [], False, False)
     for text in (*texts, *thought) if thinking else texts:
-        line = _SPACES.sub(" ", text).strip()
+        region, before, after = _region(text, exact | set(prefixes))
+        line = _SPACES.sub(" ", region).strip()
         spans: list[tuple[int, int]] = []
         seen: set[str] = set()
         for start, end, words in word_spans(line):
@@ -132,9 +138,9 @@ def snippet(found: Pieces, terms: Sequence[Term], *, thinking: bool = True) -> t
                 spans.append((start, end))
                 seen.update(hits)
         if len(seen) > best[0]:
-            best = (len(seen), line, spans)
-    _, line, spans = best
-    if len(line) <= SNIPPET_CHARS:
+            best = (len(seen), line, spans, before, after)
+    _, line, spans, before, after = best
+    if len(line) <= SNIPPET_CHARS and not (before or after):
         return line, spans
     start = max(0, spans[0][0] - SNIPPET_CHARS // 4) if spans else 0
     if start:
@@ -144,11 +150,22 @@ def snippet(found: Pieces, terms: Sequence[Term], *, thinking: bool = True) -> t
     if end < len(line):
         space = line.rfind(" ", start + 1, end)
         end = space if space > start else end
-    prefix = "…" if start else ""
-    suffix = "…" if end < len(line) else ""
+    prefix = "…" if start or before else ""
+    suffix = "…" if end < len(line) or after else ""
     shift = len(prefix) - start
     kept = [(a + shift, b + shift) for a, b in spans if a >= start and b <= end]
     return prefix + line[start:end] + suffix, kept
+
+
+def _region(text: str, words: set[str]) -> tuple[str, bool, bool]:
+    """The part of ``text`` a snippet is looked for in (:data:`SCAN_CHARS` at most), and whether text was cut
+    before and after it."""
+    if len(text) <= SCAN_CHARS:
+        return text, False, False
+    found = re.search("|".join(map(re.escape, sorted(words))), text, re.IGNORECASE) if words else None
+    start = max(0, found.start() - SNIPPET_CHARS) if found else 0
+    end = start + SCAN_CHARS
+    return text[start:end], start > 0, end < len(text)
 
 
 def _sqlite_hits(db: Database, given: tuple[str, ...], params: dict[str, Any], batched: bool) -> list[tuple[Any, ...]]:
