@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import threading
 import time
 import traceback
 from collections import Counter
@@ -344,3 +345,35 @@ def test_an_import_whose_loop_id_another_session_holds_is_refused_in_one_line(st
     [error] = report.errors
     assert "\n" not in str(error) and "session 'raced' conflicts with stored data" in str(error)
     assert not store.sessions.exists("raced")
+
+
+# --- threads: one connection each -----------------------------------------------------------------
+
+THREADS = 20
+"""More threads than SQLAlchemy's default pool holds (5 + 10 overflow)."""
+
+
+def test_more_threads_than_a_default_pool_holds_all_get_through(sync_store: Store) -> None:
+    """Each thread that uses a store holds a connection for its life: 20 alive at once all write (none waits
+    out a pool timeout), and threads started after they ended get their connections back."""
+    sync_store.sessions.create("s")
+    loop_id = sync_store.loops.start("s").loop_id
+    together = threading.Barrier(THREADS)
+    errors: list[BaseException] = []
+
+    def work(index: int) -> None:
+        try:
+            sync_store.messages.append(user(f"m{index}"), loop_id=loop_id, turn_index=0)
+            together.wait(timeout=20)  # every thread alive, its connection held, at once
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    for _round in range(2):  # the second round: the first round's threads have ended
+        threads = [threading.Thread(target=work, args=(index,)) for index in range(THREADS)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        together.reset()
+    assert errors == []
+    assert len(sync_store.messages.loop(loop_id)) == 2 * THREADS

@@ -149,6 +149,8 @@ class Database:
             return state
         if self._closed:
             raise RuntimeError("this store is closed")
+        with self._states_lock:  # ended threads' connections back to the pool first, to be reused
+            self._states = [s for s in self._states if s.thread.is_alive() or self._close_state(s)]
         try:
             proxied = self.engine.raw_connection()
         except Exception as error:
@@ -161,7 +163,6 @@ class Database:
         state = _ThreadState(proxied, dbapi)
         self._local.state = state
         with self._states_lock:
-            self._states = [s for s in self._states if s.thread.is_alive() or self._close_state(s)]
             self._states.append(state)
         return state
 

@@ -340,6 +340,13 @@ def _is_utf8(text: str) -> bool:
     return True
 
 
+UNBOUNDED = -1
+"""The pool's ``max_overflow``: no limit. Each thread that uses a store (an app's, or an
+``AsyncStore`` worker, transaction or stream) holds one connection for its life, so a limit
+would make the next thread wait out the pool's timeout and fail; ended threads' connections
+are taken back before a new one is opened."""
+
+
 def create_engine(url: str | None = None, *, pragmas: Mapping[str, Any] | None = None, echo: bool = False) -> Engine:
     """An Engine for ``url`` with turnstore's connection settings.
 
@@ -360,7 +367,7 @@ def create_engine(url: str | None = None, *, pragmas: Mapping[str, Any] | None =
     if backend != "postgresql":
         raise InvalidArgument("url", f"turnstore keeps its data in SQLite or PostgreSQL, not {backend!r}")
     try:
-        return sa.create_engine(resolved, echo=echo, pool_pre_ping=True)
+        return sa.create_engine(resolved, echo=echo, pool_pre_ping=True, max_overflow=UNBOUNDED)
     except ImportError as error:
         raise InvalidArgument(
             "url", f"PostgreSQL needs its driver ({error.name or error}): pip install 'turnstore[postgres]'"
@@ -375,6 +382,7 @@ def _sqlite_engine(url: str | sa.URL, pragmas: Mapping[str, Any], echo: bool, be
         url,
         echo=echo,
         connect_args={"check_same_thread": False},
+        **({"max_overflow": UNBOUNDED} if sqlite_file(url) is not None else {}),  # in memory: one per thread
     )
 
     @sa.event.listens_for(engine, "connect")
