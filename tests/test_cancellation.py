@@ -655,3 +655,80 @@ def test_a_task_that_outlives_its_transaction_writes_outside_it(url: str, worker
         texts = [stored.message.content[0].text for stored in store.messages.records("outlives")]
     assert acknowledged == ["late"]
     assert texts == ["a", "late"]
+
+
+# --- transactions left in another context -----------------------------------------------------------
+
+
+def test_a_transaction_in_an_async_generator_dropped_unclosed_ends_and_close_returns(url: str) -> None:
+    """An app's async generator yields inside ``transaction()`` and is dropped without ``aclose()``: the
+    event loop finalizes it in another task and context. The transaction rolls back, its worker comes
+    back, and ``close()`` returns (it waited forever for a transaction counted open)."""
+
+    async def scenario() -> None:
+        store = await AsyncStore.open(url, workers=2)
+        outside = Outside(url)
+        try:
+            await store.sessions.create("s")
+            loop_id = (await store.loops.start("s")).loop_id
+
+            async def rows() -> Any:
+                async with store.transaction():
+                    await store.messages.append(user("inside"), loop_id=loop_id, turn_index=0)
+                    yield 1
+                    yield 2
+
+            async for _ in rows():
+                break  # dropped unclosed
+            gc.collect()
+            assert await settled(lambda: workers_clean(store) and store._workers._open_transactions == 0)
+            assert outside.open_transactions() == 0
+            await store.messages.append(user("after"), loop_id=loop_id, turn_index=0)
+            assert [m.text() for m in await store.messages.loop(loop_id)] == ["after"]
+        finally:
+            outside.close()
+            if store._workers._open_transactions == 0:  # else close() would wait for it forever (the bug)
+                await asyncio.wait_for(store.close(), SETTLE)
+
+    asyncio.run(scenario())
+
+
+def test_a_task_destroyed_inside_a_transaction_leaves_no_lock_behind(url: str) -> None:
+    """A task still inside ``transaction()`` when its event loop is closed is destroyed unfinished: its
+    rollback is queued on the worker (nothing can be awaited any more), so the write lock is not held until
+    the process exits, and the store works from another event loop."""
+    loop = asyncio.new_event_loop()
+    store = loop.run_until_complete(AsyncStore.open(url))
+    loop.run_until_complete(store.sessions.create("s"))
+    loop_id = loop.run_until_complete(store.loops.start("s")).loop_id
+    entered = asyncio.Event()
+    pending: list[asyncio.Future[None]] = []
+
+    async def forever() -> None:
+        async with store.transaction():
+            await store.messages.append(user("inside"), loop_id=loop_id, turn_index=0)
+            entered.set()
+            await asyncio.sleep(3600)
+
+    async def start() -> None:
+        pending.append(asyncio.ensure_future(forever()))
+        await entered.wait()
+
+    loop.run_until_complete(start())
+    loop.close()
+    del loop
+    pending.clear()
+    gc.collect()  # the pending task is destroyed here ("Task was destroyed but it is pending!")
+    outside = Outside(url)
+    try:
+
+        async def after() -> None:
+            assert await settled(lambda: workers_clean(store) and store._workers._open_transactions == 0)
+            assert outside.open_transactions() == 0
+            await asyncio.wait_for(store.messages.append(user("after"), loop_id=loop_id, turn_index=0), SETTLE)
+            assert [m.text() for m in await store.messages.loop(loop_id)] == ["after"]
+            await asyncio.wait_for(store.close(), SETTLE)
+
+        asyncio.run(after())
+    finally:
+        outside.close()

@@ -31,7 +31,7 @@ import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager, suppress
 from typing import IO, TYPE_CHECKING, Any, Concatenate, Generic, TypeVar
 
 from typing_extensions import ParamSpec, Self
@@ -195,10 +195,16 @@ class _Workers:
             self._idle.append(worker)
 
     @contextmanager
-    def pinned(self) -> Iterator[bool]:
-        """Pin this task's calls to one worker thread; yields False if already pinned."""
-        if _pinned_worker() is not None:
-            yield False
+    def pinned(self) -> Iterator[ThreadPoolExecutor]:
+        """Pin this task's calls to one worker thread, which it yields (the one already pinned, inside another).
+
+        The pin ends (and the worker goes back) even when the block is left in
+        another context than the one it was entered in: an async generator
+        the event loop finalizes, a task destroyed while pending.
+        """
+        pinned = _pinned_worker()
+        if pinned is not None:
+            yield pinned
             return
         with self._lock:
             if self._closing:
@@ -207,10 +213,11 @@ class _Workers:
         pin = _Pin(self._take())
         token = _PINNED.set(pin)
         try:
-            yield True
+            yield pin.worker
         finally:
             pin.open = False  # tasks that copied the context while it was open no longer use it
-            _PINNED.reset(token)
+            with suppress(ValueError):  # left in another context, which never held the pin
+                _PINNED.reset(token)
             with self._lock:
                 self._idle.append(pin.worker)
                 self._open_transactions -= 1
@@ -602,10 +609,17 @@ class AsyncStore:
             steps.begin()  # inside another transaction of this task, begin/commit just join it
             began = True
 
-        with self._workers.pinned():
+        with self._workers.pinned() as worker:
             try:
                 await self._workers.call(begin)
                 yield self
+            except GeneratorExit:
+                # The task was destroyed with the transaction open (its event loop closed under it): nothing can
+                # be awaited any more, so the rollback is queued on the worker, ahead of whatever it runs next.
+                if began:
+                    with suppress(RuntimeError):  # the store was closed first: its connections are gone already
+                        worker.submit(steps.rollback)
+                raise
             except BaseException:
                 # Cancelled or failed at any await, the begin included: each awaited call has finished
                 # on the worker by now, so this rollback is the worker's next statement.
