@@ -403,6 +403,29 @@ def test_turns_skips_missing_turn_numbers(store: Store, loop_id: str) -> None:
     assert [(t.turn_index, len(t.messages)) for t in store.messages.turns(loop_id)] == [(0, 1), (5, 2)]
 
 
+def test_turns_skip_and_limit_bound_the_messages_read(store: Store, loop_id: str) -> None:
+    store.messages.append_turn(loop_id, 0, [user(f"a{i}") for i in range(5)])
+    store.messages.append_turn(loop_id, 2, [user(f"b{i}") for i in range(3)])
+
+    def page(**bounds: Any) -> list[tuple[int, list[str]]]:
+        return [
+            (t.turn_index, [m.content[0].text for m in t.messages]) for t in store.messages.turns(loop_id, **bounds)
+        ]
+
+    assert page(limit=2) == [(0, ["a0", "a1"])]
+    assert page(skip=3, limit=3) == [(0, ["a3", "a4"]), (2, ["b0"])]
+    assert page(skip=4) == [(0, ["a4"]), (2, ["b0", "b1", "b2"])]
+    assert page(start=1, skip=1, limit=9) == [(2, ["b1", "b2"])]
+    assert page(skip=8) == []
+    assert store.messages.turn_lengths(loop_id) == {0: 5, 2: 3}
+    assert store.messages.turn_lengths(loop_id, 1, 2) == {}
+    for bad in ({"skip": -1}, {"limit": 0}, {"limit": True}, {"skip": "1"}):
+        with pytest.raises(InvalidArgument):
+            store.messages.turns(loop_id, **bad)
+    with pytest.raises(LoopNotFound):
+        store.messages.turn_lengths("missing")
+
+
 def test_turns_of_an_empty_loop_is_empty(store: Store, loop_id: str) -> None:
     assert store.messages.turns(loop_id) == []
 

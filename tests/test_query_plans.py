@@ -31,6 +31,12 @@ HOT = [
     ("append: lock the loop (PostgreSQL)", q.lock_loop(), LOOP),
     ("turn(loop, k)", q.turn_messages(), {**LOOP, "turn_index": 3}),
     ("turns(loop, a, b)", q.turn_range_messages(True), {**LOOP, "start": 1, "stop": 4}),
+    (
+        "turns(loop, a, b, skip=, limit=)",
+        q.turn_range_messages(True, True),
+        {**LOOP, "start": 1, "stop": 4, "skip": 3, "limit": 500},
+    ),
+    ("turn_lengths(loop, a, b)", q.turn_range_lengths(True), {**LOOP, "start": 1, "stop": 4}),
     ("loop(loop)", q.loop_messages(), LOOP),
     ("last: the newest loop of a session", q.newest_loop(), SESSION),
     ("last: a session's newest rows", q.session_tail(), {**SESSION, "limit": 50}),

@@ -39,6 +39,7 @@ from turnstore import InvalidQuery, Message, SearchUnavailable, Store
 from turnstore.cli.serve import LOCAL_HOSTS
 from turnstore.web import create_app
 from turnstore.web.security import CONTENT_SECURITY_POLICY
+from turnstore.web.text import shown
 from turnstore.web.views import snippet_pieces
 
 SYNC = [name for name in selected_backends() if not name.endswith("async")]
@@ -237,6 +238,30 @@ def test_subagent_loop_sits_under_the_loop_that_spawned_it(viewer: TestClient, s
     assert child.loop_id in inner and "sub-agent (tool call" in inner
 
 
+def test_a_chain_of_hundreds_of_loops_renders_every_loop(store: Any, store_url: str) -> None:
+    """A 300-loop continuation chain (what importing 300 question/answer pairs makes) was a 500:
+    the tree's recursive macro ran out of stack. Every loop is listed, nesting stops at TREE_INDENT."""
+    from turnstore.web.views import TREE_INDENT
+
+    session_id = store.sessions.create(session_id="chain").session_id
+    chain = []
+    for k in range(300):
+        chain.append(store.loops.start(session_id).loop_id)
+        store.messages.append(Message.user(f"prompt {k}"), loop_id=chain[-1], turn_index=0)
+    rerun = store.loops.start(session_id, parent_loop_id=chain[200], continuation="rerun").loop_id
+    with Store(store_url, read_only=True) as read_only:
+        page = get(TestClient(create_app(read_only)), "/session", id=session_id, loop=chain[-1]).text
+
+    tree = page[page.index('<ul class="tree">') : page.index("<h2>Loop ")]
+    listed = [html.unescape(t) for t in re.findall(r'<li class="loop[^"]*">\s*<a[^>]*>([^<]*)</a>', tree)]
+    assert listed == [*chain, rerun]  # tree order: the rerun after the chain under its parent
+    assert tree.count("<ul") == tree.count("</ul>") == TREE_INDENT + 1
+    assert tree.count("<li") == tree.count("</li>") == 301
+    assert 'class="loop current"' in tree and "depth 299</span>" in tree
+    assert f"depth 201, under {chain[200]}</span>" in html.unescape(tree)  # its parent is not the loop above it
+    assert "prompt 299" in page
+
+
 @pytest.mark.parametrize(
     ("params", "status", "said"),
     [
@@ -246,6 +271,8 @@ def test_subagent_loop_sits_under_the_loop_that_spawned_it(viewer: TestClient, s
         ({"id": "demo-coding-0b5d0f0e", "loop": "demo-research-5c7a2e41.openai.gpt-5.1"}, 404, "not found in session"),
         ({"id": "demo-coding-0b5d0f0e", "from": "-1"}, 400, "from: "),
         ({"id": "demo-coding-0b5d0f0e", "from": "1e3"}, 400, "from: "),
+        ({"id": "demo-coding-0b5d0f0e", "offset": "-1"}, 400, "offset: "),
+        ({"id": "demo-coding-0b5d0f0e", "offset": "99"}, 400, "offset: must be less than"),
     ],
 )
 def test_session_page_errors(viewer: TestClient, params: dict[str, str], status: int, said: str) -> None:
@@ -423,7 +450,8 @@ def test_search_filters_by_session_and_role(viewer: TestClient, store: Any, ids:
     assert re.findall(r'<li class="hit role-(\w+)">', by_role) == ["toolResult"]
     assert '<option value="toolResult" selected>' in by_role
     assert "No messages match." in in_session and "hit-link" not in in_session
-    assert f'name="session" value="{html.escape(ids["hostile"])}"' in in_session
+    # shown as the rule for hostile text has it: the id's U+202E as a visible escape
+    assert f'name="session" value="{html.escape(shown(ids["hostile"]))}"' in in_session
     assert len(hit_links(in_long)) == 20
     assert all(link.startswith("/session?id=long-session&") for link in hit_links(in_long))
 
@@ -624,6 +652,57 @@ def test_a_huge_text_is_cut_with_a_note(store: Any, store_url: str) -> None:
     assert "TAIL" not in page and "x" * SHOWN_LIMIT in page
     assert "5,004 more characters not shown" in page
     assert len(page) < SHOWN_LIMIT + 50_000
+
+
+def test_a_huge_turn_is_shown_a_bounded_page_at_a_time(
+    store: Any, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One turn of 200,000 messages was one 80 MB page: a page now reads at most MESSAGES_PAGE messages,
+    says how many of the turn it left out and links to the rest, so following the links shows every one."""
+    from turnstore.web import app as web_app
+
+    monkeypatch.setattr(web_app, "MESSAGES_PAGE", 7, raising=False)
+    session_id = store.sessions.create(session_id="huge-turn").session_id
+    loop_id = store.loops.start(session_id).loop_id
+    store.messages.append_turn(loop_id, 0, [user(f"m0.{i}") for i in range(20)])
+    store.messages.append_turn(loop_id, 1, [user(f"m1.{i}") for i in range(3)])
+    read = []
+    with Store(store_url, read_only=True) as read_only:
+        client = TestClient(create_app(read_only))
+        first = get(client, "/session", id=session_id).text
+        path, pages = "/session?" + urlencode({"id": session_id}), []
+        while path:
+            response = client.get(path)  # the link as the page gives it (params= would drop its query)
+            assert response.status_code == 200, path
+            pages.append(response.text)
+            read += re.findall(r"m\d\.\d+", text_of(pages[-1]))
+            link = re.search(r'<a rel="next" href="([^"]+)"', pages[-1])
+            path = html.unescape(link.group(1)) if link else ""
+
+    assert first.count("<article") == 7
+    notice = text_of(first[first.index('id="cut-notice"') :].split("</p>")[0])
+    assert "13 more messages of turn 0 not shown here" in notice and "Continue at message 8" in notice
+    assert "messages 1–7 of this turn's 20" in text_of(first)
+    assert read == [f"m0.{i}" for i in range(20)] + [f"m1.{i}" for i in range(3)]  # every one, once, in order
+    assert [page.count("<article") for page in pages] == [7, 7, 7, 2]
+    assert "messages 8–14 of this turn's 20" in text_of(pages[1]) and "earlier messages of this turn" in pages[1]
+    assert "2 more messages of turn 1 not shown here" in text_of(pages[2])
+    assert "cut-notice" not in pages[3]
+
+
+def test_query_values_echoed_into_form_fields_are_made_visible(viewer: TestClient) -> None:
+    """A query parameter shown back in a form field follows the rule of stored text: control and bidi
+    characters as visible escapes, as the page's title shows them, never raw."""
+    hostile = "\x1b[31m\u202eevil"
+    for path, params in [
+        ("/search", {"q": hostile}),
+        ("/search", {"q": "x", "session": hostile}),
+        ("/", {"agent": hostile}),
+        ("/", {"model": hostile}),
+    ]:
+        page = get(viewer, path, **params).text
+        assert "\x1b" not in page and "\u202e" not in page, path
+        assert 'value="\\x1b[31m\\u202eevil"' in page, path
 
 
 def test_no_token_no_check(viewer: TestClient) -> None:

@@ -329,9 +329,17 @@ class AsyncMessageRepository:
         """Async twin of :meth:`MessageRepository.turn <turnstore.repositories.messages.MessageRepository.turn>`."""
         return await self._workers.call(functools.partial(self._sync.turn, loop_id, turn_index))
 
-    async def turns(self, loop_id: str, start: int = 0, stop: int | None = None) -> list[Turn]:
+    async def turns(
+        self, loop_id: str, start: int = 0, stop: int | None = None, *, skip: int = 0, limit: int | None = None
+    ) -> list[Turn]:
         """Async twin of :meth:`MessageRepository.turns <turnstore.repositories.messages.MessageRepository.turns>`."""
-        return await self._workers.call(functools.partial(self._sync.turns, loop_id, start, stop))
+        return await self._workers.call(
+            functools.partial(self._sync.turns, loop_id, start, stop, skip=skip, limit=limit)
+        )
+
+    async def turn_lengths(self, loop_id: str, start: int = 0, stop: int | None = None) -> dict[int, int]:
+        """Async twin of :meth:`MessageRepository.turn_lengths <turnstore.repositories.messages.MessageRepository.turn_lengths>`."""
+        return await self._workers.call(functools.partial(self._sync.turn_lengths, loop_id, start, stop))
 
     async def loop(self, loop_id: str, *, media: MediaMode = "inline") -> list[Message | ExtensionMessage]:
         """Async twin of :meth:`MessageRepository.loop <turnstore.repositories.messages.MessageRepository.loop>`."""

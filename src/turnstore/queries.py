@@ -455,7 +455,28 @@ def turn_messages() -> sa.Select[Any]:
 
 
 @cache
-def turn_range_messages(bounded: bool) -> sa.Select[Any]:
+def turn_range_messages(bounded: bool, paged: bool = False) -> sa.Select[Any]:
+    """Messages of turns ``:start`` to ``:stop`` (``bounded``) of a loop; ``paged``: ``:skip`` left out, ``:limit`` at most."""
+    statement = (
+        sa.select(messages.c.id, messages.c.turn_index, messages.c.message)
+        .where(*_turn_range(bounded))
+        .order_by(messages.c.turn_index, messages.c.seq)
+    )
+    return statement.offset(bp("skip")).limit(bp("limit")) if paged else statement
+
+
+@cache
+def turn_range_lengths(bounded: bool) -> sa.Select[Any]:
+    """How many messages each turn from ``:start`` (to ``:stop``) of a loop holds: one index walk, nothing parsed."""
+    return (
+        sa.select(messages.c.turn_index, sa.func.count())
+        .where(*_turn_range(bounded))
+        .group_by(messages.c.turn_index)
+        .order_by(messages.c.turn_index)
+    )
+
+
+def _turn_range(bounded: bool) -> list[Any]:
     condition = [
         messages.c.loop_id == bp("loop_id"),
         messages.c.turn_index >= bp("start"),
@@ -463,11 +484,7 @@ def turn_range_messages(bounded: bool) -> sa.Select[Any]:
     ]
     if bounded:
         condition.append(messages.c.turn_index < bp("stop"))
-    return (
-        sa.select(messages.c.id, messages.c.turn_index, messages.c.message)
-        .where(*condition)
-        .order_by(messages.c.turn_index, messages.c.seq)
-    )
+    return condition
 
 
 @cache

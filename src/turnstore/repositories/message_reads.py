@@ -51,16 +51,31 @@ class MessageReads(MessageRepositoryBase):
         messages = out_of_line.parse_texts_of(self._db, rows)
         return Turn(loop_id=loop_id, turn_index=turn_index, messages=messages)
 
-    def turns(self, loop_id: str, start: int = 0, stop: int | None = None) -> list[Turn]:
+    def turns(
+        self, loop_id: str, start: int = 0, stop: int | None = None, *, skip: int = 0, limit: int | None = None
+    ) -> list[Turn]:
         """Turns ``start <= k < stop`` of a loop (``stop=None``: to the end), in order.
+
+        ``skip`` and ``limit`` bound what is read, for a reader that pages through
+        turns of any size (one turn may hold hundreds of thousands of messages):
+        the range's first ``skip`` messages are left out and at most ``limit``
+        are read. The first and last turns returned may then hold only part of
+        their messages; :meth:`turn_lengths` tells how many each holds.
 
         Raises:
             LoopNotFound: no such loop.
+            InvalidArgument: ``skip`` is not a non-negative integer, or ``limit`` not a positive one.
         """
         params: dict[str, Any] = {"loop_id": loop_id, "start": start}
         if stop is not None:
             params["stop"] = stop
-        rows = self._db.fetchall(q.turn_range_messages(stop is not None), params)
+        paged = bool(skip) or limit is not None
+        if paged:
+            _check_whole("skip", skip, 0)
+            if limit is not None:
+                _check_whole("limit", limit, 1)
+            params.update(skip=skip, limit=limit if limit is not None else 2**62)  # no LIMIT NULL on SQLite
+        rows = self._db.fetchall(q.turn_range_messages(stop is not None, paged), params)
         if not rows:
             require_loop(self._db, loop_id)
             return []
@@ -76,6 +91,23 @@ class MessageReads(MessageRepositoryBase):
             current.append(message)
         turns.append(Turn(loop_id=loop_id, turn_index=current[0], messages=current[1:]))
         return turns
+
+    def turn_lengths(self, loop_id: str, start: int = 0, stop: int | None = None) -> dict[int, int]:
+        """How many messages each turn ``start <= k < stop`` of a loop holds (``stop=None``: to the end).
+
+        A count, nothing read or parsed: with :meth:`turns`' ``skip`` and ``limit``,
+        what a reader needs to say how much of a turn it has not shown.
+
+        Raises:
+            LoopNotFound: no such loop.
+        """
+        params: dict[str, Any] = {"loop_id": loop_id, "start": start}
+        if stop is not None:
+            params["stop"] = stop
+        rows = self._db.fetchall(q.turn_range_lengths(stop is not None), params)
+        if not rows:
+            require_loop(self._db, loop_id)
+        return {int(turn_index): int(count) for turn_index, count in rows}
 
     def loop(self, loop_id: str, *, media: MediaMode = "inline") -> list[Message | ExtensionMessage]:
         """Every message of a loop, in order (extension messages included).
@@ -392,6 +424,11 @@ class MessageReads(MessageRepositoryBase):
         filters: dict[str, Any] = {"session_id": session_id, "loop_id": loop_id, "role": role, "tool_name": tool_name}
         filters.update(since=since, until=until)
         return search_messages(self._db, query, filters, limit=limit, offset=offset, thinking=thinking, match=match)
+
+
+def _check_whole(name: str, value: object, low: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise InvalidArgument(name, f"{name} must be an integer from {low}, got {value!r}")
 
 
 def _check_count(n: object) -> None:

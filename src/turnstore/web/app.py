@@ -32,6 +32,7 @@ from .security import Guard
 from .text import as_json, shown
 from .views import (
     IMAGE_TYPES,
+    TREE_INDENT,
     hit_views,
     image_block,
     loop_of_session,
@@ -39,16 +40,20 @@ from .views import (
     message_view,
     session_rows,
     token_count,
+    tree_items,
     turn_views,
 )
 
-__all__ = ["CONTEXT_PAGE", "SEARCH_PAGE", "SESSIONS_PAGE", "TURNS_PAGE", "create_app"]
+__all__ = ["CONTEXT_PAGE", "MESSAGES_PAGE", "SEARCH_PAGE", "SESSIONS_PAGE", "TURNS_PAGE", "create_app"]
 
 HERE = Path(__file__).resolve().parent
 SESSIONS_PAGE = 50
 """Sessions per page of the list (``?per=`` up to :data:`MAX_PAGE`)."""
 TURNS_PAGE = 20
 """Turns of one loop per page of a session."""
+MESSAGES_PAGE = 500
+"""Messages per page of a session, at most: a turn longer than that is shown a page at a time
+(``&from=K&offset=M``: turn K from its message M), never read or rendered whole."""
 SEARCH_PAGE = 20
 """Hits per page of search results."""
 ROLES = ("", "user", "assistant", "toolResult", "extension", "system")
@@ -149,20 +154,28 @@ def create_app(store: Store, *, token: str | None = None, hosts: Iterable[str] |
         loops = store.loops.list(session_id)
         loop_id = query.get("loop") or (loops[0].loop_id if loops else None)
         start = _int(query, "from", 0, 0, 2**31)
+        offset = _int(query, "offset", 0, 0, 2**31)
         loop = loop_of_session(store, session_id, loop_id) if loop_id is not None else None
-        turns = turn_views(store, loop.loop_id, start, start + TURNS_PAGE) if loop is not None else []
+        turns = []
+        if loop is not None:
+            turns = turn_views(store, loop.loop_id, start, start + TURNS_PAGE, offset, MESSAGES_PAGE)
+        cut = turns[-1] if turns and turns[-1].rest else None  # the message bound ended the page within a turn
         return page(
             request,
             "session.html",
             session=found,
-            tree=loop_tree(loops),
+            tree=tree_items(loop_tree(loops)),
             usage=store.usage.session(session_id),
             by_loop={row.loop_id: row for row in store.usage.by_loop(session_id)},
             current=loop,
             turns=turns,
             start=start,
+            offset=offset,
+            cut=cut,
             more=bool(turns) and turns[-1].turn_index >= start + TURNS_PAGE - 1,
             page_size=TURNS_PAGE,
+            messages_page=MESSAGES_PAGE,
+            tree_indent=TREE_INDENT,
         )
 
     def context(request: Request) -> Response:

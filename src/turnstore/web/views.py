@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from ..errors import LoopNotFound, SessionNotFound
+from ..errors import InvalidArgument, LoopNotFound, SessionNotFound, TurnNotFound
 from ..models import (
     AssistantMessage,
     AudioContent,
@@ -37,6 +37,8 @@ __all__ = [
     "LoopNode",
     "MessageView",
     "SessionRow",
+    "TREE_INDENT",
+    "TreeItem",
     "TurnView",
     "image_block",
     "hit_views",
@@ -46,6 +48,7 @@ __all__ = [
     "session_rows",
     "snippet_pieces",
     "token_count",
+    "tree_items",
     "turn_views",
 ]
 
@@ -117,6 +120,57 @@ def loop_tree(loops: list[Loop]) -> list[LoopNode]:
     return roots
 
 
+TREE_INDENT = 12
+"""Levels the loop tree nests on the page; deeper loops are listed at that level, each with its depth."""
+
+
+@dataclass
+class TreeItem:
+    """One step of drawing the loop tree: ``"loop"`` (a loop's line opens), ``"open"`` (its children's
+    list opens), ``"end"`` (its line closes) or ``"close"`` (a children's list and its owner's line close).
+
+    A loop nested deeper than :data:`TREE_INDENT` is listed at that level, ``depth`` saying how deep it
+    is, and ``parent`` naming its parent when that is not the loop listed just above it.
+    """
+
+    kind: str
+    node: LoopNode | None = None
+    depth: int = 0
+    parent: str | None = None
+
+
+def tree_items(roots: list[LoopNode]) -> list[TreeItem]:
+    """The loop tree as a flat sequence a template draws without recursion, so a tree of any depth renders
+    (a chain of thousands of continuations would exhaust a recursive macro's stack).
+
+    Nesting stops at :data:`TREE_INDENT` levels, so a deep chain stays readable: the loops under that
+    level follow one another in tree order (depth first, children in order) at the same indentation.
+    """
+    items: list[TreeItem] = []
+    seen: set[str] = set()
+    above: str | None = None
+    stack: list[tuple[LoopNode, int, str | None] | None] = [(root, 0, None) for root in reversed(roots)]
+    while stack:
+        entry = stack.pop()
+        if entry is None:
+            items.append(TreeItem("close"))
+            continue
+        node, depth, parent = entry
+        if node.loop.loop_id in seen:  # only a damaged store has a cycle; draw each loop once
+            continue
+        seen.add(node.loop.loop_id)
+        flat = depth > TREE_INDENT
+        items.append(TreeItem("loop", node, depth, parent if flat and parent != above else None))
+        above = node.loop.loop_id
+        if node.children and depth < TREE_INDENT:
+            items.append(TreeItem("open"))
+            stack.append(None)
+        else:
+            items.append(TreeItem("end"))
+        stack.extend((child, depth + 1, node.loop.loop_id) for child in reversed(node.children))
+    return items
+
+
 def _relation(loop: Loop) -> str:
     kind = loop.continuation_kind.value
     if loop.spawn_loop_id is not None:
@@ -176,6 +230,15 @@ class TurnView:
     turn_index: int
     messages: list[MessageView]
     usage: UsageTotals
+    first: int = 0
+    """Index in the turn of the first message shown (more than 0: the page starts within the turn)."""
+    length: int = 0
+    """Messages the turn holds, shown or not."""
+
+    @property
+    def rest(self) -> int:
+        """Messages of the turn after the last one shown (more than 0: the page cut the turn)."""
+        return max(self.length - self.first - len(self.messages), 0)
 
 
 def _anchor(kind: str, loop_id: str, call_id: str, place: tuple[int, int] | None) -> str:
@@ -186,13 +249,29 @@ def _anchor(kind: str, loop_id: str, call_id: str, place: tuple[int, int] | None
     return f"{kind}-{digest}"
 
 
-def turn_views(store: Store, loop_id: str, start: int, stop: int) -> list[TurnView]:
-    """Turns ``start <= k < stop`` of a loop, each tool call linked to its result and back."""
+def turn_views(store: Store, loop_id: str, start: int, stop: int, skip: int, limit: int) -> list[TurnView]:
+    """Turns ``start <= k < stop`` of a loop, each tool call linked to its result and back; at most
+    ``limit`` messages read, the first ``skip`` of turn ``start`` left out (a page of a huge turn).
+
+    A turn shown in part says which of its messages it holds (``first``, ``length``): the page tells
+    how many it left out and where they are.
+    """
+    if skip:  # within turn ``start``: never past it, where the skip would run into later turns
+        held = store.messages.turn_lengths(loop_id, start, start + 1).get(start, 0)
+        if skip >= held:
+            raise InvalidArgument("offset", f"must be less than the {held:,} messages of turn {start}")
     views = []
-    for turn in store.messages.turns(loop_id, start, stop):
-        messages = [message_view(message, loop_id, (turn.turn_index, i)) for i, message in enumerate(turn.messages)]
+    turns = store.messages.turns(loop_id, start, stop, skip=skip, limit=limit)
+    lengths = store.messages.turn_lengths(loop_id, turns[0].turn_index, turns[-1].turn_index + 1) if turns else {}
+    for turn in turns:
+        first = skip if turn.turn_index == start else 0
+        messages = [
+            message_view(message, loop_id, (turn.turn_index, first + i)) for i, message in enumerate(turn.messages)
+        ]
         _pair(messages)
-        views.append(TurnView(turn.turn_index, messages, store.usage.turn(loop_id, turn.turn_index)))
+        usage = store.usage.turn(loop_id, turn.turn_index)
+        length = lengths.get(turn.turn_index, first + len(messages))
+        views.append(TurnView(turn.turn_index, messages, usage, first, length))
     return views
 
 
@@ -245,10 +324,13 @@ def image_block(store: Store, loop_id: str, turn_index: int, message_index: int,
         LoopNotFound, TurnNotFound: no such loop or turn.
         IndexError: no image block at that place.
     """
-    messages = store.messages.turn(loop_id, turn_index).messages
-    if not 0 <= message_index < len(messages):
+    turns = store.messages.turns(loop_id, turn_index, turn_index + 1, skip=message_index, limit=1)  # that one
+    if not turns:
+        if not store.messages.turn_lengths(loop_id, turn_index, turn_index + 1):
+            raise TurnNotFound(f"loop {loop_id!r} has no turn {turn_index}")
         raise IndexError("no such message in the turn")
-    content = getattr(messages[message_index], "content", None) or []
+    messages = turns[0].messages
+    content = getattr(messages[0], "content", None) or []
     if not 0 <= block_index < len(content) or not isinstance(content[block_index], ImageContent):
         raise IndexError("no image block at that place")
     image: ImageContent = content[block_index]
