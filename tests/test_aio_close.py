@@ -186,3 +186,23 @@ def test_a_call_waiting_for_a_free_worker_when_close_begins_is_refused(tmp_path:
         holder.join(30)
         assert {s.session_id for s in blocker.sessions.list()} == {"held elsewhere", "running"}
         blocker.close()
+
+
+def test_a_stream_read_while_the_store_closes_raises_store_closed(url: str) -> None:
+    """A reader task still walking ``records()`` when the app closes the store gets the typed error, not
+    the executor's ``RuntimeError``."""
+
+    async def scenario() -> None:
+        store = await _fresh(url)
+        await store.sessions.create("s")
+        loop = await store.loops.start("s")
+        await store.messages.append_turn(loop.loop_id, 0, [user(f"m{i}") for i in range(200)])
+        read = 0
+        with pytest.raises(StoreClosed, match="closed while this stream was read"):
+            async for _ in store.messages.records("s"):
+                read += 1
+                if read == 1:
+                    await store.close()
+        assert read == 64  # the batch already fetched, then the error
+
+    asyncio.run(scenario())

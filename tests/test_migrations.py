@@ -593,6 +593,26 @@ def test_0007_up_and_down_on_postgresql_with_data(postgres: Any) -> None:
         assert len(store.messages.search("report reasoning", match="any")) == 2
 
 
+def test_0007_leaves_a_stored_message_that_no_longer_validates_unindexed(tmp_path: Path) -> None:
+    """A row changed outside turnstore does not stop the upgrade: it is left out of the index, the rest indexed."""
+    path = tmp_path / "store.db"
+    with Store(path) as store:
+        loop_id = store.loops.start(store.sessions.create("s").session_id).loop_id
+        ids = store.messages.append_turn(loop_id, 0, [user("first quarterly"), user("second quarterly")])
+    engine = create_engine(str(path))
+    try:
+        migrate.downgrade(engine, "0006")
+        with engine.begin() as connection:
+            connection.exec_driver_sql(
+                "UPDATE messages SET message = ? WHERE id = ?", ('{"role":"user","content":5,"timestamp":1}', ids[0])
+            )
+        migrate.upgrade(engine)
+    finally:
+        engine.dispose()
+    with Store(path) as store:
+        assert [hit.message_id for hit in store.messages.search("quarterly")] == [ids[1]]
+
+
 def test_0007_on_a_sqlite_without_fts5_adds_the_columns_only(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from turnstore.repositories import search as search_module
 

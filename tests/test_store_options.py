@@ -12,7 +12,7 @@ from urllib.parse import quote
 import pytest
 from cli_runner import assert_one_error_line, run_cli
 
-from turnstore import InvalidArgument, StorageError, Store
+from turnstore import InvalidArgument, StorageError, Store, StoreBusy
 from turnstore.engine import sqlite_file
 from turnstore.pragmas import check_pragmas
 
@@ -186,3 +186,28 @@ def test_an_unknown_export_format_is_a_typed_error(tmp_path: Path) -> None:
         session = store.sessions.create()
         with pytest.raises(InvalidArgument, match="unknown export format 'csv'"):
             store.export(session.session_id, "csv")
+
+
+def test_opening_a_current_store_does_not_wait_for_another_writer(tmp_path: Path) -> None:
+    """A store at head opens while another connection holds the write lock (it only reads its schema
+    version); one that needs its schema upgraded waits for the lock, then fails typed, nothing changed."""
+    path = tmp_path / "busy.db"
+    Store(path).close()
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")
+    try:
+        with Store(path, pragmas={"busy_timeout": 50}) as store:
+            assert store.sessions.count() == 0
+        with sqlite3.connect(tmp_path / "other.db") as plain:  # an empty file: its schema must be created
+            plain.execute("PRAGMA user_version = 0")
+        holder = sqlite3.connect(tmp_path / "other.db", isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(StoreBusy, match="stayed locked by another writer"):
+                Store(tmp_path / "other.db", pragmas={"busy_timeout": 50})
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()

@@ -109,7 +109,7 @@ def backfill(bind: Any, fts: bool) -> None:
         log.info("indexing %d messages for full-text search", total)
     while rows := bind.execute(read, {"last": last}).fetchall():
         updates = []
-        for (message_id, _), model in zip(rows, _models(parse_rows, [json for _, json in rows])):
+        for (message_id, _), model in zip(rows, _models(parse_rows, rows)):
             if model is not None:
                 words, thinking = index_columns(model)
                 if words is not None or thinking is not None:
@@ -125,16 +125,19 @@ def backfill(bind: Any, fts: bool) -> None:
             log.info("indexed %d of %d messages", done, total)
 
 
-def _models(parse_rows: Any, texts: list[str]) -> list[Any]:
-    """The batch's message models; one that no longer validates is left unindexed (None), not fatal."""
+def _models(parse_rows: Any, rows: list[Any]) -> list[Any]:
+    """The batch's message models (rows of id and JSON); one that no longer validates is left unindexed (None),
+    not fatal. ``parse_rows`` raises ``StorageError`` for such a row (older versions: pydantic's ``ValueError``)."""
+    from turnstore.errors import StorageError
+
     try:
-        return list(parse_rows(texts))
-    except ValueError:
+        return list(parse_rows([message_id for message_id, _ in rows], [text for _, text in rows]))
+    except (ValueError, StorageError):
         found: list[Any] = []
-        for text in texts:
+        for message_id, text in rows:
             try:
-                found.extend(parse_rows([text]))
-            except ValueError:
+                found.extend(parse_rows([message_id], [text]))
+            except (ValueError, StorageError):
                 found.append(None)
         return found
 

@@ -310,17 +310,22 @@ class _Stream(Generic[T]):
             raise pending
         if self._worker is None:
             self._worker, self._borrowed = self._workers.for_stream()
-            self._iterator = await _complete(self._worker.submit(self._open))
+            self._iterator = await _complete(self._submit(self._open))
         if self._iterator is None:
             return []
-        taken: tuple[list[T], Exception | None] = await _complete(
-            self._worker.submit(_take, self._iterator, STREAM_BATCH)
-        )
+        taken: tuple[list[T], Exception | None] = await _complete(self._submit(_take, self._iterator, STREAM_BATCH))
         batch, failed = taken
         if failed is not None and not batch:
             raise failed
         self._failed = failed
         return batch
+
+    def _submit(self, call: Callable[..., Any], *args: Any) -> Future[Any]:
+        assert self._worker is not None
+        try:
+            return self._worker.submit(call, *args)
+        except RuntimeError:  # the worker was shut down: the store was closed under this stream
+            raise StoreClosed("the store was closed while this stream was read; open it again to read on") from None
 
     async def close(self) -> None:
         """Close the iterator on its worker and give a borrowed worker back."""

@@ -39,7 +39,7 @@ from urllib.parse import quote, unquote
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
 
-from .errors import InvalidArgument, NotAStore, ReadOnlyStore, StorageError, StorageFull
+from .errors import InvalidArgument, NotAStore, ReadOnlyStore, StorageError, StorageFull, StoreBusy
 from .pragmas import check_pragmas
 
 __all__ = [
@@ -445,10 +445,13 @@ def _create_private_file(path: Path) -> None:
     os.close(fd)
 
 
-# SQLite's primary result codes that say the storage, not the statement, failed.
+# SQLite's primary result codes that say the storage, not the statement, failed (or stayed locked:
+# a statement the store does not retry for ``busy_budget``, such as opening a store another writer holds).
 _SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_CORRUPT, _SQLITE_FULL, _SQLITE_CANTOPEN, _SQLITE_NOTADB = 8, 10, 11, 13, 14, 26
+_SQLITE_BUSY = 5
 
 _SQLITE_KINDS: dict[int, tuple[type[Exception], str]] = {
+    _SQLITE_BUSY: (StoreBusy, "the database{place} stayed locked by another writer"),
     _SQLITE_READONLY: (ReadOnlyStore, "the database{place} is read-only"),
     _SQLITE_FULL: (StorageFull, "the disk of the database{place} is full, or the database reached its size limit"),
     _SQLITE_IOERR: (StorageError, "disk I/O error on the database{place}"),
@@ -459,6 +462,7 @@ _SQLITE_KINDS: dict[int, tuple[type[Exception], str]] = {
 
 # The same errors as SQLite words them, for Pythons whose sqlite3 errors carry no code (before 3.11).
 _SQLITE_MESSAGES = {
+    "database is locked": _SQLITE_BUSY,
     "readonly database": _SQLITE_READONLY,
     "disk is full": _SQLITE_FULL,
     "disk i/o error": _SQLITE_IOERR,

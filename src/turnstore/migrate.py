@@ -25,7 +25,6 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy import inspect
 from sqlalchemy.engine import Connection, Engine, make_url
 
 from .errors import SchemaError, SchemaOutOfDate, SchemaTooNew
@@ -166,11 +165,26 @@ def ensure_schema(engine: Engine, *, auto_upgrade: bool = True, url: str = "") -
 
 
 def _stamped(engine: Engine) -> str | None:
-    """The revision in ``alembic_version`` when it holds exactly one row, read without Alembic; else None."""
-    with engine.connect() as connection:
-        if not inspect(connection).has_table("alembic_version"):
+    """The revision in ``alembic_version`` when it holds exactly one row, read without Alembic; else None.
+
+    Read on the driver's connection, outside any transaction SQLAlchemy would
+    begin: on SQLite that is schema work, which takes the write lock first, so
+    opening a store at head would wait for (and fail behind) another writer.
+    """
+    connection = engine.raw_connection()
+    try:
+        cursor = connection.cursor()
+        try:
+            cursor.execute("SELECT version_num FROM alembic_version")
+            rows = cursor.fetchall()
+        except engine.dialect.loaded_dbapi.Error:  # no such table: an empty or foreign database
+            connection.rollback()
             return None
-        rows = connection.exec_driver_sql("SELECT version_num FROM alembic_version").fetchall()
+        finally:
+            cursor.close()
+        connection.rollback()  # PostgreSQL's driver began a transaction for the read
+    finally:
+        connection.close()
     return str(rows[0][0]) if len(rows) == 1 else None
 
 
