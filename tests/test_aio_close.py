@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import multiprocessing
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -206,3 +208,26 @@ def test_a_stream_read_while_the_store_closes_raises_store_closed(url: str) -> N
         assert read == 64  # the batch already fetched, then the error
 
     asyncio.run(scenario())
+
+
+def _append_in_child(store: AsyncStore, loop_id: str) -> None:
+    """A forked child's work: append through the store it inherited, on an event loop of its own."""
+    asyncio.run(asyncio.wait_for(store.messages.append(user("child"), loop_id=loop_id, turn_index=0), 10))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_uses_the_async_store_it_inherited(url: str) -> None:
+    """The parent's worker threads do not exist in a forked child: its calls start workers of its own (they
+    waited forever for the parent's), as the sync store opens connections of its own there."""
+    store = asyncio.run(_fresh(url))
+    try:
+        asyncio.run(store.sessions.create("s"))
+        loop_id = asyncio.run(store.loops.start("s")).loop_id
+        asyncio.run(store.messages.append(user("parent"), loop_id=loop_id, turn_index=0))
+        child = multiprocessing.get_context("fork").Process(target=_append_in_child, args=(store, loop_id))
+        child.start()
+        child.join(30)
+        assert child.exitcode == 0
+        assert [m.text() for m in asyncio.run(store.messages.loop(loop_id))] == ["parent", "child"]
+    finally:
+        asyncio.run(store.close())

@@ -28,6 +28,7 @@ import contextvars
 import functools
 import os
 import threading
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -119,12 +120,17 @@ class _Workers:
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
+        self._closing = False
+        self._start_empty()
+        _WORKER_POOLS.add(self)
+
+    def _start_empty(self) -> None:
+        """No worker, no call under way, no transaction open: a new pool, or the pool in a forked child."""
         self._busy = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._idle: list[ThreadPoolExecutor] = []
         self._all: list[ThreadPoolExecutor] = []
         self._lock = threading.Lock()
-        self._closing = False
         self._open_transactions = 0
         self._transaction_ended = threading.Condition(self._lock)
 
@@ -278,6 +284,21 @@ class _Workers:
             workers = list(self._all)
         for worker in workers:
             worker.shutdown(wait=True)
+
+
+_WORKER_POOLS: weakref.WeakSet[_Workers] = weakref.WeakSet()
+"""Every live pool, so a forked child can drop its parent's workers (their threads do not exist there)."""
+
+
+def _empty_pools_after_fork() -> None:
+    """In a forked child, each pool starts empty: its next call starts a worker (with its own connection,
+    as the sync store's are dropped after a fork too) instead of waiting forever for a parent's thread."""
+    for pool in list(_WORKER_POOLS):
+        pool._start_empty()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_empty_pools_after_fork)
 
 
 class _Stream(Generic[T]):
