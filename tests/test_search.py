@@ -303,6 +303,30 @@ def test_a_snippet_of_a_huge_text_looks_only_around_the_first_match(
     assert [hit.snippet[a:b] for a, b in hit.highlights] == ["Needle"]
 
 
+@pytest.mark.parametrize(
+    ("written", "query", "highlighted"),
+    [
+        ("needles everywhere needlesome then the needle itself", "needle", "needle"),  # whole words only
+        ("the cafébeta here", "cafebeta", "cafébeta"),  # folded as the index folds it
+        ("über die Übergrößenträger", "ubergrossentrager", "Übergrößenträger"),
+    ],
+)
+def test_a_snippet_of_a_huge_text_finds_the_word_the_index_matched(
+    sync_store: Store, monkeypatch: pytest.MonkeyPatch, written: str, query: str, highlighted: str
+) -> None:
+    """The window of a long text is placed at the word the index matched, not at a longer word that starts
+    with it, nor missed when only the folded form matches."""
+    sync_store.sessions.create("s")
+    loop = sync_store.loops.start("s")
+    filler = "lorem ipsum " * 2_000
+    sync_store.messages.append(user(f"{filler}{written} {filler}"), loop_id=loop.loop_id, turn_index=0)
+    monkeypatch.setattr(search_module, "SCAN_CHARS", 4_000)
+
+    [hit] = sync_store.messages.search(query)
+
+    assert [hit.snippet[a:b] for a, b in hit.highlights] == [highlighted]
+
+
 # --- bad input ------------------------------------------------------------------------------
 
 

@@ -690,6 +690,31 @@ def test_a_huge_turn_is_shown_a_bounded_page_at_a_time(
     assert "cut-notice" not in pages[3]
 
 
+def test_the_next_link_reaches_every_turn_past_a_full_page_and_gaps_in_turn_numbers(
+    store: Any, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page whose message bound ends exactly at a turn's end, and turn numbers with gaps wider than a
+    page of turns: following "later turns" still shows every turn, once, in order."""
+    from turnstore.web import app as web_app
+
+    monkeypatch.setattr(web_app, "MESSAGES_PAGE", 4, raising=False)
+    session_id = store.sessions.create(session_id="gaps").session_id
+    loop_id = store.loops.start(session_id).loop_id
+    for turn_index, count in [(0, 4), (1, 1), (2, 2), (60, 1), (200, 2)]:
+        store.messages.append_turn(loop_id, turn_index, [user(f"m{turn_index}.{i}") for i in range(count)])
+    read = []
+    with Store(store_url, read_only=True) as read_only:
+        client = TestClient(create_app(read_only))
+        path = "/session?" + urlencode({"id": session_id})
+        while path:
+            response = client.get(path)
+            assert response.status_code == 200, path
+            read += re.findall(r"m\d+\.\d+", text_of(response.text))
+            link = re.search(r'<a rel="next" href="([^"]+)"', response.text)
+            path = html.unescape(link.group(1)) if link else ""
+    assert read == ["m0.0", "m0.1", "m0.2", "m0.3", "m1.0", "m2.0", "m2.1", "m60.0", "m200.0", "m200.1"]
+
+
 def test_query_values_echoed_into_form_fields_are_made_visible(viewer: TestClient) -> None:
     """A query parameter shown back in a form field follows the rule of stored text: control and bidi
     characters as visible escapes, as the page's title shows them, never raw."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
+from itertools import islice
 from typing import Any
 
 import sqlalchemy as sa
@@ -42,8 +43,12 @@ SNIPPET_CHARS = 160
 
 SCAN_CHARS = 64 * 1024
 """Most characters of one text a snippet is looked for in: a longer text (a tool's whole output) is looked
-at only around the first place one of the words appears as written (else at its start), so a search hitting
-a message of megabytes costs what one window of it does."""
+at only around the first place one of the words is found (else at its start), so a search hitting a message
+of megabytes costs what one window of it does."""
+
+FOLD_SCAN_CHARS = 256 * 1024
+"""Characters of a long text searched word by word, folded as the index folds them (accents, case), for a
+match that does not appear as written (``cafe`` in ``café``); beyond them the snippet starts at the text's start."""
 
 _SPACES = re.compile(r"\s+")
 
@@ -128,7 +133,7 @@ def snippet(found: Pieces, terms: Sequence[Term], *, thinking: bool = True) -> t
     texts, thought = found
     best: tuple[int, str, list[tuple[int, int]], bool, bool] = (-1, "", [], False, False)
     for text in (*texts, *thought) if thinking else texts:
-        region, before, after = _region(text, exact | set(prefixes))
+        region, before, after = _region(text, exact, prefixes)
         line = _SPACES.sub(" ", region).strip()
         spans: list[tuple[int, int]] = []
         seen: set[str] = set()
@@ -157,15 +162,38 @@ def snippet(found: Pieces, terms: Sequence[Term], *, thinking: bool = True) -> t
     return prefix + line[start:end] + suffix, kept
 
 
-def _region(text: str, words: set[str]) -> tuple[str, bool, bool]:
+def _region(text: str, exact: set[str], prefixes: tuple[str, ...]) -> tuple[str, bool, bool]:
     """The part of ``text`` a snippet is looked for in (:data:`SCAN_CHARS` at most), and whether text was cut
     before and after it."""
     if len(text) <= SCAN_CHARS:
         return text, False, False
-    found = re.search("|".join(map(re.escape, sorted(words))), text, re.IGNORECASE) if words else None
-    start = max(0, found.start() - SNIPPET_CHARS) if found else 0
+    found = _first_match(text, exact, prefixes)
+    start = max(0, found - SNIPPET_CHARS) if found is not None else 0
     end = start + SCAN_CHARS
     return text[start:end], start > 0, end < len(text)
+
+
+def _first_match(text: str, exact: set[str], prefixes: tuple[str, ...]) -> int | None:
+    """Where one of the words starts in ``text``: as written, a whole word (found by a regular expression at C
+    speed, its first :data:`CANDIDATES` places checked), else as the index folds words, in its first
+    :data:`FOLD_SCAN_CHARS`; None when neither finds one."""
+    words = sorted({*exact, *prefixes}, key=len, reverse=True)  # the longest first: "needle" before "need"
+    if words:
+        pattern = re.compile("|".join(map(re.escape, words)), re.IGNORECASE)
+        for found in islice(pattern.finditer(text), CANDIDATES):
+            start, end = found.span()
+            whole = end == len(text) or not text[end].isalnum() or found.group().lower().startswith(prefixes)
+            if (start == 0 or not text[start - 1].isalnum()) and whole:
+                return start
+    for start, _end, folded in word_spans(text[:FOLD_SCAN_CHARS]):
+        if any(word in exact or (prefixes and word.startswith(prefixes)) for word in folded):
+            return start
+    return None
+
+
+CANDIDATES = 1_000
+"""Places where a word appears as written that :func:`_first_match` checks for a whole word before it
+looks word by word (``needles`` everywhere, ``needle`` wanted)."""
 
 
 def _sqlite_hits(db: Database, given: tuple[str, ...], params: dict[str, Any], batched: bool) -> list[tuple[Any, ...]]:

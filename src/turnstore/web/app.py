@@ -160,6 +160,12 @@ def create_app(store: Store, *, token: str | None = None, hosts: Iterable[str] |
         if loop is not None:
             turns = turn_views(store, loop.loop_id, start, start + TURNS_PAGE, offset, MESSAGES_PAGE)
         cut = turns[-1] if turns and turns[-1].rest else None  # the message bound ended the page within a turn
+        later = None  # the first turn after this page's, when there is one (turn numbers may have gaps)
+        if loop is not None and turns and cut is None:
+            bounded = sum(len(turn.messages) for turn in turns) >= MESSAGES_PAGE  # ended at a turn's end
+            after = turns[-1].turn_index + 1 if bounded else start + TURNS_PAGE
+            following = store.messages.turns(loop.loop_id, after, limit=1)
+            later = following[0].turn_index if following else None
         return page(
             request,
             "session.html",
@@ -172,7 +178,7 @@ def create_app(store: Store, *, token: str | None = None, hosts: Iterable[str] |
             start=start,
             offset=offset,
             cut=cut,
-            more=bool(turns) and turns[-1].turn_index >= start + TURNS_PAGE - 1,
+            later=later,
             page_size=TURNS_PAGE,
             messages_page=MESSAGES_PAGE,
             tree_indent=TREE_INDENT,
