@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 import pytest
+import sqlalchemy as sa
 from alembic.script import ScriptDirectory
 from cli_runner import Result
 from factories import assistant, extension, tool_result, usage, user
@@ -737,6 +738,20 @@ def test_import_dry_run_on_a_store_checks_it_read_only(run: Any, tmp_path: Path)
 
     assert result.code == 0 and result.json()["sessions"]["unchanged"] == [ARRAY_SESSION]
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_import_dry_run_on_an_empty_postgresql_database_creates_no_table(run: Any, postgres: Any) -> None:
+    url = postgres.new_database()
+
+    result = run("--db", url, "import", "phi-core", ARRAY, "--dry-run")
+
+    assert result.code == 0 and "would write 1 session(s)" in result.out
+    engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    try:
+        with engine.connect() as connection:
+            assert sa.inspect(connection).get_table_names() == []
+    finally:
+        engine.dispose()
 
 
 def test_import_dry_run_never_upgrades_an_old_store(run: Any, tmp_path: Path) -> None:

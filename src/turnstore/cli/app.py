@@ -7,8 +7,10 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
+import sqlalchemy as sa
 
-from ..engine import resolve_url, sqlite_path
+from ..engine import create_engine, resolve_url, sqlite_path
+from ..errors import SchemaOutOfDate
 from ..media import MEDIA_MODES
 from ..store import Store
 
@@ -43,12 +45,28 @@ class Settings:
         path = sqlite_path(resolve_url(self.db))
         if self._store is None and path is not None and (not path.exists() or path.stat().st_size == 0):
             self._store = Store("sqlite://")
-        return self.store(read_only=True)
+        try:
+            return self.store(read_only=True)
+        except SchemaOutOfDate:
+            if not _holds_no_tables(self.db):
+                raise
+            self._store = Store("sqlite://")  # an empty server database: what a first import would set up
+            return self._store
 
     def close(self) -> None:
         if self._store is not None:
             self._store.close()
             self._store = None
+
+
+def _holds_no_tables(url: str | None) -> bool:
+    """Whether the database at ``url`` holds no table at all (a new PostgreSQL database), read without writing."""
+    engine = create_engine(resolve_url(url))
+    try:
+        with engine.connect() as connection:
+            return not sa.inspect(connection).get_table_names()
+    finally:
+        engine.dispose()
 
 
 def _set_db(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
