@@ -472,6 +472,19 @@ def test_a_number_too_long_to_read_is_reported_at_its_line(store: Store, tmp_pat
     assert report.sessions_failed and not report.ok and store.sessions.list() == []
 
 
+def test_a_number_too_long_to_read_in_a_whole_file_names_its_line(store: Store, tmp_path: Path) -> None:
+    path = tmp_path / "array.json"
+    path.write_text(
+        "[\n  " + json.dumps({"role": "user", "content": "hi", "timestamp": 1}) + ",\n  " + HUGE_INTEGER + "\n]\n"
+    )
+
+    report = store.import_("phi-core", path)
+
+    assert [(error.place, error.reason) for error in report.errors] == [
+        (f"{path}:3", "invalid JSON: a number has more than 4,300 digits")
+    ]
+
+
 def test_a_number_too_long_to_read_leaves_the_other_files_imported(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

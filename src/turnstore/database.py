@@ -13,7 +13,9 @@ up front (``BEGIN IMMEDIATE``) so concurrent writers queue on the busy
 timeout instead of failing with "database is locked"; when the lock stays
 taken longer than that, the BEGIN is retried with backoff until
 ``busy_budget`` seconds have passed, and only then :class:`StoreBusy` is
-raised. Reads outside a transaction see a consistent snapshot per statement.
+raised (a statement outside that retry that still finds the database locked
+after the busy timeout raises it too, through :meth:`Database.refused`).
+Reads outside a transaction see a consistent snapshot per statement.
 """
 
 from __future__ import annotations
@@ -257,8 +259,9 @@ class Database:
         text cannot hold NUL and its numbers have ranges (``DataError``); a
         value too long for one of its index rows (2,704 bytes) is over a
         program limit (SQLSTATE 54000). SQLite stores NUL and long values.
-        A read-only database, a full disk or an I/O error is the typed error
-        :func:`~turnstore.engine.storage_error` makes of it.
+        A read-only database, a full disk, an I/O error or a lock that outlasted
+        the busy timeout is the typed error :func:`~turnstore.engine.storage_error`
+        makes of it.
         """
         stored = storage_error(error, self.engine.url)
         if stored is not None:

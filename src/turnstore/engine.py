@@ -19,9 +19,10 @@ or new file. Any other SQLite file is refused with
 open (``read_only=True``) never creates a file, never sets the journal mode,
 and reads a store the process may not write.
 
-:func:`storage_error` turns the driver's "read-only", "disk full", I/O and
-"cannot open" errors into turnstore's typed errors; every place that talks
-to the driver maps through it.
+:func:`storage_error` turns the driver's "read-only", "disk full", I/O,
+"cannot open" and "database is locked" errors into turnstore's typed errors;
+every place that talks to the driver maps through it (a write transaction
+retries a locked BEGIN for ``busy_budget`` first, in :mod:`turnstore.database`).
 """
 
 from __future__ import annotations
@@ -480,7 +481,7 @@ _SQLSTATE_KINDS: dict[str, tuple[type[Exception], str]] = {
 
 
 def storage_error(error: BaseException, where: str | sa.URL | None = None) -> Exception | None:
-    """The typed turnstore error for a driver error that says the storage failed, else None.
+    """The typed turnstore error for a driver error that says the storage failed (or stayed locked), else None.
 
     ``error`` may be the driver's own (``sqlite3``, psycopg) or SQLAlchemy's
     wrapper of it; ``where`` (a path or URL) is named in the message. The

@@ -20,7 +20,7 @@ The hierarchy::
     │   ├── SchemaTooNew        the database was written by a newer turnstore
     │   └── NotAStore           the file or database is not a turnstore store; it is left alone
     ├── SearchUnavailable       full-text search is missing from this SQLite build (no FTS5)
-    ├── StoreBusy               the database stayed locked past the retry budget
+    ├── StoreBusy               the database stayed locked past the retry budget (or its busy timeout)
     ├── ExportFailed            an export file could not be written (names the file and why)
     ├── StorageError            the database cannot be opened, read or written (I/O error)
     │   ├── ReadOnlyStore       a write to a database this process may only read
@@ -177,7 +177,12 @@ class NotAStore(SchemaError):
 
 
 class StoreBusy(TurnstoreError):
-    """The database stayed locked by other writers for longer than the retry budget."""
+    """The database stayed locked by other writers for longer than the retry budget.
+
+    A write transaction waits ``busy_budget`` seconds, retrying its BEGIN; a
+    statement turnstore does not retry (opening a store whose schema must be
+    set up, say) waits SQLite's ``busy_timeout`` once.
+    """
 
 
 class StoreClosed(TurnstoreError, RuntimeError):

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 import click
 import sqlalchemy as sa
+from sqlalchemy.engine import make_url
 
 from ..engine import create_engine, resolve_url, sqlite_path
 from ..errors import SchemaOutOfDate
@@ -39,19 +40,24 @@ class Settings:
         """The store a dry run checks against, opened so that nothing can be written.
 
         The store at ``--db`` read-only; an empty store in memory while that is a
-        SQLite file that does not exist yet, or is empty (what a first import
-        would create and set up): a dry run creates no file and changes none.
+        SQLite file that does not exist yet, or is empty, or a PostgreSQL database
+        with no table (what a first import would create and set up): a dry run
+        creates no file and changes none.
         """
-        path = sqlite_path(resolve_url(self.db))
-        if self._store is None and path is not None and (not path.exists() or path.stat().st_size == 0):
-            self._store = Store("sqlite://")
+        url = resolve_url(self.db)
+        path = sqlite_path(url)
+        new = path is not None and (not path.exists() or path.stat().st_size == 0)
         try:
-            return self.store(read_only=True)
+            if not new:
+                return self.store(read_only=True)
         except SchemaOutOfDate:
-            if not _holds_no_tables(self.db):
+            # An empty server database is what a first import would set up; a SQLite file is never looked at
+            # again (its empty case is above, and a read-write engine would set its journal mode).
+            if make_url(url).get_backend_name() == "sqlite" or not _holds_no_tables(url):
                 raise
-            self._store = Store("sqlite://")  # an empty server database: what a first import would set up
-            return self._store
+        if self._store is None:
+            self._store = Store("sqlite://")  # an empty store, in memory
+        return self._store
 
     def close(self) -> None:
         if self._store is not None:
@@ -59,9 +65,9 @@ class Settings:
             self._store = None
 
 
-def _holds_no_tables(url: str | None) -> bool:
-    """Whether the database at ``url`` holds no table at all (a new PostgreSQL database), read without writing."""
-    engine = create_engine(resolve_url(url))
+def _holds_no_tables(url: str) -> bool:
+    """Whether the PostgreSQL database at ``url`` holds no table at all (a new one), read without writing."""
+    engine = create_engine(url)
     try:
         with engine.connect() as connection:
             return not sa.inspect(connection).get_table_names()

@@ -417,8 +417,7 @@ def read_json(path: Path) -> Any:
     try:
         return json.loads(text)
     except (ValueError, RecursionError) as error:
-        line = error.lineno if isinstance(error, json.JSONDecodeError) else 1
-        raise InvalidRecord(f"{path}:{line}", json_problem(error)) from None
+        raise InvalidRecord(f"{path}:{_error_line(text, error)}", json_problem(error)) from None
 
 
 def read_lines(path: Path) -> Iterator[tuple[int, str]]:
@@ -476,6 +475,17 @@ def read_jsonl(path: Path, fast: Callable[[str], Any] | None = None) -> Iterator
             yield number, line, loads_json(line)
         except (ValueError, RecursionError) as error:
             yield number, line, InvalidRecord(f"{path}:{number}", json_problem(error))
+
+
+def _error_line(text: str, error: ValueError | RecursionError) -> int:
+    """The line of ``text`` a JSON error is on: the parser's own, or the first number too long to read; else 1."""
+    if isinstance(error, json.JSONDecodeError):
+        return error.lineno
+    if isinstance(error, ValueError):
+        digits = re.search(rf"\d{{{sys.get_int_max_str_digits() + 1},}}", text)
+        if digits:
+            return text.count("\n", 0, digits.start()) + 1
+    return 1
 
 
 def json_problem(error: ValueError | RecursionError) -> str:

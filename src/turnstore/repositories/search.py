@@ -26,7 +26,7 @@ from ..media import stored_string
 from ..records import SearchHit
 from ..schema import SEARCH_TABLE
 from ..search_query import Term, parse_query
-from ..search_text import Pieces, pieces, word_spans
+from ..search_text import MAX_WORD, Pieces, pieces, word_spans
 from . import media as out_of_line
 from . import search_index
 from .rows import SEARCH_MESSAGE_COLUMN, search_hit
@@ -174,16 +174,21 @@ def _region(text: str, exact: set[str], prefixes: tuple[str, ...]) -> tuple[str,
 
 
 def _first_match(text: str, exact: set[str], prefixes: tuple[str, ...]) -> int | None:
-    """Where one of the words starts in ``text``: as written, a whole word (found by a regular expression at C
-    speed, its first :data:`CANDIDATES` places checked), else as the index folds words, in its first
-    :data:`FOLD_SCAN_CHARS`; None when neither finds one."""
+    """Where one of the words starts in ``text``: as written, as the index splits words (a whole word; a CJK
+    character alone; the start of a word longer than ``MAX_WORD``, which the index cuts), found by a regular
+    expression at C speed, its first :data:`CANDIDATES` places checked; else as the index folds words, in its
+    first :data:`FOLD_SCAN_CHARS`; None when neither finds one."""
     words = sorted({*exact, *prefixes}, key=len, reverse=True)  # the longest first: "needle" before "need"
     if words:
         pattern = re.compile("|".join(map(re.escape, words)), re.IGNORECASE)
         for found in islice(pattern.finditer(text), CANDIDATES):
             start, end = found.span()
-            whole = end == len(text) or not text[end].isalnum() or found.group().lower().startswith(prefixes)
-            if (start == 0 or not text[start - 1].isalnum()) and whole:
+            word = found.group().lower()
+            alone = len(word) == 1 and not word.isascii()  # a CJK character is a word of its own
+            starts = alone or start == 0 or not text[start - 1].isalnum()
+            # A prefix, or a word cut to MAX_WORD as the index cuts longer ones, may go on.
+            ends = alone or end == len(text) or not text[end].isalnum() or word.startswith(prefixes)
+            if starts and (ends or len(word) >= MAX_WORD):
                 return start
     for start, _end, folded in word_spans(text[:FOLD_SCAN_CHARS]):
         if any(word in exact or (prefixes and word.startswith(prefixes)) for word in folded):
