@@ -690,6 +690,26 @@ def test_a_huge_turn_is_shown_a_bounded_page_at_a_time(
     assert "cut-notice" not in pages[3]
 
 
+def test_a_tool_call_whose_result_is_on_the_next_page_says_so(
+    store: Any, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page cut between a call and its result: the call says its result is not on this page, not that
+    the turn holds none (a call of a whole turn without its result still says that)."""
+    from turnstore.web import app as web_app
+
+    monkeypatch.setattr(web_app, "MESSAGES_PAGE", 2, raising=False)
+    session_id = store.sessions.create(session_id="split").session_id
+    loop_id = store.loops.start(session_id).loop_id
+    store.messages.append_turn(loop_id, 0, [user("go"), assistant(calls=("c1",)), tool_result("c1", "done")])
+    store.messages.append_turn(loop_id, 1, [assistant(calls=("c2",))])  # no result at all
+    with Store(store_url, read_only=True) as read_only:
+        client = TestClient(create_app(read_only))
+        first = get(client, "/session", id=session_id).text
+        last = get(client, "/session", id=session_id, **{"from": 1}).text
+    assert "result not on this page" in first and "no result in this turn" not in first
+    assert "no result in this turn" in last and "result not on this page" not in last
+
+
 def test_the_next_link_reaches_every_turn_past_a_full_page_and_gaps_in_turn_numbers(
     store: Any, store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
