@@ -36,6 +36,12 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def check_whole(name: str, value: object, low: int, high: int) -> None:
+    """Refuse ``value`` unless it is an integer from ``low`` to ``high`` (a bool is not one): one line naming ``name``."""
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise InvalidArgument(name, f"must be an integer from {low} to {high}, got {value!r}")
+
+
 def require_loop(db: Database, loop_id: str) -> None:
     """Raise :class:`LoopNotFound` unless ``loop_id`` is a loop of the store (a read that found nothing says why)."""
     if db.scalar(q.loop_session(), {"loop_id": loop_id}) is None:

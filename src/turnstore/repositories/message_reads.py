@@ -17,7 +17,7 @@ from ..media import REF_PREFIX, MediaMode
 from ..models import ExtensionMessage, Message
 from ..records import SearchHit, StoredMessage, Turn
 from . import media as out_of_line
-from ._shared import require_loop, require_session
+from ._shared import check_whole, require_loop, require_session
 from .loops import is_message_id
 from .media import check_mode
 from .message_common import MessageRepositoryBase, check_loop_id
@@ -71,10 +71,10 @@ class MessageReads(MessageRepositoryBase):
             params["stop"] = stop
         paged = bool(skip) or limit is not None
         if paged:
-            _check_whole("skip", skip, 0)
+            check_whole("skip", skip, 0, MAX_ROWS)
             if limit is not None:
-                _check_whole("limit", limit, 1)
-            params.update(skip=skip, limit=limit if limit is not None else 2**62)  # no LIMIT NULL on SQLite
+                check_whole("limit", limit, 1, MAX_ROWS)
+            params.update(skip=skip, limit=limit if limit is not None else MAX_ROWS)  # no LIMIT NULL on SQLite
         rows = self._db.fetchall(q.turn_range_messages(stop is not None, paged), params)
         if not rows:
             require_loop(self._db, loop_id)
@@ -426,11 +426,6 @@ class MessageReads(MessageRepositoryBase):
         return search_messages(self._db, query, filters, limit=limit, offset=offset, thinking=thinking, match=match)
 
 
-def _check_whole(name: str, value: object, low: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise InvalidArgument(name, f"{name} must be an integer from {low}, got {value!r}")
-
-
 def _check_count(n: object) -> None:
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise InvalidArgument("n", f"n must be a non-negative integer, got {n!r}")
@@ -455,6 +450,9 @@ models the caller has let go die before the cyclic collector sees them, so
 walking a session costs about what ``json.loads`` of its rows does, however
 large the app's heap (a list of thousands of live models is walked by the
 collector again and again)."""
+
+MAX_ROWS = 2**62
+"""Most rows ``turns()`` skips or reads: more than a store holds, and within both backends' 64-bit integers."""
 
 NAMES_BATCH = 16
 """Assistant messages :meth:`MessageRepository.tool_names` reads at a time: a call is most often among the newest."""

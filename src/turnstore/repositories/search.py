@@ -29,6 +29,7 @@ from ..search_query import Term, parse_query
 from ..search_text import MAX_WORD, Pieces, pieces, word_spans
 from . import media as out_of_line
 from . import search_index
+from ._shared import check_whole
 from .rows import SEARCH_MESSAGE_COLUMN, search_hit
 
 __all__ = ["MAX_LIMIT", "ROLES", "SNIPPET_CHARS", "fts5_available", "search", "snippet"]
@@ -71,8 +72,8 @@ def search(
     """See :meth:`turnstore.repositories.messages.MessageRepository.search`; ``filters`` holds its filter
     arguments by name (None: not given)."""
     parsed = parse_query(query)
-    _check_count("limit", limit, 1, MAX_LIMIT)
-    _check_count("offset", offset, 0, 2**31 - 1)
+    check_whole("limit", limit, 1, MAX_LIMIT)
+    check_whole("offset", offset, 0, 2**31 - 1)
     role, since, until = filters.get("role"), filters.get("since"), filters.get("until")
     if match not in ("all", "any"):
         raise InvalidArgument("match", f'must be "all" (every word) or "any" (at least one), got {match!r}')
@@ -224,11 +225,6 @@ def _best_first(row: tuple[Any, ...]) -> tuple[float, int]:
 def _has_index(db: Database) -> bool:
     """Whether the FTS5 table exists (one probe of ``sqlite_master``, asked on every search: an upgrade may make it)."""
     return db.scalar(sq.search_table_exists(), {"name": SEARCH_TABLE}) is not None
-
-
-def _check_count(name: str, value: object, low: int, high: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise InvalidArgument(name, f"must be an integer from {low} to {high}, got {value!r}")
 
 
 def _ms(name: str, value: object) -> int:
