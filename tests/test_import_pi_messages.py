@@ -10,8 +10,8 @@ import pytest
 
 from turnstore import Store
 from turnstore.importers import pi as pi_module
-from turnstore.importers.base import loads_json
 from turnstore.importers.pi_messages import PiAssistantMessage, fast_message_line
+from turnstore.importers.reading import loads_json
 from turnstore.models import AssistantMessage
 from turnstore.repositories.messages import dump_message
 

@@ -11,7 +11,8 @@ from factories import assistant, extension, tool_result, usage, user
 from helpers import snapshot, tokens
 
 from turnstore import Store
-from turnstore.importers.base import loads_json, parse_agent_message
+from turnstore.importers.base import parse_agent_message
+from turnstore.importers.reading import loads_json
 from turnstore.importers.turnstore import _fast_message_line
 from turnstore.repositories.messages import dump_message
 

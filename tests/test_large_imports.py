@@ -15,9 +15,10 @@ import pytest
 
 from turnstore import Store
 from turnstore.errors import InvalidRecord
-from turnstore.importers import base, clark, get_importer, pi
+from turnstore.importers import clark, get_importer, pi, reading
 from turnstore.importers import spill as spill_module
-from turnstore.importers.base import ImportOptions, SessionBundle, SpilledMessage, read_jsonl, read_lines
+from turnstore.importers.base import ImportOptions, SessionBundle, SpilledMessage
+from turnstore.importers.reading import read_jsonl, read_lines
 from turnstore.limits import Limits
 from turnstore.repositories.imports import row_values
 from turnstore.repositories.messages import dump_message
@@ -204,14 +205,14 @@ def test_a_whole_file_json_source_over_the_bound_is_refused_in_one_line(
 ) -> None:
     path = tmp_path / "rows.json"
     path.write_text(json.dumps([{"role": "user", "content": "hi", "timestamp": 1}] * 20), encoding="utf-8")
-    monkeypatch.setattr(base, "MAX_WHOLE_FILE_BYTES", 100)
+    monkeypatch.setattr(reading, "MAX_WHOLE_FILE_BYTES", 100)
     with Store(tmp_path / "s.db") as store:
         report = store.import_("clark", path)
         assert store.sessions.count() == 0
     (error,) = report.errors
     size = path.stat().st_size
     assert str(error) == f"{path}:1: file is {size} bytes; a whole-file JSON source is read only up to 100 bytes"
-    monkeypatch.setattr(base, "MAX_WHOLE_FILE_BYTES", size)
+    monkeypatch.setattr(reading, "MAX_WHOLE_FILE_BYTES", size)
     with Store(tmp_path / "s.db") as store:
         assert store.import_("clark", path).messages == 20
 

@@ -69,11 +69,11 @@ from .base import (
     SessionBundle,
     compact,
     guess_mime_type,
-    loads_json,
     parse_agent_message,
     parse_time,
 )
 from .derive import TurnDeriver, asked_tools, next_loop
+from .reading import loads_json
 from .sqlite_source import SQLITE_ERRORS, open_sqlite, sqlite_accepts
 
 __all__ = ["AdkImporter", "adk_usage"]

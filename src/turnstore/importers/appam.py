@@ -42,11 +42,11 @@ from .base import (
     RecordError,
     SessionBundle,
     compact,
-    json_problem,
     parse_agent_message,
     parse_time,
 )
 from .derive import TurnDeriver
+from .reading import json_problem
 from .sqlite_source import SQLITE_ERRORS, open_sqlite, sqlite_accepts, table_names
 
 __all__ = ["AppamImporter", "infer_provider"]

@@ -1,4 +1,4 @@
-"""What every importer shares: the bundle it produces, the report, and reading sources with their places.
+"""What every importer shares: the bundle it produces, the report, and the places records are named by.
 
 An importer reads a source with plain JSON or SQL (never through today's
 models of another framework) and turns each session it finds into a
@@ -8,8 +8,8 @@ record. A malformed record becomes a :class:`RecordError` naming its place
 (``file:line``, ``file: record N``, ``table id=...``); the bundle is then
 marked invalid unless skipping is allowed, and the writer leaves it out.
 
-Reading helpers shared by the formats live here too: JSON and JSONL files,
-times and timestamps, and the small conversions more than one format needs;
+Reading a source file's text (whole, by line, as JSON) is :mod:`turnstore.importers.reading`;
+times and timestamps, and the small conversions more than one format needs, live here;
 SQLite sources (appam, ADK, LangChain, OpenAI Agents SDK, Tau) are opened by
 :mod:`turnstore.importers.sqlite_source`. How a
 source's records become loops is in :mod:`turnstore.importers.derive` (linear
@@ -22,7 +22,6 @@ import hashlib
 import json
 import mimetypes
 import re
-import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -32,9 +31,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pydantic import ValidationError
-from pydantic_core import from_json
 
-from ..errors import ImportFailed, InvalidMessage, InvalidRecord
+from ..errors import InvalidMessage, InvalidRecord
 from ..ids import session_of_loop_id
 from ..limits import Limits
 from ..models import AGENT_MESSAGE, ExtensionMessage, Message, Usage
@@ -52,8 +50,6 @@ __all__ = [
     "one_line",
     "path_stem",
     "path_text",
-    "read_json",
-    "read_jsonl",
     "str_or_none",
     "time_ms",
 ]
@@ -377,142 +373,6 @@ class Importer(Protocol):
 
 
 # --- reading sources ------------------------------------------------------------
-
-
-def read_text(path: Path) -> str:
-    """A source file as text (UTF-8, a BOM allowed); undecodable bytes are an error naming the file."""
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise ImportFailed(f"{path}: {error.strerror or error}") from None
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        line = data[: error.start].count(b"\n") + 1
-        raise InvalidRecord(f"{path}:{line}", f"invalid UTF-8 at byte {error.start}") from None
-
-
-MAX_WHOLE_FILE_BYTES = 64 * 1024 * 1024
-"""Largest whole-file JSON source (a JSON array) an importer reads: such a file is parsed into memory
-at once, and its records take many times its size there. JSONL sources are read line by line."""
-
-
-def read_json(path: Path) -> Any:
-    """A whole JSON file; a syntax error is reported with its line.
-
-    Raises:
-        ImportFailed: the file cannot be read.
-        InvalidRecord: the file is larger than :data:`MAX_WHOLE_FILE_BYTES`, not UTF-8, or not JSON.
-    """
-    try:
-        size = path.stat().st_size
-    except OSError as error:
-        raise ImportFailed(f"{path}: {error.strerror or error}") from None
-    if size > MAX_WHOLE_FILE_BYTES:
-        raise InvalidRecord(
-            f"{path}:1",
-            f"file is {size} bytes; a whole-file JSON source is read only up to {MAX_WHOLE_FILE_BYTES} bytes",
-        )
-    text = read_text(path)
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError) as error:
-        raise InvalidRecord(f"{path}:{_error_line(text, error)}", json_problem(error)) from None
-
-
-def read_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """``(line number, line)`` for each line of a text file, read from the file one line at a time.
-
-    Only ``"\n"`` ends a line (a ``"\r"`` before it is dropped): ``str.splitlines()`` would also
-    split on U+2028, U+2029, ``\x85`` and ``\x1c``-``\x1e``, which JSON writers (pydantic's among
-    them) leave raw inside strings. A UTF-8 BOM at the start is skipped. Memory holds one line.
-
-    Raises:
-        ImportFailed: the file cannot be read.
-        InvalidRecord: a line is not UTF-8 (naming the line and the byte of the file).
-    """
-    try:
-        file = path.open("rb")
-    except OSError as error:
-        raise ImportFailed(f"{path}: {error.strerror or error}") from None
-    with file:
-        offset = 0
-        number = 0
-        try:
-            for data in file:  # a binary file's lines end at b"\n" only
-                number += 1
-                start = 3 if number == 1 and data.startswith(b"\xef\xbb\xbf") else 0
-                try:
-                    raw = data[start:].decode("utf-8") if start else data.decode("utf-8")
-                except UnicodeDecodeError as error:
-                    raise InvalidRecord(
-                        f"{path}:{number}", f"invalid UTF-8 at byte {offset + start + error.start}"
-                    ) from None
-                offset += len(data)
-                yield number, raw.removesuffix("\n").removesuffix("\r")
-        except OSError as error:
-            raise ImportFailed(f"{path}: {error.strerror or error}") from None
-
-
-def read_jsonl(path: Path, fast: Callable[[str], Any] | None = None) -> Iterator[tuple[int, str, Any]]:
-    """``(line number, verbatim line, parsed value or an InvalidRecord)`` for each non-blank line,
-    read from the file as they are asked for (:func:`read_lines`).
-
-    ``fast(line)``, when given, is tried first: a format's one-pass parse of the
-    lines it knows (None for a line it does not take, or that fails it); the
-    other lines, and any error, go through the general parser, which names
-    what is wrong.
-    """
-    for number, line in read_lines(path):
-        if not line or line.isspace():  # blank (without copying the line, as strip() would)
-            continue
-        if fast is not None:
-            value = fast(line)
-            if value is not None:
-                yield number, line, value
-                continue
-        try:
-            yield number, line, loads_json(line)
-        except (ValueError, RecursionError) as error:
-            yield number, line, InvalidRecord(f"{path}:{number}", json_problem(error))
-
-
-def _error_line(text: str, error: ValueError | RecursionError) -> int:
-    """The line of ``text`` a JSON error is on: the parser's own, or the first number too long to read; else 1."""
-    if isinstance(error, json.JSONDecodeError):
-        return error.lineno
-    if isinstance(error, ValueError):
-        digits = re.search(rf"\d{{{sys.get_int_max_str_digits() + 1},}}", text)
-        if digits:
-            return text.count("\n", 0, digits.start()) + 1
-    return 1
-
-
-def json_problem(error: ValueError | RecursionError) -> str:
-    """Why a JSON text did not parse, in one line, for an :class:`InvalidRecord` (its place names file and line).
-
-    ``json.loads`` raises a ``JSONDecodeError`` for bad syntax, ``RecursionError``
-    for nesting deeper than the interpreter's stack, and a plain ``ValueError``
-    for an integer longer than Python reads (``sys.get_int_max_str_digits()``).
-    """
-    if isinstance(error, json.JSONDecodeError):  # "Unterminated string starting at" + the column
-        return f"invalid JSON: {error.msg.removesuffix(' at')} at column {error.colno}"
-    if isinstance(error, RecursionError):
-        return "JSON nested too deeply"
-    return f"invalid JSON: a number has more than {sys.get_int_max_str_digits():,} digits"
-
-
-def loads_json(text: str) -> Any:
-    """Parse JSON like ``json.loads``, twice as fast where pydantic-core's parser agrees.
-
-    pydantic-core rejects a few inputs Python accepts (lone surrogates such as
-    ``"\\ud800"``, NaN literals); those, and real errors, go through ``json.loads``,
-    which gives the error messages (and the acceptance) the importers rely on.
-    """
-    try:
-        return from_json(text, allow_inf_nan=False, cache_strings=False)
-    except ValueError:
-        return json.loads(text)
 
 
 def parse_agent_message(data: Any, place: str) -> Message | ExtensionMessage:

@@ -36,19 +36,10 @@ from typing import Any
 
 from ..errors import InvalidRecord
 from ..models import ExtensionMessage, Message
-from .base import (
-    ImportOptions,
-    MessageRow,
-    RecordError,
-    SessionBundle,
-    compact,
-    parse_agent_message,
-    path_stem,
-    read_json,
-    read_jsonl,
-)
+from .base import ImportOptions, MessageRow, RecordError, SessionBundle, compact, parse_agent_message, path_stem
 from .derive import add_derived
 from .files import EMPTY_ARRAY
+from .reading import read_json, read_jsonl
 from .spill import (
     SPILL_AFTER_MESSAGES,
     Places,

@@ -37,16 +37,9 @@ from typing import Any
 
 from ..errors import InvalidRecord
 from ..models import MAX_INT, Usage
-from .base import (
-    ImportOptions,
-    MessageRow,
-    RecordError,
-    SessionBundle,
-    compact,
-    loads_json,
-    parse_agent_message,
-)
+from .base import ImportOptions, MessageRow, RecordError, SessionBundle, compact, parse_agent_message
 from .derive import add_derived, fill_configs
+from .reading import loads_json
 from .sqlite_source import SQLITE_ERRORS, open_sqlite, sqlite_accepts, table_names
 from .token_usage import usage_from_inclusive_input
 

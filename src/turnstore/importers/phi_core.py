@@ -35,10 +35,10 @@ from .base import (
     first_turn_session,
     parse_agent_message,
     parse_time,
-    read_json,
 )
 from .derive import asked_tools, derive_positions, fill_configs, next_loop
 from .files import EMPTY_ARRAY
+from .reading import read_json
 
 __all__ = ["PhiCoreImporter"]
 

@@ -48,18 +48,10 @@ from ..models import (
     Usage,
     UserMessage,
 )
-from .base import (
-    ImportOptions,
-    RecordError,
-    SessionBundle,
-    parse_time,
-    path_stem,
-    path_text,
-    read_jsonl,
-    time_ms,
-)
+from .base import ImportOptions, RecordError, SessionBundle, parse_time, path_stem, path_text, time_ms
 from .compact_tree import CompactTree, build_compact_loops
 from .pi_messages import canonical_usage, fast_message_line
+from .reading import read_jsonl
 from .spill import SPILL_AFTER_MESSAGES, Spill, spill_from_start
 from .tree import Node, build_loops, resolve_skipped, skip_unparsed
 

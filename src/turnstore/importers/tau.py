@@ -43,14 +43,8 @@ from pydantic import ValidationError
 
 from ..errors import InvalidMessage, InvalidRecord
 from ..models import ExtensionMessage
-from .base import (
-    ImportOptions,
-    RecordError,
-    SessionBundle,
-    json_problem,
-    parse_time,
-    read_lines,
-)
+from .base import ImportOptions, RecordError, SessionBundle, parse_time
+from .reading import json_problem, read_lines
 from .sqlite_source import SQLITE_ERRORS, connect_read_only, is_sqlite
 from .tau_messages import BadRecord, convert_message, convert_usage, ms, tool_call_names
 from .tree import BRANCH_SUMMARY, COMPACTION, Node, build_loops, resolve_skipped, skip_unparsed

@@ -33,9 +33,9 @@ from .base import (
     SessionBundle,
     parse_agent_message,
     parse_time,
-    read_jsonl,
     str_or_none,
 )
+from .reading import read_jsonl
 
 __all__ = ["TurnstoreImporter"]
 
@@ -65,7 +65,7 @@ def _fast_message_line(line: str) -> dict[str, Any] | None:
     """A message line parsed and its message validated in one pass of pydantic's JSON reader.
 
     Nearly every line of an export is one; parsing it to Python objects first and
-    validating those (as :func:`~turnstore.importers.base.read_jsonl` does) builds
+    validating those (as :func:`~turnstore.importers.reading.read_jsonl` does) builds
     every string and container twice. Returns None for any other line and for a
     line the one pass refuses, which then goes the general way and gets its
     precise error.

@@ -46,11 +46,10 @@ from .base import (
     first_turn_session,
     parse_agent_message,
     path_stem,
-    read_json,
-    read_jsonl,
 )
 from .derive import add_derived, fill_configs
 from .files import EMPTY_ARRAY
+from .reading import read_json, read_jsonl
 from .tree import Node, build_loops, resolve_skipped
 
 __all__ = ["YoagentImporter", "parse_message"]
