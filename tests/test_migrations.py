@@ -627,3 +627,62 @@ def test_0007_on_a_sqlite_without_fts5_adds_the_columns_only(db_path: Path, monk
         assert {"search_text", "search_thinking"}.isdisjoint(message_columns(engine))
     finally:
         engine.dispose()
+
+
+# --- 0009: PostgreSQL indexes the stored words as they are --------------------------------
+
+
+def index_definition(engine: sa.Engine) -> str | None:
+    with engine.connect() as connection:
+        found = connection.exec_driver_sql("SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_messages_search'")
+        return found.scalar()
+
+
+def has_words_function(engine: sa.Engine) -> bool:
+    with engine.connect() as connection:
+        return connection.exec_driver_sql("SELECT to_regproc('turnstore_search_words') IS NOT NULL").scalar() is True
+
+
+def test_0009_up_and_down_on_postgresql_with_data(postgres: Any) -> None:
+    """Words PostgreSQL's own parser dropped (U+09F4) or lowercased apart (Cherokee) are found once 0009 remakes
+    the index over the words as stored; the downgrade puts back exactly the index 0008 had."""
+    at_0008 = create_engine(postgres.new_database())
+    try:
+        migrate.upgrade(at_0008, "0008")
+        index_0008 = index_definition(at_0008)
+    finally:
+        at_0008.dispose()
+    url = postgres.new_database()
+    with Store(url) as store:
+        loop_id = store.loops.start(store.sessions.create().session_id).loop_id
+        ids = store.messages.append_turn(
+            loop_id, 0, [user("\u13e3\u13b3\u13a9 tsalagi"), user("\u09f4 numerator"), assistant("other words")]
+        )
+    engine = create_engine(url)
+    try:
+        migrate.downgrade(engine, "0008")
+        assert index_definition(engine) == index_0008 and not has_words_function(engine)
+        migrate.upgrade(engine)
+        assert "turnstore_search_words" in (index_definition(engine) or "") and has_words_function(engine)
+        assert migrate.check(engine) == []
+        with engine.begin() as connection:  # words written outside turnstore: quotes, backslashes, empty words
+            connection.execute(
+                sa.text("UPDATE messages SET search_thinking = :words WHERE id = :id"),
+                {"words": " it's  a\\b ", "id": ids[2]},
+            )
+    finally:
+        engine.dispose()
+    with Store(url, auto_upgrade=False) as store:
+        assert [hit.message_id for hit in store.messages.search("\uabb3\uab83\uab79")] == [ids[0]]
+        assert [hit.message_id for hit in store.messages.search("\u09f4")] == [ids[1]]
+        assert [hit.message_id for hit in store.messages.search("tsalagi numerator", match="any")] == ids[1::-1]
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            found = connection.execute(
+                sa.text("SELECT id FROM messages WHERE turnstore_search_words(search_thinking, 'B') @@ :query"),
+                {"query": "'it''s' <-> 'a\\\\b'"},
+            )
+            assert found.scalars().all() == [ids[2]]
+    finally:
+        engine.dispose()

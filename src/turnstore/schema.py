@@ -302,19 +302,28 @@ SEARCH_TAIL = "message_search_tail"
 
 
 SEARCH_INDEX = "ix_messages_search"
-"""PostgreSQL: the GIN index over :func:`search_vector` (made by migration 0007; not in :data:`metadata`)."""
+"""PostgreSQL: the GIN index over :func:`search_vector` (made by migration 0007, remade over
+:data:`SEARCH_WORDS_FUNCTION` by 0009; not in :data:`metadata`)."""
 
-SEARCH_VECTOR_SQL = (
-    "setweight(to_tsvector('simple'::regconfig, coalesce(search_text, '')), 'A') || "
-    "setweight(to_tsvector('simple'::regconfig, coalesce(search_thinking, '')), 'B')"
-)
+SEARCH_WORDS_FUNCTION = "turnstore_search_words"
+"""PostgreSQL: the SQL function (migration 0009) that makes a ``tsvector`` of stored words as they are.
+
+``turnstore_search_words(words, weight)`` gives each space-separated word of
+``words`` its position and ``weight``, through the ``tsvector`` input syntax:
+no text search parser splits them and no dictionary lowercases them, so the
+index holds exactly the words :mod:`turnstore.search_text` folded, whatever the
+database's locale (``to_tsvector`` dropped characters its parser does not
+count as letters and lowercased Cherokee, which Python case-folds to capitals).
+Like FTS5's ``ascii`` tokenizer over the same words on SQLite."""
+
+SEARCH_VECTOR_SQL = f"{SEARCH_WORDS_FUNCTION}(search_text, 'A') || {SEARCH_WORDS_FUNCTION}(search_thinking, 'B')"
 """PostgreSQL: a message row's ``tsvector``, text at weight A and thinking at B: what ``ix_messages_search``
 indexes. A query uses this same expression (:func:`search_vector`), or the index cannot serve it."""
 
 
 def search_vector() -> Any:
     """:data:`SEARCH_VECTOR_SQL` as a column expression of ``messages``."""
-    return sa.literal_column("(" + SEARCH_VECTOR_SQL.replace("search_", "messages.search_") + ")")
+    return sa.literal_column("(" + SEARCH_VECTOR_SQL.replace("(search_", "(messages.search_") + ")")
 
 
 def owned_by_metadata(name: str | None, type_: str, parent_names: Any) -> bool:

@@ -19,10 +19,13 @@ splits query words the same way. A word is a run of letters and digits:
   whole word still finds it).
 
 Each column holds at most :data:`MAX_INDEXED_CHARS` characters of words; the
-rest of a very long message is not indexed. Because every stored word is
-already plain letters and digits separated by spaces, SQLite's FTS5 (``ascii``
-tokenizer) and PostgreSQL's ``simple`` text search configuration split the
-stored text into exactly these words: the two backends find the same messages.
+rest of a very long message is not indexed. This module alone decides what a
+word is and how it folds: neither engine splits or folds the stored words
+again. SQLite's FTS5 ``ascii`` tokenizer splits them at the spaces and folds
+only ASCII capitals, which are never left; PostgreSQL takes them as they are
+through ``turnstore_search_words`` (:data:`turnstore.schema.SEARCH_WORDS_FUNCTION`),
+not through a text search parser and dictionary, whose Unicode rules follow the
+database's locale. So the two backends find the same messages.
 """
 
 from __future__ import annotations
