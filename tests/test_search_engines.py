@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from backends import postgres_reachable, postgres_server_url
-from factories import user
+from factories import assistant, user
 
 from turnstore import Store
 from turnstore import search_queries as sq
@@ -203,3 +203,13 @@ def test_the_same_query_finds_the_same_messages_on_every_backend(store: Any, sto
         "\u03bb\u03cc\u03b3\u03bf\u03c2",
         "\u039b\u038c\u0393\u039f\u03a3",
     }
+
+
+def test_a_phrase_does_not_run_from_the_text_into_the_thinking(store: Any, loop_id: str) -> None:
+    """Each column is matched apart on both backends: the text's last word and the thinking's first are not a
+    phrase (PostgreSQL's tsvector joins the two, numbering the thinking on from the text)."""
+    store.messages.append(assistant("the answer alpha", thinking="beta reasoning"), loop_id=loop_id, turn_index=0)
+    assert store.messages.search('"alpha beta"') == []
+    assert [hit.snippet for hit in store.messages.search('"answer alpha"')] == ["the answer alpha"]
+    assert [hit.snippet for hit in store.messages.search('"beta reasoning"')] == ["beta reasoning"]
+    assert len(store.messages.search("alpha beta")) == 1

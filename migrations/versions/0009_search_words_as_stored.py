@@ -19,7 +19,11 @@ word, quoted, at its position, with the weight. Nothing parses or folds it
 again, whatever the database's locale. ``ix_messages_search`` is rebuilt over
 ``turnstore_search_words(search_text, 'A') || turnstore_search_words(search_thinking, 'B')``;
 the stored words do not change, so no message is read or rewritten (the index
-is built by PostgreSQL's ``CREATE INDEX``, in ``maintenance_work_mem``).
+is built by PostgreSQL's ``CREATE INDEX``, in ``maintenance_work_mem``). The
+words of each column are numbered from 2, so the thinking's first word never
+follows the text's last: 0007's index found a phrase across the two (the
+text's last word, the thinking's first), which SQLite, matching each column
+apart, does not.
 
 The function is written out here, not imported: what upgrading does must not
 change with later code. A word that could not be a lexeme (empty, or 2,048
@@ -47,7 +51,7 @@ CREATE FUNCTION turnstore_search_words(words text, weight text) RETURNS tsvector
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
     lexemes text[] := '{}';
-    place integer := 0;
+    place integer := 1;
     word text;
 BEGIN
     FOREACH word IN ARRAY coalesce(string_to_array(words, ' '), '{}') LOOP
@@ -65,7 +69,9 @@ $$
 """
 """Each word of ``words`` (space-separated) at its position with ``weight``, as the ``tsvector`` input syntax
 takes it: quoted, so no parser splits it and no dictionary lowercases it (positions past 16,383 are kept at
-16,383, as ``to_tsvector`` keeps them). PL/pgSQL appending to an array: linear in the words, and cheap per
+16,383, as ``to_tsvector`` keeps them). Positions start at 2: ``||`` puts the thinking's words after the
+text's last position, so the gap keeps a phrase from running from the text into the thinking (on SQLite each
+column is matched apart). PL/pgSQL appending to an array: linear in the words, and cheap per
 call (a SQL function holding a query is planned again at every call, which costs more than the words)."""
 
 INDEX = (

@@ -309,7 +309,8 @@ SEARCH_WORDS_FUNCTION = "turnstore_search_words"
 """PostgreSQL: the SQL function (migration 0009) that makes a ``tsvector`` of stored words as they are.
 
 ``turnstore_search_words(words, weight)`` gives each space-separated word of
-``words`` its position and ``weight``, through the ``tsvector`` input syntax:
+``words`` its position (from 2: a gap after the text's words, so that no phrase
+runs on into the thinking) and ``weight``, through the ``tsvector`` input syntax:
 no text search parser splits them and no dictionary lowercases them, so the
 index holds exactly the words :mod:`turnstore.search_text` folded, whatever the
 database's locale (``to_tsvector`` dropped characters its parser does not
