@@ -3,6 +3,7 @@ the token rule, the security headers and the image rule, on SQLite and PostgreSQ
 
 from __future__ import annotations
 
+import base64
 import html
 import re
 import socket
@@ -35,7 +36,7 @@ from viewer_data import (
 pytest.importorskip("starlette", reason="the serve extra is not installed")
 from starlette.testclient import TestClient
 
-from turnstore import InvalidQuery, Message, SearchUnavailable, Store
+from turnstore import ImageContent, InvalidQuery, Message, SearchUnavailable, Store, TextContent, UserMessage
 from turnstore.cli.serve import LOCAL_HOSTS
 from turnstore.web import create_app
 from turnstore.web.security import CONTENT_SECURITY_POLICY
@@ -292,7 +293,7 @@ def test_context_page_shows_what_context_returns(viewer: TestClient, store: Any,
     page = get(viewer, "/context", loop=branch).text
     hostile = get(viewer, "/context", loop=ids["hostile_loop"]).text
 
-    assert f"{len(context)} messages" in page
+    assert f"built from {len(store.messages.path(branch))} stored messages" in page
     assert re.findall(r'class="msg role-(\w+)', page) == [m.role for m in context]
     assert "role-extension" not in hostile and "app-only" not in hostile
     assert get(viewer, "/context", 404, loop="nope").status_code == 404
@@ -304,10 +305,126 @@ def test_context_page_is_paged(viewer: TestClient, ids: dict[str, str]) -> None:
     first = get(viewer, "/context", loop=ids["long_loop"]).text
     rest = get(viewer, "/context", loop=ids["long_loop"], offset=60).text
 
-    assert "messages 1–90 of 90" in first and "messages 61–90 of 90" in rest
+    assert "stored messages 1–90 of 90" in first and "stored messages 61–90 of 90" in rest
     assert first.count('<article class="msg') == 2 * LONG_TURNS
     assert rest.count('<article class="msg') == 2 * LONG_TURNS - 60
     assert 'rel="next"' not in first and 'rel="prev"' not in first and "offset=0" in rest
+
+
+def screenshots(store: Any, session_id: str, count: int, size: int = 300_000) -> str:
+    """A loop of ``count`` turns, each a prompt with a screenshot of ``size`` bytes (kept out of line,
+    every one different) and a tool call answered in the next message; its id."""
+    import os
+
+    store.sessions.create(session_id=session_id)
+    loop_id = store.loops.start(session_id).loop_id
+    for k in range(count):
+        shot = ImageContent(data=base64.b64encode(PNG_BYTES + os.urandom(size)).decode(), mime_type="image/png")
+        prompt = UserMessage(content=[TextContent(text=f"look {k}"), shot], timestamp=1_000)
+        store.messages.append_turn(
+            loop_id, k, [prompt, assistant(calls=(f"c{k}",)), tool_result(f"c{k}", f"seen {k}"), assistant(f"done {k}")]
+        )
+    return loop_id
+
+
+def test_the_context_page_holds_no_image_bytes_and_serves_them_by_digest(store: Any, store_url: str) -> None:
+    """The context page read the whole loop with its images inline (a store of screenshots made one
+    request cost gigabytes): it reads a page with each image a reference, and ``<img>`` loads it from
+    ``/media`` by its SHA-256, as an image for an image type, else as a download."""
+    loop_id = screenshots(store, "shots", 3, 30_000)
+    whole = store.messages.context(loop_id)
+    with Store(store_url, read_only=True) as read_only:
+        client = TestClient(create_app(read_only))
+        page = get(client, "/context", loop=loop_id).text
+        sources = [html.unescape(src) for src in re.findall(r'<img class="inline" loading="lazy" src="([^"]+)"', page)]
+        served = [client.get(src) for src in sources]
+        digest = sources[0].split("sha256=")[1].split("&")[0]
+        as_svg = get(client, "/media", sha256=digest, type="image/svg+xml")
+        untyped = get(client, "/media", sha256=digest)
+        bad = [get(client, "/media", 400, sha256=value) for value in ("", "x" * 64, digest.upper(), digest[:-1])]
+        unknown = get(client, "/media", 404, sha256="0" * 64)
+
+    assert len(sources) == 3 and all(src.startswith("/media?sha256=") and "type=image%2Fpng" in src for src in sources)
+    assert len(page) < 30_000 and "base64" not in page
+    for response, message in zip(served, [m for m in whole if m.role == "user"]):
+        assert response.status_code == 200 and response.headers["content-type"] == "image/png"
+        assert response.content == base64.b64decode(message.content[1].data)
+        assert response.headers["x-content-type-options"] == "nosniff"
+        assert "default-src 'self'" in response.headers["content-security-policy"]
+    for download in (as_svg, untyped):
+        assert download.headers["content-type"] == "application/octet-stream"
+        assert download.headers["content-disposition"].startswith("attachment")
+    assert all("sha256" in text_of(response.text) for response in bad)
+    assert "not found" in text_of(unknown.text)
+
+
+def test_a_small_image_of_the_context_page_is_served_by_its_message(viewer: TestClient, ids: dict[str, str]) -> None:
+    """An image small enough to be stored inline has no digest: the context page links it by its message."""
+    page = get(viewer, "/context", loop=ids["hostile_loop"]).text
+    sources = [html.unescape(src) for src in re.findall(r'<img class="inline" loading="lazy" src="([^"]+)"', page)]
+    png = viewer.get(sources[0])
+
+    assert len(sources) == 2 and all(src.startswith("/image?id=") for src in sources)
+    assert png.headers["content-type"] == "image/png" and png.content == PNG_BYTES
+    assert "[image image/png]" not in page and "image/svg+xml</a> (not shown" in page
+    assert get(viewer, "/image", 404, id=10**9, block=0).status_code == 404
+    assert get(viewer, "/image", 400, id="x", block=0).status_code == 400
+
+
+def test_one_context_request_stays_small_on_a_store_of_screenshots(store: Any, store_url: str) -> None:
+    """Peak memory of one ``/context`` request: it held every image of the loop (here 24 of 300 KB,
+    7 MB of data, read as text and models several times over); now a page of references."""
+    import tracemalloc
+
+    loop_id = screenshots(store, "many-shots", 24)
+    with Store(store_url, read_only=True) as read_only:
+        client = TestClient(create_app(read_only))
+        get(client, "/context", loop=loop_id)  # templates and statements warm
+        tracemalloc.start()
+        try:
+            page = get(client, "/context", loop=loop_id).text
+            _now, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert page.count("<img ") == 24
+    assert peak < 3_000_000, f"peak {peak:,} bytes"
+
+
+def test_the_context_page_links_each_call_to_its_result_across_turns(viewer: TestClient, store: Any) -> None:
+    """The context page said "no result in this turn" for every call, the result the next message: each
+    call links to its result and back (a call never answered links to the synthetic result)."""
+    loop_id = store.loops.list("demo-coding-0b5d0f0e")[2].loop_id
+    page = get(viewer, "/context", loop=loop_id).text
+
+    calls = re.findall(r'<div class="tool-call" id="(call-[0-9a-f]+)">.*?href="#(result-[0-9a-f]+)"', page, re.S)
+    assert len(calls) == page.count('<div class="tool-call"') >= 3
+    assert "no result in this turn" not in page and "result not on this page" not in page
+    anchors = re.findall(r' id="((?:call|result)-[0-9a-f]+)"', page)
+    assert len(anchors) == len(set(anchors))
+    for call, result in calls:
+        article = page[page.index(f'id="{result}"') :].split("</article>")[0]
+        assert f'href="#{call}"' in article
+
+
+def test_a_context_page_never_parts_a_call_from_its_results(
+    store: Any, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from turnstore.web import app as web_app
+
+    monkeypatch.setattr(web_app, "CONTEXT_PAGE", 2, raising=False)
+    loop_id = screenshots(store, "pages", 3, 10)
+    read = []
+    with Store(store_url, read_only=True) as read_only:
+        client = TestClient(create_app(read_only))
+        path = "/context?" + urlencode({"loop": loop_id})
+        while path:
+            page = get(client, path).text if not path.startswith("/context?") else client.get(path).text
+            calls = page.count('<div class="tool-call"')
+            assert calls == page.count('href="#result-') == page.count('class="to-call"')
+            read += re.findall(r"(?:look|seen|done) \d", text_of(page))
+            link = re.search(r'<a rel="next" href="([^"]+)"', page)
+            path = html.unescape(link.group(1)) if link else ""
+    assert read == [f"{word} {k}" for k in range(3) for word in ("look", "seen", "done")]
 
 
 def test_images_are_served_only_as_the_image_types_they_claim(viewer: TestClient, ids: dict[str, str]) -> None:

@@ -341,11 +341,18 @@ class AsyncMessageRepository:
         return await self._workers.call(functools.partial(self._sync.turn, loop_id, turn_index))
 
     async def turns(
-        self, loop_id: str, start: int = 0, stop: int | None = None, *, skip: int = 0, limit: int | None = None
+        self,
+        loop_id: str,
+        start: int = 0,
+        stop: int | None = None,
+        *,
+        skip: int = 0,
+        limit: int | None = None,
+        media: MediaMode = "inline",
     ) -> list[Turn]:
         """Async twin of :meth:`MessageRepository.turns <turnstore.repositories.messages.MessageRepository.turns>`."""
         return await self._workers.call(
-            functools.partial(self._sync.turns, loop_id, start, stop, skip=skip, limit=limit)
+            functools.partial(self._sync.turns, loop_id, start, stop, skip=skip, limit=limit, media=media)
         )
 
     async def turn_lengths(self, loop_id: str, start: int = 0, stop: int | None = None) -> dict[int, int]:

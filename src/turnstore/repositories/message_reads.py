@@ -55,7 +55,14 @@ class MessageReads(MessageRepositoryBase):
         return Turn(loop_id=loop_id, turn_index=turn_index, messages=messages)
 
     def turns(
-        self, loop_id: str, start: int = 0, stop: int | None = None, *, skip: int = 0, limit: int | None = None
+        self,
+        loop_id: str,
+        start: int = 0,
+        stop: int | None = None,
+        *,
+        skip: int = 0,
+        limit: int | None = None,
+        media: MediaMode = "inline",
     ) -> list[Turn]:
         """Turns ``start <= k < stop`` of a loop (``stop=None``: to the end), in order.
 
@@ -65,10 +72,14 @@ class MessageReads(MessageRepositoryBase):
         are read. The first and last turns returned may then hold only part of
         their messages; :meth:`turn_lengths` tells how many each holds.
 
+        ``media``: as in :meth:`last` (``"omit"``: media data left out, never read).
+
         Raises:
             LoopNotFound: no such loop.
-            InvalidArgument: ``skip`` is not a non-negative integer, or ``limit`` not a positive one.
+            InvalidArgument: ``skip`` is not a non-negative integer, or ``limit`` not a positive one;
+                ``media`` is not a media mode.
         """
+        mode = check_mode(media)
         params: dict[str, Any] = {"loop_id": loop_id, "start": start}
         if stop is not None:
             params["stop"] = stop
@@ -82,7 +93,7 @@ class MessageReads(MessageRepositoryBase):
         if not rows:
             require_loop(self._db, loop_id)
             return []
-        parsed = out_of_line.parse_texts_of(self._db, rows)
+        parsed = out_of_line.parse_texts_of(self._db, rows, mode)
         turns: list[Turn] = []
         current: list[Any] = []
         for (_id, index, _text), message in zip(rows, parsed):

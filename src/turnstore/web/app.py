@@ -26,6 +26,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
 from ..errors import InvalidArgument, NotFound, SearchUnavailable, TurnNotFound
+from ..media import REF_PREFIX
 from ..store import Store
 from . import charts
 from .security import Guard
@@ -35,9 +36,11 @@ from .views import (
     TREE_INDENT,
     hit_views,
     image_block,
+    image_of,
     loop_of_session,
     loop_tree,
     message_view,
+    pair_in_order,
     session_rows,
     token_count,
     tree_items,
@@ -189,39 +192,43 @@ def create_app(store: Store, *, token: str | None = None, hosts: Iterable[str] |
         loop_id = _required(query, "loop")
         offset = _int(query, "offset", 0, 0, 2**31)
         loop = store.loops.get(loop_id)
-        messages = store.messages.context(loop_id)
-        shown_messages = [message_view(m, loop_id) for m in messages[offset : offset + CONTEXT_PAGE]]
+        found = store.messages.context_page(loop_id, offset, CONTEXT_PAGE, media="ref")
+        shown_messages = [message_view(m, loop_id, None, i) for m, i in zip(found.messages, found.message_ids)]
+        pair_in_order(shown_messages)
         return page(
             request,
             "context.html",
             session=store.sessions.get(loop.session_id),
             current=loop,
             messages=shown_messages,
-            offset=offset,
-            total=len(messages),
+            found=found,
             page_size=CONTEXT_PAGE,
         )
 
     def image(request: Request) -> Response:
         query = request.query_params
-        loop_id = _required(query, "loop")
-        turn, index, number = (_int(query, name, None, 0, 2**31) for name in ("turn", "message", "block"))
-        try:
-            block = image_block(store, loop_id, turn, index, number)
-        except TurnNotFound as error:
-            raise NotFound(str(error)) from None
-        try:
-            data = base64.b64decode(block.data, validate=True)
-        except (binascii.Error, ValueError):
-            raise InvalidArgument("block", "the stored image data is not base64") from None
-        if block.mime_type in IMAGE_TYPES:
-            return Response(data, media_type=block.mime_type, headers={"Cache-Control": "private, max-age=3600"})
-        # Not an image type this viewer shows (an SVG may hold script): a download, never rendered.
-        return Response(
-            data,
-            media_type="application/octet-stream",
-            headers={"Content-Disposition": 'attachment; filename="image.bin"'},
-        )
+        if query.get("id"):  # a message of a context page, by its stored id
+            message_id = _int(query, "id", None, 1, 2**62)
+            number = _int(query, "block", None, 0, 2**31)
+            block = image_of(store.messages.get(message_id, media="ref").message, number)
+        else:
+            loop_id = _required(query, "loop")
+            turn, index, number = (_int(query, name, None, 0, 2**31) for name in ("turn", "message", "block"))
+            try:
+                block = image_block(store, loop_id, turn, index, number)
+            except TurnNotFound as error:
+                raise NotFound(str(error)) from None
+        data = block.data
+        if data.startswith(REF_PREFIX):  # kept out of line: read now, and only it
+            data = store.messages.media(data)
+        return _media_response(data, block.mime_type)
+
+    def media(request: Request) -> Response:
+        query = request.query_params
+        digest = _required(query, "sha256")
+        if len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
+            raise InvalidArgument("sha256", "must be 64 lower-case hex digits (a media digest)")
+        return _media_response(store.messages.media(digest), query.get("type") or "")
 
     def spend(request: Request) -> Response:
         days = store.usage.by_day()
@@ -265,6 +272,7 @@ def create_app(store: Store, *, token: str | None = None, hosts: Iterable[str] |
         Route("/session", guarded(session)),
         Route("/context", guarded(context)),
         Route("/image", guarded(image)),
+        Route("/media", guarded(media)),
         Route("/spend", guarded(spend)),
         Route("/favicon.ico", _no_icon),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
@@ -272,6 +280,22 @@ def create_app(store: Store, *, token: str | None = None, hosts: Iterable[str] |
     app = Starlette(routes=routes, exception_handlers={404: not_found})
     app.state.store = store
     return Guard(app, token, None if hosts is None else frozenset(host.lower() for host in hosts))
+
+
+def _media_response(data: str, mime_type: str) -> Response:
+    """Stored base64 media as its bytes: an image type this viewer shows as itself, anything else (an
+    SVG may hold script; a type the link names may be any) as a download, never rendered."""
+    try:
+        body = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidArgument("block", "the stored image data is not base64") from None
+    if mime_type in IMAGE_TYPES:
+        return Response(body, media_type=mime_type, headers={"Cache-Control": "private, max-age=3600"})
+    return Response(
+        body,
+        media_type="application/octet-stream",
+        headers={"Content-Disposition": 'attachment; filename="media.bin"'},
+    )
 
 
 def _no_icon(_request: Request) -> Response:
