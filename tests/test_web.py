@@ -1022,3 +1022,69 @@ def test_chart_geometry() -> None:
     assert line.points == "24.0,114.0 696.0,24.0"  # a rate above 1 drawn at the top
     assert line.axis == [(24.0, "d1", "start"), (696.0, "d2", "end")]
     assert empty.empty and empty.axis == []
+
+
+def _half_open(port: int, count: int) -> list[socket.socket]:
+    """``count`` connections that each send half a request line, and no more."""
+    sockets = []
+    for _ in range(count):
+        client = socket.create_connection(("127.0.0.1", port), timeout=5)
+        client.sendall(b"GET /?token=x HT")
+        sockets.append(client)
+    return sockets
+
+
+def _closed(client: socket.socket, wait: float) -> bool:
+    """Whether the server closed ``client`` (within ``wait`` seconds)."""
+    client.settimeout(wait)
+    try:
+        return client.recv(1024) in (b"", _BUSY_PREFIX) or client.recv(1024) == b""
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except TimeoutError:
+        return False
+
+
+_BUSY_PREFIX = b"HTTP/1.1 503"
+
+
+def test_slow_clients_cannot_hold_the_server(tmp_path: Path) -> None:
+    """Half-sent requests were kept for ever (enough of them stopped the viewer): a request must arrive
+    whole within --request-timeout, and past --max-connections the connection waiting longest goes, so a
+    normal request is served at once however many half-open ones there are."""
+    db = tmp_path / "demo.db"
+    assert run_cli("--db", db, "demo").code == 0
+    args = ("--host", "127.0.0.1", "--allow-remote", "--request-timeout", "2", "--max-connections", "40")
+    process, port = _serve(db, *args)
+    held: list[socket.socket] = []
+    try:
+        assert process.stdout is not None
+        token = re.search(r"\?token=([A-Za-z0-9_-]{40,})", process.stdout.readline() + process.stdout.readline())
+        assert token is not None
+        held = few = _half_open(port, 10)  # under the bound: only the deadline closes them
+        early = [_closed(client, 0.05) for client in few]
+        timed_out = [_closed(client, 4) for client in few]
+        held = few + _half_open(port, 300)
+        started = time.monotonic()
+        served = _status(f"http://127.0.0.1:{port}/?token={token.group(1)}")
+        took = time.monotonic() - started
+        late = [_closed(client, 4) for client in held]
+        waited = time.monotonic() - started
+    finally:
+        for client in held:
+            client.close()
+        process.terminate()
+        process.communicate(timeout=30)
+
+    assert not any(early) and all(timed_out)
+    assert served == 200 and took < 2, took
+    assert all(late) and waited < 7, waited
+
+
+def test_serve_documents_its_limits(tmp_path: Path) -> None:
+    result = run_cli("serve", "--help")
+
+    for option in ("--request-timeout", "--max-connections", "--keep-alive"):
+        assert option in result.out
+    assert run_cli("--db", tmp_path / "s.db", "serve", "--max-connections", "0").code == 2
+    assert run_cli("--db", tmp_path / "s.db", "serve", "--request-timeout", "0").code == 2
