@@ -15,7 +15,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote_plus, urlencode
+from urllib.parse import quote_plus, unquote_plus, urlencode
 
 import pytest
 from backends import selected_backends
@@ -466,7 +466,7 @@ def test_unknown_loop_image_is_404(viewer: TestClient) -> None:
 
 def test_spend_page_draws_its_charts_as_svg(viewer: TestClient, store: Any) -> None:
     page = get(viewer, "/spend").text
-    days = store.usage.by_day()
+    days = [row for row in store.usage.by_day() if row.day and row.day != "1970-01-01"]  # consecutive days here
     models = store.usage.by_model()
 
     charts = re.findall(r'<svg class="chart-(\w+)".*?</svg>', page, re.S)
@@ -1021,6 +1021,7 @@ def test_chart_geometry() -> None:
     assert columns.bars[1].y == 24 and columns.bars[0].y + columns.bars[0].height == 24 + 180
     assert line.points == "24.0,114.0 696.0,24.0"  # a rate above 1 drawn at the top
     assert line.axis == [(24.0, "d1", "start"), (696.0, "d2", "end")]
+    assert [label for _x, label, _anchor in columns.axis] == ["d1", "d2"]
     assert empty.empty and empty.axis == []
 
 
@@ -1088,3 +1089,69 @@ def test_serve_documents_its_limits(tmp_path: Path) -> None:
         assert option in result.out
     assert run_cli("--db", tmp_path / "s.db", "serve", "--max-connections", "0").code == 2
     assert run_cli("--db", tmp_path / "s.db", "serve", "--request-timeout", "0").code == 2
+
+
+@pytest.mark.parametrize("order", ["-cost", "cost", "-tokens", "tokens"])
+def test_sessions_sort_by_cost_and_tokens(viewer: TestClient, store: Any, order: str) -> None:
+    """The list sorted only by time or title: it sorts by cost and by tokens too, either way, pages
+    included; sessions without usage come last."""
+    rows = {row.session_id: row for row in store.usage.by_session()}
+
+    def value(session_id: str) -> float:
+        row = rows[session_id]
+        return (
+            float(row.cost or 0.0)
+            if "cost" in order
+            else float(row.input + row.output + row.cache_read + row.cache_write)
+        )
+
+    page = get(viewer, "/", order=order).text
+    paged = listed(get(viewer, "/", order=order, per=2).text) + listed(
+        get(viewer, "/", order=order, per=2, page=2).text
+    )
+    shown = listed(page)
+    with_usage = [s for s in shown if s in rows]
+    values = [value(s) for s in with_usage]
+
+    assert len(with_usage) == len(rows) >= 3 and shown[: len(with_usage)] == with_usage
+    assert values == sorted(values, reverse=order.startswith("-")) and len(set(values)) > 1
+    assert paged == shown[:4]
+    assert f'<option value="{order}" selected>' in page
+    header = "tokens" if "tokens" in order else "cost"
+    flipped = header if order.startswith("-") else f"-{header}"
+    assert f"order={quote_plus(flipped)}" in page
+
+
+def test_day_charts_label_days_at_readable_intervals_and_leave_undated_usage_out(store: Any, store_url: str) -> None:
+    """The day charts labelled only their first and last bars, the first "?" (usage without a day), and
+    drew messages without a timestamp as a bar on 1970-01-01: every day of the span stands on the axis,
+    labels at readable intervals (the last always), undated usage is left out with a note."""
+    store.sessions.create(session_id="days")
+    loop_id = store.loops.start("days").loop_id
+    day = 86_400_000
+    start = 20_000 * day  # 2024-10-04
+    for k, stamp in enumerate([0, start, start + 2 * day, start + 29 * day, 0]):
+        store.messages.append_turn(loop_id, k, [user("q", timestamp=stamp), assistant("a", timestamp=stamp)])
+    with Store(store_url, read_only=True) as read_only:
+        page = get(TestClient(create_app(read_only)), "/spend").text
+
+    svgs = re.findall(r'<svg class="chart-\w+".*?</svg>', page, re.S)
+    ticks = [re.findall(r'<text class="tick"[^>]*>([^<]*)</text>', svg) for svg in svgs[:3]]
+    assert "1970-01-01" not in page and ">?<" not in page
+    assert svgs[0].count('<rect class="bar"') == 30  # 2024-10-04 .. 2024-11-02, days without usage as 0
+    for labels in ticks:
+        assert 4 <= len(labels) <= 8 and labels[-1] == "2024-11-02"
+        assert labels == sorted(labels) and all(re.fullmatch(r"\d{4}-\d\d-\d\d", label) for label in labels)
+    assert svgs[2].count("<circle") == 3  # days with usage only
+    note = text_of(page[page.index('id="undated"') :].split("</p>")[0])
+    assert "Undated" in note and "220 tokens" in note  # two turns of (100 + 10) tokens
+
+
+def test_chart_ticks() -> None:
+    from turnstore.web import charts
+
+    few = charts.columns("c", [(f"d{i}", 1.0) for i in range(5)], str)
+    many = charts.columns("c", [(f"d{i}", 1.0) for i in range(120)], str)
+    assert [label for _x, label, _anchor in few.axis] == [f"d{i}" for i in range(5)]
+    assert len(many.axis) <= charts.MAX_TICKS and many.axis[-1][1] == "d119"
+    assert all(0 <= x <= charts.WIDTH for x, _label, _anchor in many.axis)

@@ -27,6 +27,7 @@ from starlette.types import ASGIApp
 
 from ..errors import InvalidArgument, NotFound, SearchUnavailable, TurnNotFound
 from ..media import REF_PREFIX
+from ..records import SessionSummary
 from ..store import Store
 from . import charts
 from .security import Guard
@@ -68,7 +69,9 @@ SPEND_DAYS = 120
 """Days in the spend page's charts over time (the latest)."""
 SPEND_SESSIONS = 15
 """Sessions in the spend page's by-session chart (the costliest)."""
-ORDERS = ("-updated", "updated", "-created", "created", "title", "-title")
+ORDERS = ("-updated", "updated", "-created", "created", "title", "-title", "-cost", "cost", "-tokens", "tokens")
+USAGE_ORDERS = ("cost", "tokens")
+"""Orders of the sessions list by usage: the store's sessions are read (their rows, one usage query), then sorted."""
 
 
 def create_app(store: Store, *, token: str | None = None, hosts: Iterable[str] | None = None) -> ASGIApp:
@@ -107,15 +110,16 @@ def create_app(store: Store, *, token: str | None = None, hosts: Iterable[str] |
         per = _int(query, "per", SESSIONS_PAGE, 1, MAX_PAGE)
         number = _int(query, "page", 1, 1, 10**9)
         order = _choice(query, "order", ORDERS)
-        found = store.sessions.list(
-            limit=per + 1,
-            offset=(number - 1) * per,
-            order=order,
-            agent_id=query.get("agent") or None,
-            model=query.get("model") or None,
-            since=_day(query, "since"),
-            until=_day(query, "until", next_day=True),
-        )
+        filters: dict[str, Any] = {
+            "agent_id": query.get("agent") or None,
+            "model": query.get("model") or None,
+            "since": _day(query, "since"),
+            "until": _day(query, "until", next_day=True),
+        }
+        if order.lstrip("-") in USAGE_ORDERS:
+            found = _by_usage(store, order, filters)[(number - 1) * per : number * per + 1]
+        else:
+            found = store.sessions.list(limit=per + 1, offset=(number - 1) * per, order=order, **filters)
         return page(
             request,
             "sessions.html",
@@ -239,15 +243,19 @@ def create_app(store: Store, *, token: str | None = None, hosts: Iterable[str] |
         for row in top:
             assert row.session_id is not None
             titles[row.session_id] = store.sessions.get(row.session_id).title or row.session_id
-        day_items = [(row.day or "?", row) for row in days[-SPEND_DAYS:]]
+        undated = [row for row in days if not _dated(row.day)]
+        day_items = _timeline([row for row in days if _dated(row.day)], SPEND_DAYS)
         return page(
             request,
             "spend.html",
             total=store.usage.total(),
+            undated=_total(undated),
             charts=[
-                charts.columns("Tokens by day", [(d, token_count(r)) for d, r in day_items], _tokens),
-                charts.columns("Cost by day (USD)", [(d, r.cost or 0.0) for d, r in day_items], _cost),
-                charts.line("Cache-hit rate by day", [(d, r.cache_hit_rate) for d, r in day_items], _rate),
+                charts.columns("Tokens by day", [(d, token_count(r) if r else 0) for d, r in day_items], _tokens),
+                charts.columns("Cost by day (USD)", [(d, (r.cost or 0.0) if r else 0.0) for d, r in day_items], _cost),
+                charts.line(
+                    "Cache-hit rate by day", [(d, r.cache_hit_rate if r else None) for d, r in day_items], _rate
+                ),
                 charts.rows("Cost by model (USD)", [(_model(r), r.cost or 0.0) for r in models], _cost),
                 charts.rows("Tokens by model", [(_model(r), token_count(r)) for r in models], _tokens),
                 charts.rows(
@@ -296,6 +304,66 @@ def _media_response(data: str, mime_type: str) -> Response:
         media_type="application/octet-stream",
         headers={"Content-Disposition": 'attachment; filename="media.bin"'},
     )
+
+
+def _by_usage(store: Store, order: str, filters: dict[str, Any]) -> list[SessionSummary]:
+    """The sessions ``filters`` select, by cost or tokens (``order``, ``-`` first: most first); sessions
+    without a cost last either way, ties by last activity.
+
+    What is sorted is not a column: every selected session is listed (a row each, no message read)
+    and the store's usage by session read once, then the page cut from the sorted list.
+    """
+    descending = order.startswith("-")
+    key = order.lstrip("-")
+    usage = {row.session_id: row for row in store.usage.by_session()}
+    summaries: list[SessionSummary] = []
+    while batch := store.sessions.list(limit=BY_USAGE_BATCH, offset=len(summaries), **filters):
+        summaries += batch
+        if len(batch) < BY_USAGE_BATCH:
+            break
+
+    def value(summary: SessionSummary) -> float | None:
+        row = usage.get(summary.session_id)
+        if row is None:
+            return None
+        return row.cost if key == "cost" else float(token_count(row))
+
+    known = [s for s in summaries if value(s) is not None]
+    known.sort(key=lambda s: value(s) or 0.0, reverse=descending)  # stable: ties keep the newest first
+    return known + [s for s in summaries if value(s) is None]
+
+
+BY_USAGE_BATCH = 1_000
+"""Sessions one list read fetches when the list is sorted by usage."""
+
+
+UNDATED_DAY = "1970-01-01"
+"""The day of timestamp 0: a message's timestamp when its source recorded none (never a real day of use)."""
+
+
+def _dated(day: str | None) -> bool:
+    """Whether a usage row's day is a day of use: not missing, not that of timestamp 0."""
+    return day is not None and day != UNDATED_DAY
+
+
+def _timeline(rows: list[Any], most: int) -> list[tuple[str, Any]]:
+    """The latest ``most`` days up to the last day of ``rows`` (oldest first), each with its row or None:
+    the days between days of use stand on the axis too, so the chart's spacing is time's."""
+    if not rows:
+        return []
+    by_day = {row.day: row for row in rows}
+    last = date.fromisoformat(rows[-1].day)
+    first = max(date.fromisoformat(rows[0].day), last - timedelta(days=most - 1))
+    span = (last - first).days + 1
+    return [(day.isoformat(), by_day.get(day.isoformat())) for day in (first + timedelta(days=i) for i in range(span))]
+
+
+def _total(rows: list[Any]) -> Any:
+    """Tokens and cost of usage rows together (None when there are none)."""
+    if not rows:
+        return None
+    costs = [row.cost for row in rows if row.cost is not None]
+    return {"tokens": sum(token_count(row) for row in rows), "cost": sum(costs) if costs else None}
 
 
 def _no_icon(_request: Request) -> Response:
