@@ -160,7 +160,7 @@ def test_bad_list_parameters_are_a_400_naming_them(viewer: TestClient, params: d
 # --- a session ------------------------------------------------------------------------
 
 
-def test_branched_session_shows_its_loop_tree_and_the_first_loops_turns(viewer: TestClient, store: Any) -> None:
+def test_branched_session_shows_its_loop_tree_and_its_conversation(viewer: TestClient, store: Any) -> None:
     loops = store.loops.list("demo-coding-0b5d0f0e")
     branch = next(loop for loop in loops if loop.continuation_kind.value == "branch")
 
@@ -172,7 +172,8 @@ def test_branched_session_shows_its_loop_tree_and_the_first_loops_turns(viewer: 
     ]
     assert f"branch after message #{branch.fork_after}" in tree
     assert tree.index(loops[1].loop_id) < tree.index(branch.loop_id)  # the branch nested under its parent
-    assert page.count('<section class="turn"') == len(store.messages.turns(loops[0].loop_id))
+    conversation = [loop for loop in loops if loop.continuation_kind.value != "branch"]  # the first, its follow-up
+    assert page.count('<section class="turn"') == sum(len(store.messages.turns(loop.loop_id)) for loop in conversation)
     assert '<details class="thinking"><summary>thinking</summary>' in page
 
 
@@ -228,6 +229,76 @@ def test_a_loop_is_chosen_and_its_turns_paged(viewer: TestClient, ids: dict[str,
     assert re.findall(r'id="turn-(\d+)"', last) == [str(k) for k in range(40, LONG_TURNS)]
     assert 'rel="next"' not in last and "from=20" in last
     assert "No turns from turn 99" in get(viewer, "/session", id=ids["long"], **{"from": "99"}).text
+
+
+def conversation(store: Any) -> tuple[str, list[str], str, str]:
+    """A session of four prompts, each a loop continuing the last (the second a compaction), with a
+    sub-agent and a branch off the conversation: its id, the conversation's loops, the sub-agent's, the branch's."""
+    session_id = store.sessions.create(session_id="talk").session_id
+    chain = [store.loops.start(session_id).loop_id]
+    store.messages.append_turn(chain[0], 0, [user("p0"), assistant("a0", calls=("spawn",)), tool_result("spawn", "r0")])
+    child = store.loops.start(session_id, parent_loop_id=None, spawn_loop_id=chain[0], spawn_tool_call_id="spawn")
+    store.messages.append_turn(child.loop_id, 0, [user("sub-agent task"), assistant("sub-agent answer")])
+    chain.append(store.loops.compact(chain[0], "summary").loop_id)
+    store.messages.append_turn(chain[1], 0, [user("p1"), assistant("a1")])
+    for k in (2, 3):
+        chain.append(store.loops.start(session_id, parent_loop_id=chain[-1]).loop_id)
+        for t in range(2):
+            store.messages.append_turn(chain[-1], t, [user(f"p{k}.{t}"), assistant(f"a{k}.{t}")])
+    fork = store.messages.path(chain[1])[-1].id
+    branch = store.loops.start(session_id, parent_loop_id=chain[1], continuation="branch", fork_after=fork)
+    store.messages.append_turn(branch.loop_id, 0, [user("branch prompt"), assistant("branch answer")])
+    return session_id, chain, child.loop_id, branch.loop_id
+
+
+def test_a_session_page_shows_the_whole_conversation_in_order(store: Any, store_url: str) -> None:
+    """A session's page showed its first prompt's loop only, every later prompt behind a link: it shows
+    the conversation in order, each loop's turns followed by those of the loop that continues it; a
+    sub-agent or a branch stays off it, one link away in the tree."""
+    session_id, chain, child, branch = conversation(store)
+    with Store(store_url, read_only=True) as read_only:
+        client = TestClient(create_app(read_only))
+        page = get(client, "/session", id=session_id).text
+        from_branch = get(client, "/session", id=session_id, loop=branch).text
+        from_child = get(client, "/session", id=session_id, loop=child).text
+        from_third = get(client, "/session", id=session_id, loop=chain[2]).text
+
+    said = re.findall(r"\b(?:p|a)\d(?:\.\d)?\b|sub-agent task|branch prompt", text_of(page[page.index("<h2>Loop ") :]))
+    assert said == ["p0", "a0", "p1", "a1", "p2.0", "a2.0", "p2.1", "a2.1", "p3.0", "a3.0", "p3.1", "a3.1"]
+    headings = [html.unescape(h) for h in re.findall(r"<h2>Loop <code>([^<]*)</code></h2>", page)]
+    assert headings == chain
+    ids = re.findall(r' id="(turn-[^"]+)"', page)
+    assert len(ids) == len(set(ids)) and ids[0] == "turn-0"
+    assert 'rel="next"' not in page
+    assert "branch prompt" in from_branch and "p2.0" not in from_branch  # a branch's own line
+    assert "sub-agent answer" in from_child and "p1" not in text_of(from_child)
+    assert "p2.0" in from_third and "p1" not in text_of(from_third.split("<h2>Loop ")[1])
+    assert "earlier in the conversation" in from_third
+    tree = page[page.index('<ul class="tree">') : page.index("<h2>Loop ")]
+    assert child in html.unescape(tree) and branch in html.unescape(tree)
+
+
+def test_the_conversation_is_paged_by_the_message_bound_across_loops(
+    store: Any, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from turnstore.web import app as web_app
+
+    monkeypatch.setattr(web_app, "MESSAGES_PAGE", 3, raising=False)
+    session_id, _chain, _child, _branch = conversation(store)
+    read, counts = [], []
+    with Store(store_url, read_only=True) as read_only:
+        client = TestClient(create_app(read_only))
+        path = "/session?" + urlencode({"id": session_id})
+        while path:
+            response = client.get(path)
+            assert response.status_code == 200, path
+            main = response.text[response.text.index("<h2>Loop ") :]
+            counts.append(main.count("<article"))
+            read += re.findall(r"\b(?:p|a)\d(?:\.\d)?\b|\br0\b", text_of(main))
+            link = re.search(r'<a rel="next" href="([^"]+)"', response.text)
+            path = html.unescape(link.group(1)) if link else ""
+    assert read == ["p0", "a0", "r0", "p1", "a1", "p2.0", "a2.0", "p2.1", "a2.1", "p3.0", "a3.0", "p3.1", "a3.1"]
+    assert max(counts) <= 3 and len(counts) == 5
 
 
 def test_subagent_loop_sits_under_the_loop_that_spawned_it(viewer: TestClient, store: Any) -> None:

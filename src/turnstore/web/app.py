@@ -27,7 +27,7 @@ from starlette.types import ASGIApp
 
 from ..errors import InvalidArgument, NotFound, SearchUnavailable, TurnNotFound
 from ..media import REF_PREFIX
-from ..records import SessionSummary
+from ..records import Loop, SessionSummary
 from ..store import Store
 from . import charts
 from .security import Guard
@@ -35,12 +35,15 @@ from .text import as_json, shown
 from .views import (
     IMAGE_TYPES,
     TREE_INDENT,
+    LoopPart,
+    continues,
     hit_views,
     image_block,
     image_of,
     loop_of_session,
     loop_tree,
     message_view,
+    next_in_conversation,
     pair_in_order,
     session_rows,
     token_count,
@@ -163,16 +166,12 @@ def create_app(store: Store, *, token: str | None = None, hosts: Iterable[str] |
         start = _int(query, "from", 0, 0, 2**31)
         offset = _int(query, "offset", 0, 0, 2**31)
         loop = loop_of_session(store, session_id, loop_id) if loop_id is not None else None
-        turns = []
-        if loop is not None:
-            turns = turn_views(store, loop.loop_id, start, start + TURNS_PAGE, offset, MESSAGES_PAGE)
-        cut = turns[-1] if turns and turns[-1].rest else None  # the message bound ended the page within a turn
-        later = None  # the first turn after this page's, when there is one (turn numbers may have gaps)
-        if loop is not None and turns and cut is None:
-            bounded = sum(len(turn.messages) for turn in turns) >= MESSAGES_PAGE  # ended at a turn's end
-            after = turns[-1].turn_index + 1 if bounded else start + TURNS_PAGE
-            following = store.messages.turns(loop.loop_id, after, limit=1)
-            later = following[0].turn_index if following else None
+        parts, later = _conversation(store, loops, loop, start, offset) if loop is not None else ([], None)
+        earlier = None  # where the conversation before this page's first loop ends, when it has one
+        if loop is not None and start == 0 and offset == 0 and continues(loop) and loop.parent_loop_id:
+            lengths = store.messages.turn_lengths(loop.parent_loop_id)
+            earlier = (loop.parent_loop_id, max(max(lengths, default=0) - TURNS_PAGE + 1, 0))
+        turns = parts[0].turns if parts else []
         return page(
             request,
             "session.html",
@@ -181,11 +180,12 @@ def create_app(store: Store, *, token: str | None = None, hosts: Iterable[str] |
             usage=store.usage.session(session_id),
             by_loop={row.loop_id: row for row in store.usage.by_loop(session_id)},
             current=loop,
+            parts=parts,
             turns=turns,
             start=start,
             offset=offset,
-            cut=cut,
             later=later,
+            earlier=earlier,
             page_size=TURNS_PAGE,
             messages_page=MESSAGES_PAGE,
             tree_indent=TREE_INDENT,
@@ -304,6 +304,45 @@ def _media_response(data: str, mime_type: str) -> Response:
         media_type="application/octet-stream",
         headers={"Content-Disposition": 'attachment; filename="media.bin"'},
     )
+
+
+def _conversation(
+    store: Store, loops: list[Loop], loop: Loop, start: int, offset: int
+) -> tuple[list[LoopPart], dict[str, Any] | None]:
+    """One page of a session's conversation from turn ``start`` (its message ``offset``) of ``loop``: that
+    loop's turns, then those of the loop that continues it, and so on, up to :data:`TURNS_PAGE` turns
+    and :data:`MESSAGES_PAGE` messages in all; and where the next page starts (None: the conversation ends).
+    """
+    parts: list[LoopPart] = []
+    budget, turns_left = MESSAGES_PAGE, TURNS_PAGE
+    seen: set[str] = set()
+    current = loop
+    for _step in range(TURNS_PAGE):  # loops read on one page, at most (a chain may hold empty ones)
+        seen.add(current.loop_id)
+        stop = start + turns_left
+        turns = turn_views(store, current.loop_id, start, stop, offset, budget)
+        if turns or not parts:
+            parts.append(LoopPart(current, _relation_of(current), turns, f"-{len(parts)}" if parts else ""))
+        if turns and turns[-1].rest:  # the message bound ended the page within a turn
+            cut = turns[-1]
+            return parts, {"loop": current.loop_id, "from": cut.turn_index, "offset": cut.first + len(cut.messages)}
+        budget -= sum(len(turn.messages) for turn in turns)
+        turns_left -= len(turns)
+        after = turns[-1].turn_index + 1 if budget <= 0 else stop  # turn numbers may have gaps
+        following = store.messages.turns(current.loop_id, after, limit=1, media="omit")
+        if following:
+            return parts, {"loop": current.loop_id, "from": following[0].turn_index}
+        successor = next_in_conversation(loops, current.loop_id)
+        if successor is None or successor.loop_id in seen:  # the end (or a cycle, in a damaged store)
+            return parts, None
+        if budget <= 0 or turns_left <= 0:
+            return parts, {"loop": successor.loop_id}
+        current, start, offset = successor, 0, 0
+    return parts, {"loop": current.loop_id}
+
+
+def _relation_of(loop: Loop) -> str:
+    return loop_tree([loop])[0].relation
 
 
 def _by_usage(store: Store, order: str, filters: dict[str, Any]) -> list[SessionSummary]:

@@ -37,6 +37,7 @@ __all__ = [
     "Block",
     "HitView",
     "LoopNode",
+    "LoopPart",
     "MessageView",
     "SessionRow",
     "TREE_INDENT",
@@ -45,7 +46,9 @@ __all__ = [
     "image_block",
     "image_of",
     "hit_views",
+    "continues",
     "loop_of_session",
+    "next_in_conversation",
     "loop_tree",
     "message_view",
     "pair",
@@ -185,6 +188,34 @@ def _relation(loop: Loop) -> str:
     if kind == "compaction":
         return f"compaction, keeps from message #{loop.keep_from}" if loop.keep_from is not None else "compaction"
     return kind
+
+
+CONTINUATIONS = frozenset({"default", "compaction"})
+"""How a loop that carries the conversation on continues its parent: the next prompt, or a compaction."""
+
+
+def continues(loop: Loop) -> bool:
+    """Whether ``loop`` carries its parent's conversation on (not a branch, a rerun or a sub-agent)."""
+    return (
+        loop.parent_loop_id is not None and loop.spawn_loop_id is None and loop.continuation_kind.value in CONTINUATIONS
+    )
+
+
+def next_in_conversation(loops: list[Loop], loop_id: str) -> Loop | None:
+    """The loop that carries ``loop_id``'s conversation on: the latest of its children that continue it."""
+    following = [loop for loop in loops if loop.parent_loop_id == loop_id and continues(loop)]
+    return following[-1] if following else None
+
+
+@dataclass
+class LoopPart:
+    """The turns of one loop a session's page shows, in conversation order with the loops before and after."""
+
+    loop: Loop
+    relation: str
+    turns: list[TurnView]
+    suffix: str = ""
+    """What tells this part's turn anchors apart from another loop's on the page ("" for the first part)."""
 
 
 def loop_of_session(store: Store, session_id: str, loop_id: str) -> Loop:
