@@ -70,6 +70,18 @@ def get(client: TestClient, path: str, status: int = 200, **params: Any) -> Any:
     return response
 
 
+def follow_pages(client: TestClient, path: str) -> list[str]:
+    """Each page from ``path`` on, following its "next" link (as the page gives it) to the last."""
+    pages = []
+    while path:
+        response = client.get(path)  # params= would drop the link's query
+        assert response.status_code == 200, path
+        pages.append(response.text)
+        link = re.search(r'<a rel="next" href="([^"]+)"', response.text)
+        path = html.unescape(link.group(1)) if link else ""
+    return pages
+
+
 def text_of(page: str) -> str:
     """The page's text as a reader sees it (tags dropped, entities decoded)."""
     return html.unescape(re.sub(r"<[^>]+>", " ", page))
@@ -285,18 +297,11 @@ def test_the_conversation_is_paged_by_the_message_bound_across_loops(
 
     monkeypatch.setattr(web_app, "MESSAGES_PAGE", 3, raising=False)
     session_id, _chain, _child, _branch = conversation(store)
-    read, counts = [], []
     with Store(store_url, read_only=True) as read_only:
-        client = TestClient(create_app(read_only))
-        path = "/session?" + urlencode({"id": session_id})
-        while path:
-            response = client.get(path)
-            assert response.status_code == 200, path
-            main = response.text[response.text.index("<h2>Loop ") :]
-            counts.append(main.count("<article"))
-            read += re.findall(r"\b(?:p|a)\d(?:\.\d)?\b|\br0\b", text_of(main))
-            link = re.search(r'<a rel="next" href="([^"]+)"', response.text)
-            path = html.unescape(link.group(1)) if link else ""
+        pages = follow_pages(TestClient(create_app(read_only)), "/session?" + urlencode({"id": session_id}))
+    mains = [page[page.index("<h2>Loop ") :] for page in pages]
+    counts = [main.count("<article") for main in mains]
+    read = [word for main in mains for word in re.findall(r"\b(?:p|a)\d(?:\.\d)?\b|\br0\b", text_of(main))]
     assert read == ["p0", "a0", "r0", "p1", "a1", "p2.0", "a2.0", "p2.1", "a2.1", "p3.0", "a3.0", "p3.1", "a3.1"]
     assert max(counts) <= 3 and len(counts) == 5
 
@@ -484,17 +489,12 @@ def test_a_context_page_never_parts_a_call_from_its_results(
 
     monkeypatch.setattr(web_app, "CONTEXT_PAGE", 2, raising=False)
     loop_id = screenshots(store, "pages", 3, 10)
-    read = []
     with Store(store_url, read_only=True) as read_only:
-        client = TestClient(create_app(read_only))
-        path = "/context?" + urlencode({"loop": loop_id})
-        while path:
-            page = get(client, path).text if not path.startswith("/context?") else client.get(path).text
-            calls = page.count('<div class="tool-call"')
-            assert calls == page.count('href="#result-') == page.count('class="to-call"')
-            read += re.findall(r"(?:look|seen|done) \d", text_of(page))
-            link = re.search(r'<a rel="next" href="([^"]+)"', page)
-            path = html.unescape(link.group(1)) if link else ""
+        pages = follow_pages(TestClient(create_app(read_only)), "/context?" + urlencode({"loop": loop_id}))
+    for page in pages:
+        assert page.count('<div class="tool-call"') == page.count('href="#result-') == page.count('class="to-call"')
+    read = [word for page in pages for word in re.findall(r"(?:look|seen|done) \d", text_of(page))]
+    assert len(pages) > 1
     assert read == [f"{word} {k}" for k in range(3) for word in ("look", "seen", "done")]
 
 
