@@ -10,6 +10,7 @@ the test's temporary folder.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import threading
@@ -55,6 +56,46 @@ def browser() -> Iterator[Any]:
             launched.close()
 
 
+SHOTS = "screenshots"
+SHOT_SIZE = 80
+
+
+def _png(size: int) -> bytes:
+    """A ``size`` × ``size`` PNG of noise, stored uncompressed: large enough to be kept out of line."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = b"".join(b"\x00" + os.urandom(size * 3) for _ in range(size))
+    header = struct.pack(">IIBBBBB", size, size, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows, 0)) + chunk(b"IEND", b"")
+
+
+def add_screenshots(store: Store) -> None:
+    """A session whose prompt carries a screenshot (kept out of line), and a tool call answered next."""
+    import base64
+
+    from turnstore import ImageContent, Message, TextContent, ToolCallContent, UserMessage
+    from turnstore.models import AssistantMessage, StopReason
+
+    store.sessions.create(session_id=SHOTS, title="Screenshots")
+    loop_id = store.loops.start(SHOTS, loop_id=SHOTS + "-loop").loop_id
+    shot = ImageContent(data=base64.b64encode(_png(SHOT_SIZE)).decode(), mime_type="image/png")
+    call = ToolCallContent(id="look", name="screenshot", arguments={})
+    reply = AssistantMessage(content=[call], stop_reason=StopReason.TOOL_USE, model="m", provider="p", timestamp=2)
+    store.messages.append_turn(
+        loop_id,
+        0,
+        [
+            UserMessage(content=[TextContent(text="what is on screen?"), shot], timestamp=1),
+            reply,
+            Message.tool_result(call, [TextContent(text="a window")]),
+        ],
+    )
+
+
 @pytest.fixture(scope="module")
 def server(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The viewer of a filled store on uvicorn, on a free port of 127.0.0.1, in a thread, set up as
@@ -67,6 +108,7 @@ def server(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[s
     path = tmp_path_factory.mktemp("browser") / "viewer.db"
     with Store(path) as writer:
         build_viewer_store(writer)
+        add_screenshots(writer)
     store = Store(path, read_only=True)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -121,7 +163,7 @@ def test_sessions_list(page: Any, server: str, shots: Path) -> None:
     page.goto(server + "/")
 
     rows = page.locator("table.sessions tbody tr")
-    assert rows.count() == 5
+    assert rows.count() == 6
     assert page.locator("table.sessions thead th").all_inner_texts()[:3] == ["Title", "Agent", "Models"]
     assert any("Fix the failing date parser test" in row for row in rows.all_inner_texts())
     page.select_option("select[name=order]", "title")
@@ -133,7 +175,18 @@ def test_sessions_list(page: Any, server: str, shots: Path) -> None:
         "Compare two chart libraries",
         "Fix the failing date parser test",
         "Migrate the settings module",
+        "Screenshots",
     ]
+    page.click("table.sessions thead a:text-is('Cost')")
+    shown = page.locator("table.sessions tbody td:nth-child(7)").all_inner_texts()
+    costs = [float(cost.strip("$")) for cost in shown[:-1]]
+    assert "order=-cost" in page.url and costs == sorted(costs, reverse=True) and len(set(costs)) > 1
+    assert shown[-1] == "—"  # no usage: last either way
+    page.click("table.sessions thead a:text-is('Cost')")
+    shown = page.locator("table.sessions tbody td:nth-child(7)").all_inner_texts()
+    assert "order=cost" in page.url and [float(cost.strip("$")) for cost in shown[:-1]] == sorted(costs)
+    page.click("table.sessions thead a:text-is('Tokens')")
+    assert "order=-tokens" in page.url and page.locator("select[name=order]").input_value() == "-tokens"
     page.goto(server + "/")
     snap(page, shots, "sessions")
     assert page.errors == [] and page.dialogs == []
@@ -148,7 +201,10 @@ def test_the_branched_demo_session(page: Any, server: str, shots: Path) -> None:
     assert loops.count() == 3
     branch = page.locator("ul.tree li.loop li.loop li.loop")  # the branch, under the follow-up, under the first
     assert "branch after message #" in branch.inner_text()
-    assert page.locator("section.turn").count() == 4
+    assert page.locator("section.turn").count() == 4 + 2  # the first loop's turns, then its follow-up's
+    headings = page.locator("section.conversation-part h2").all_inner_texts()
+    assert [h.split()[-1][-1] for h in headings] == ["1", "2"]  # .thinking.1, then .thinking.2
+    assert "gpt-5" not in page.locator("section.conversation-part").last.inner_text()  # the branch: off the line
     snap(page, shots, "session")
     branch.locator("a").first.click()
     assert page.locator("li.loop.current .relation").inner_text().startswith("branch after message #")
@@ -199,6 +255,12 @@ def test_spend_page_charts_render(page: Any, server: str, shots: Path) -> None:
     assert bars.count() > 6
     assert max(bars.nth(i).bounding_box()["width"] for i in range(bars.count())) > 10  # type: ignore[index]
     assert page.locator("svg polyline.line").count() == 1
+    days = page.locator("svg.chart-columns").first
+    ticks = [days.locator("text.tick").nth(i).text_content() for i in range(days.locator("text.tick").count())]
+    assert len(ticks) == days.locator("rect.bar").count() >= 2  # every day labelled (a few days here)
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\d", tick or "") for tick in ticks) and ticks == sorted(ticks)
+    assert "?" not in ticks and "1970-01-01" not in page.locator("main").inner_text()
+    assert page.locator("#undated").inner_text().startswith("Undated")
     assert (
         page.locator("svg .bar").first.evaluate("node => getComputedStyle(node).fill") != "rgb(0, 0, 0)"
     )  # CSS applied
@@ -255,4 +317,24 @@ def test_search_and_follow_a_hit_to_its_turn(page: Any, server: str, shots: Path
     top = turn.evaluate("node => node.getBoundingClientRect().top")
     assert -1 <= top < page.viewport_size["height"]
     assert page.locator("h1").inner_text() == "A long loop"
+    assert page.errors == [] and page.dialogs == []
+
+
+def test_the_context_page_shows_images_by_reference_and_links_calls_to_results(page: Any, server: str) -> None:
+    page.goto(server + f"/session?id={SHOTS}")
+    page.click("a.context-link")
+    page.wait_for_load_state("load")
+
+    image = page.locator("img.inline")
+    assert image.count() == 1 and image.get_attribute("src").startswith("/media?sha256=")
+    page.wait_for_function("document.images[0].complete")
+    assert image.evaluate("node => node.naturalWidth") == SHOT_SIZE
+    assert "[image" not in page.locator("main").inner_text()
+    assert "no result in this turn" not in page.locator("main").inner_text()
+    link = page.locator("div.tool-call a.to-result")
+    target = link.get_attribute("href")
+    link.click()
+    assert page.evaluate("location.hash") == target
+    result = page.locator(f"article{target}")
+    assert result.evaluate("node => node.matches(':target')") is True and "a window" in result.inner_text()
     assert page.errors == [] and page.dialogs == []

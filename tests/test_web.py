@@ -3,6 +3,7 @@ the token rule, the security headers and the image rule, on SQLite and PostgreSQ
 
 from __future__ import annotations
 
+import base64
 import html
 import re
 import socket
@@ -14,7 +15,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote_plus, urlencode
+from urllib.parse import quote_plus, unquote_plus, urlencode
 
 import pytest
 from backends import selected_backends
@@ -35,7 +36,7 @@ from viewer_data import (
 pytest.importorskip("starlette", reason="the serve extra is not installed")
 from starlette.testclient import TestClient
 
-from turnstore import InvalidQuery, Message, SearchUnavailable, Store
+from turnstore import ImageContent, InvalidQuery, Message, SearchUnavailable, Store, TextContent, UserMessage
 from turnstore.cli.serve import LOCAL_HOSTS
 from turnstore.web import create_app
 from turnstore.web.security import CONTENT_SECURITY_POLICY
@@ -67,6 +68,18 @@ def get(client: TestClient, path: str, status: int = 200, **params: Any) -> Any:
     response = client.get(path, params=params)
     assert response.status_code == status, response.text[:500]
     return response
+
+
+def follow_pages(client: TestClient, path: str) -> list[str]:
+    """Each page from ``path`` on, following its "next" link (as the page gives it) to the last."""
+    pages = []
+    while path:
+        response = client.get(path)  # params= would drop the link's query
+        assert response.status_code == 200, path
+        pages.append(response.text)
+        link = re.search(r'<a rel="next" href="([^"]+)"', response.text)
+        path = html.unescape(link.group(1)) if link else ""
+    return pages
 
 
 def text_of(page: str) -> str:
@@ -159,7 +172,7 @@ def test_bad_list_parameters_are_a_400_naming_them(viewer: TestClient, params: d
 # --- a session ------------------------------------------------------------------------
 
 
-def test_branched_session_shows_its_loop_tree_and_the_first_loops_turns(viewer: TestClient, store: Any) -> None:
+def test_branched_session_shows_its_loop_tree_and_its_conversation(viewer: TestClient, store: Any) -> None:
     loops = store.loops.list("demo-coding-0b5d0f0e")
     branch = next(loop for loop in loops if loop.continuation_kind.value == "branch")
 
@@ -171,7 +184,8 @@ def test_branched_session_shows_its_loop_tree_and_the_first_loops_turns(viewer: 
     ]
     assert f"branch after message #{branch.fork_after}" in tree
     assert tree.index(loops[1].loop_id) < tree.index(branch.loop_id)  # the branch nested under its parent
-    assert page.count('<section class="turn"') == len(store.messages.turns(loops[0].loop_id))
+    conversation = [loop for loop in loops if loop.continuation_kind.value != "branch"]  # the first, its follow-up
+    assert page.count('<section class="turn"') == sum(len(store.messages.turns(loop.loop_id)) for loop in conversation)
     assert '<details class="thinking"><summary>thinking</summary>' in page
 
 
@@ -227,6 +241,69 @@ def test_a_loop_is_chosen_and_its_turns_paged(viewer: TestClient, ids: dict[str,
     assert re.findall(r'id="turn-(\d+)"', last) == [str(k) for k in range(40, LONG_TURNS)]
     assert 'rel="next"' not in last and "from=20" in last
     assert "No turns from turn 99" in get(viewer, "/session", id=ids["long"], **{"from": "99"}).text
+
+
+def conversation(store: Any) -> tuple[str, list[str], str, str]:
+    """A session of four prompts, each a loop continuing the last (the second a compaction), with a
+    sub-agent and a branch off the conversation: its id, the conversation's loops, the sub-agent's, the branch's."""
+    session_id = store.sessions.create(session_id="talk").session_id
+    chain = [store.loops.start(session_id).loop_id]
+    store.messages.append_turn(chain[0], 0, [user("p0"), assistant("a0", calls=("spawn",)), tool_result("spawn", "r0")])
+    child = store.loops.start(session_id, parent_loop_id=None, spawn_loop_id=chain[0], spawn_tool_call_id="spawn")
+    store.messages.append_turn(child.loop_id, 0, [user("sub-agent task"), assistant("sub-agent answer")])
+    chain.append(store.loops.compact(chain[0], "summary").loop_id)
+    store.messages.append_turn(chain[1], 0, [user("p1"), assistant("a1")])
+    for k in (2, 3):
+        chain.append(store.loops.start(session_id, parent_loop_id=chain[-1]).loop_id)
+        for t in range(2):
+            store.messages.append_turn(chain[-1], t, [user(f"p{k}.{t}"), assistant(f"a{k}.{t}")])
+    fork = store.messages.path(chain[1])[-1].id
+    branch = store.loops.start(session_id, parent_loop_id=chain[1], continuation="branch", fork_after=fork)
+    store.messages.append_turn(branch.loop_id, 0, [user("branch prompt"), assistant("branch answer")])
+    return session_id, chain, child.loop_id, branch.loop_id
+
+
+def test_a_session_page_shows_the_whole_conversation_in_order(store: Any, store_url: str) -> None:
+    """A session's page showed its first prompt's loop only, every later prompt behind a link: it shows
+    the conversation in order, each loop's turns followed by those of the loop that continues it; a
+    sub-agent or a branch stays off it, one link away in the tree."""
+    session_id, chain, child, branch = conversation(store)
+    with Store(store_url, read_only=True) as read_only:
+        client = TestClient(create_app(read_only))
+        page = get(client, "/session", id=session_id).text
+        from_branch = get(client, "/session", id=session_id, loop=branch).text
+        from_child = get(client, "/session", id=session_id, loop=child).text
+        from_third = get(client, "/session", id=session_id, loop=chain[2]).text
+
+    said = re.findall(r"\b(?:p|a)\d(?:\.\d)?\b|sub-agent task|branch prompt", text_of(page[page.index("<h2>Loop ") :]))
+    assert said == ["p0", "a0", "p1", "a1", "p2.0", "a2.0", "p2.1", "a2.1", "p3.0", "a3.0", "p3.1", "a3.1"]
+    headings = [html.unescape(h) for h in re.findall(r"<h2>Loop <code>([^<]*)</code></h2>", page)]
+    assert headings == chain
+    ids = re.findall(r' id="(turn-[^"]+)"', page)
+    assert len(ids) == len(set(ids)) and ids[0] == "turn-0"
+    assert 'rel="next"' not in page
+    assert "branch prompt" in from_branch and "p2.0" not in from_branch  # a branch's own line
+    assert "sub-agent answer" in from_child and "p1" not in text_of(from_child)
+    assert "p2.0" in from_third and "p1" not in text_of(from_third.split("<h2>Loop ")[1])
+    assert "earlier in the conversation" in from_third
+    tree = page[page.index('<ul class="tree">') : page.index("<h2>Loop ")]
+    assert child in html.unescape(tree) and branch in html.unescape(tree)
+
+
+def test_the_conversation_is_paged_by_the_message_bound_across_loops(
+    store: Any, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from turnstore.web import app as web_app
+
+    monkeypatch.setattr(web_app, "MESSAGES_PAGE", 3, raising=False)
+    session_id, _chain, _child, _branch = conversation(store)
+    with Store(store_url, read_only=True) as read_only:
+        pages = follow_pages(TestClient(create_app(read_only)), "/session?" + urlencode({"id": session_id}))
+    mains = [page[page.index("<h2>Loop ") :] for page in pages]
+    counts = [main.count("<article") for main in mains]
+    read = [word for main in mains for word in re.findall(r"\b(?:p|a)\d(?:\.\d)?\b|\br0\b", text_of(main))]
+    assert read == ["p0", "a0", "r0", "p1", "a1", "p2.0", "a2.0", "p2.1", "a2.1", "p3.0", "a3.0", "p3.1", "a3.1"]
+    assert max(counts) <= 3 and len(counts) == 5
 
 
 def test_subagent_loop_sits_under_the_loop_that_spawned_it(viewer: TestClient, store: Any) -> None:
@@ -292,7 +369,7 @@ def test_context_page_shows_what_context_returns(viewer: TestClient, store: Any,
     page = get(viewer, "/context", loop=branch).text
     hostile = get(viewer, "/context", loop=ids["hostile_loop"]).text
 
-    assert f"{len(context)} messages" in page
+    assert f"built from {len(store.messages.path(branch))} stored messages" in page
     assert re.findall(r'class="msg role-(\w+)', page) == [m.role for m in context]
     assert "role-extension" not in hostile and "app-only" not in hostile
     assert get(viewer, "/context", 404, loop="nope").status_code == 404
@@ -304,10 +381,121 @@ def test_context_page_is_paged(viewer: TestClient, ids: dict[str, str]) -> None:
     first = get(viewer, "/context", loop=ids["long_loop"]).text
     rest = get(viewer, "/context", loop=ids["long_loop"], offset=60).text
 
-    assert "messages 1–90 of 90" in first and "messages 61–90 of 90" in rest
+    assert "stored messages 1–90 of 90" in first and "stored messages 61–90 of 90" in rest
     assert first.count('<article class="msg') == 2 * LONG_TURNS
     assert rest.count('<article class="msg') == 2 * LONG_TURNS - 60
     assert 'rel="next"' not in first and 'rel="prev"' not in first and "offset=0" in rest
+
+
+def screenshots(store: Any, session_id: str, count: int, size: int = 300_000) -> str:
+    """A loop of ``count`` turns, each a prompt with a screenshot of ``size`` bytes (kept out of line,
+    every one different) and a tool call answered in the next message; its id."""
+    import os
+
+    store.sessions.create(session_id=session_id)
+    loop_id = store.loops.start(session_id).loop_id
+    for k in range(count):
+        shot = ImageContent(data=base64.b64encode(PNG_BYTES + os.urandom(size)).decode(), mime_type="image/png")
+        prompt = UserMessage(content=[TextContent(text=f"look {k}"), shot], timestamp=1_000)
+        store.messages.append_turn(
+            loop_id, k, [prompt, assistant(calls=(f"c{k}",)), tool_result(f"c{k}", f"seen {k}"), assistant(f"done {k}")]
+        )
+    return loop_id
+
+
+def test_the_context_page_holds_no_image_bytes_and_serves_them_by_digest(store: Any, store_url: str) -> None:
+    """The context page read the whole loop with its images inline (a store of screenshots made one
+    request cost gigabytes): it reads a page with each image a reference, and ``<img>`` loads it from
+    ``/media`` by its SHA-256, as an image for an image type, else as a download."""
+    loop_id = screenshots(store, "shots", 3, 30_000)
+    whole = store.messages.context(loop_id)
+    with Store(store_url, read_only=True) as read_only:
+        client = TestClient(create_app(read_only))
+        page = get(client, "/context", loop=loop_id).text
+        sources = [html.unescape(src) for src in re.findall(r'<img class="inline" loading="lazy" src="([^"]+)"', page)]
+        served = [client.get(src) for src in sources]
+        digest = sources[0].split("sha256=")[1].split("&")[0]
+        as_svg = get(client, "/media", sha256=digest, type="image/svg+xml")
+        untyped = get(client, "/media", sha256=digest)
+        bad = [get(client, "/media", 400, sha256=value) for value in ("", "x" * 64, digest.upper(), digest[:-1])]
+        unknown = get(client, "/media", 404, sha256="0" * 64)
+
+    assert len(sources) == 3 and all(src.startswith("/media?sha256=") and "type=image%2Fpng" in src for src in sources)
+    assert len(page) < 30_000 and "base64" not in page
+    for response, message in zip(served, [m for m in whole if m.role == "user"]):
+        assert response.status_code == 200 and response.headers["content-type"] == "image/png"
+        assert response.content == base64.b64decode(message.content[1].data)
+        assert response.headers["x-content-type-options"] == "nosniff"
+        assert "default-src 'self'" in response.headers["content-security-policy"]
+    for download in (as_svg, untyped):
+        assert download.headers["content-type"] == "application/octet-stream"
+        assert download.headers["content-disposition"].startswith("attachment")
+    assert all("sha256" in text_of(response.text) for response in bad)
+    assert "not found" in text_of(unknown.text)
+
+
+def test_a_small_image_of_the_context_page_is_served_by_its_message(viewer: TestClient, ids: dict[str, str]) -> None:
+    """An image small enough to be stored inline has no digest: the context page links it by its message."""
+    page = get(viewer, "/context", loop=ids["hostile_loop"]).text
+    sources = [html.unescape(src) for src in re.findall(r'<img class="inline" loading="lazy" src="([^"]+)"', page)]
+    png = viewer.get(sources[0])
+
+    assert len(sources) == 2 and all(src.startswith("/image?id=") for src in sources)
+    assert png.headers["content-type"] == "image/png" and png.content == PNG_BYTES
+    assert "[image image/png]" not in page and "image/svg+xml</a> (not shown" in page
+    assert get(viewer, "/image", 404, id=10**9, block=0).status_code == 404
+    assert get(viewer, "/image", 400, id="x", block=0).status_code == 400
+
+
+def test_one_context_request_stays_small_on_a_store_of_screenshots(store: Any, store_url: str) -> None:
+    """Peak memory of one ``/context`` request: it held every image of the loop (here 24 of 300 KB,
+    7 MB of data, read as text and models several times over); now a page of references."""
+    import tracemalloc
+
+    loop_id = screenshots(store, "many-shots", 24)
+    with Store(store_url, read_only=True) as read_only:
+        client = TestClient(create_app(read_only))
+        get(client, "/context", loop=loop_id)  # templates and statements warm
+        tracemalloc.start()
+        try:
+            page = get(client, "/context", loop=loop_id).text
+            _now, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert page.count("<img ") == 24
+    assert peak < 3_000_000, f"peak {peak:,} bytes"
+
+
+def test_the_context_page_links_each_call_to_its_result_across_turns(viewer: TestClient, store: Any) -> None:
+    """The context page said "no result in this turn" for every call, the result the next message: each
+    call links to its result and back (a call never answered links to the synthetic result)."""
+    loop_id = store.loops.list("demo-coding-0b5d0f0e")[2].loop_id
+    page = get(viewer, "/context", loop=loop_id).text
+
+    calls = re.findall(r'<div class="tool-call" id="(call-[0-9a-f]+)">.*?href="#(result-[0-9a-f]+)"', page, re.S)
+    assert len(calls) == page.count('<div class="tool-call"') >= 3
+    assert "no result in this turn" not in page and "result not on this page" not in page
+    anchors = re.findall(r' id="((?:call|result)-[0-9a-f]+)"', page)
+    assert len(anchors) == len(set(anchors))
+    for call, result in calls:
+        article = page[page.index(f'id="{result}"') :].split("</article>")[0]
+        assert f'href="#{call}"' in article
+
+
+def test_a_context_page_never_parts_a_call_from_its_results(
+    store: Any, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from turnstore.web import app as web_app
+
+    monkeypatch.setattr(web_app, "CONTEXT_PAGE", 2, raising=False)
+    loop_id = screenshots(store, "pages", 3, 10)
+    with Store(store_url, read_only=True) as read_only:
+        pages = follow_pages(TestClient(create_app(read_only)), "/context?" + urlencode({"loop": loop_id}))
+    for page in pages:
+        assert page.count('<div class="tool-call"') == page.count('href="#result-') == page.count('class="to-call"')
+    read = [word for page in pages for word in re.findall(r"(?:look|seen|done) \d", text_of(page))]
+    assert len(pages) > 1
+    assert read == [f"{word} {k}" for k in range(3) for word in ("look", "seen", "done")]
 
 
 def test_images_are_served_only_as_the_image_types_they_claim(viewer: TestClient, ids: dict[str, str]) -> None:
@@ -349,7 +537,7 @@ def test_unknown_loop_image_is_404(viewer: TestClient) -> None:
 
 def test_spend_page_draws_its_charts_as_svg(viewer: TestClient, store: Any) -> None:
     page = get(viewer, "/spend").text
-    days = store.usage.by_day()
+    days = [row for row in store.usage.by_day() if row.day and row.day != "1970-01-01"]  # consecutive days here
     models = store.usage.by_model()
 
     charts = re.findall(r'<svg class="chart-(\w+)".*?</svg>', page, re.S)
@@ -904,4 +1092,137 @@ def test_chart_geometry() -> None:
     assert columns.bars[1].y == 24 and columns.bars[0].y + columns.bars[0].height == 24 + 180
     assert line.points == "24.0,114.0 696.0,24.0"  # a rate above 1 drawn at the top
     assert line.axis == [(24.0, "d1", "start"), (696.0, "d2", "end")]
+    assert [label for _x, label, _anchor in columns.axis] == ["d1", "d2"]
     assert empty.empty and empty.axis == []
+
+
+def _half_open(port: int, count: int) -> list[socket.socket]:
+    """``count`` connections that each send half a request line, and no more."""
+    sockets = []
+    for _ in range(count):
+        client = socket.create_connection(("127.0.0.1", port), timeout=5)
+        client.sendall(b"GET /?token=x HT")
+        sockets.append(client)
+    return sockets
+
+
+def _closed(client: socket.socket, wait: float) -> bool:
+    """Whether the server closed ``client`` (within ``wait`` seconds)."""
+    client.settimeout(wait)
+    try:
+        return client.recv(1024) in (b"", _BUSY_PREFIX) or client.recv(1024) == b""
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except TimeoutError:
+        return False
+
+
+_BUSY_PREFIX = b"HTTP/1.1 503"
+
+
+def test_slow_clients_cannot_hold_the_server(tmp_path: Path) -> None:
+    """Half-sent requests were kept for ever (enough of them stopped the viewer): a request must arrive
+    whole within --request-timeout, and past --max-connections the connection waiting longest goes, so a
+    normal request is served at once however many half-open ones there are."""
+    db = tmp_path / "demo.db"
+    assert run_cli("--db", db, "demo").code == 0
+    args = ("--host", "127.0.0.1", "--allow-remote", "--request-timeout", "2", "--max-connections", "40")
+    process, port = _serve(db, *args)
+    held: list[socket.socket] = []
+    try:
+        assert process.stdout is not None
+        token = re.search(r"\?token=([A-Za-z0-9_-]{40,})", process.stdout.readline() + process.stdout.readline())
+        assert token is not None
+        held = few = _half_open(port, 10)  # under the bound: only the deadline closes them
+        early = [_closed(client, 0.05) for client in few]
+        timed_out = [_closed(client, 4) for client in few]
+        held = few + _half_open(port, 300)
+        started = time.monotonic()
+        served = _status(f"http://127.0.0.1:{port}/?token={token.group(1)}")
+        took = time.monotonic() - started
+        late = [_closed(client, 4) for client in held]
+        waited = time.monotonic() - started
+    finally:
+        for client in held:
+            client.close()
+        process.terminate()
+        process.communicate(timeout=30)
+
+    assert not any(early) and all(timed_out)
+    assert served == 200 and took < 2, took
+    assert all(late) and waited < 7, waited
+
+
+def test_serve_documents_its_limits(tmp_path: Path) -> None:
+    result = run_cli("serve", "--help")
+
+    for option in ("--request-timeout", "--max-connections", "--keep-alive"):
+        assert option in result.out
+    assert run_cli("--db", tmp_path / "s.db", "serve", "--max-connections", "0").code == 2
+    assert run_cli("--db", tmp_path / "s.db", "serve", "--request-timeout", "0").code == 2
+
+
+@pytest.mark.parametrize("order", ["-cost", "cost", "-tokens", "tokens"])
+def test_sessions_sort_by_cost_and_tokens(viewer: TestClient, store: Any, order: str) -> None:
+    """The list sorted only by time or title: it sorts by cost and by tokens too, either way, pages
+    included; sessions without usage come last."""
+    rows = {row.session_id: row for row in store.usage.by_session()}
+
+    def value(session_id: str) -> float:
+        row = rows[session_id]
+        return (
+            float(row.cost or 0.0)
+            if "cost" in order
+            else float(row.input + row.output + row.cache_read + row.cache_write)
+        )
+
+    page = get(viewer, "/", order=order).text
+    paged = listed(get(viewer, "/", order=order, per=2).text) + listed(
+        get(viewer, "/", order=order, per=2, page=2).text
+    )
+    shown = listed(page)
+    with_usage = [s for s in shown if s in rows]
+    values = [value(s) for s in with_usage]
+
+    assert len(with_usage) == len(rows) >= 3 and shown[: len(with_usage)] == with_usage
+    assert values == sorted(values, reverse=order.startswith("-")) and len(set(values)) > 1
+    assert paged == shown[:4]
+    assert f'<option value="{order}" selected>' in page
+    header = "tokens" if "tokens" in order else "cost"
+    flipped = header if order.startswith("-") else f"-{header}"
+    assert f"order={quote_plus(flipped)}" in page
+
+
+def test_day_charts_label_days_at_readable_intervals_and_leave_undated_usage_out(store: Any, store_url: str) -> None:
+    """The day charts labelled only their first and last bars, the first "?" (usage without a day), and
+    drew messages without a timestamp as a bar on 1970-01-01: every day of the span stands on the axis,
+    labels at readable intervals (the last always), undated usage is left out with a note."""
+    store.sessions.create(session_id="days")
+    loop_id = store.loops.start("days").loop_id
+    day = 86_400_000
+    start = 20_000 * day  # 2024-10-04
+    for k, stamp in enumerate([0, start, start + 2 * day, start + 29 * day, 0]):
+        store.messages.append_turn(loop_id, k, [user("q", timestamp=stamp), assistant("a", timestamp=stamp)])
+    with Store(store_url, read_only=True) as read_only:
+        page = get(TestClient(create_app(read_only)), "/spend").text
+
+    svgs = re.findall(r'<svg class="chart-\w+".*?</svg>', page, re.S)
+    ticks = [re.findall(r'<text class="tick"[^>]*>([^<]*)</text>', svg) for svg in svgs[:3]]
+    assert "1970-01-01" not in page and ">?<" not in page
+    assert svgs[0].count('<rect class="bar"') == 30  # 2024-10-04 .. 2024-11-02, days without usage as 0
+    for labels in ticks:
+        assert 4 <= len(labels) <= 8 and labels[-1] == "2024-11-02"
+        assert labels == sorted(labels) and all(re.fullmatch(r"\d{4}-\d\d-\d\d", label) for label in labels)
+    assert svgs[2].count("<circle") == 3  # days with usage only
+    note = text_of(page[page.index('id="undated"') :].split("</p>")[0])
+    assert "Undated" in note and "220 tokens" in note  # two turns of (100 + 10) tokens
+
+
+def test_chart_ticks() -> None:
+    from turnstore.web import charts
+
+    few = charts.columns("c", [(f"d{i}", 1.0) for i in range(5)], str)
+    many = charts.columns("c", [(f"d{i}", 1.0) for i in range(120)], str)
+    assert [label for _x, label, _anchor in few.axis] == [f"d{i}" for i in range(5)]
+    assert len(many.axis) <= charts.MAX_TICKS and many.axis[-1][1] == "d119"
+    assert all(0 <= x <= charts.WIDTH for x, _label, _anchor in many.axis)

@@ -58,7 +58,11 @@ class Imports:
                 out.append("")
             for module in group:
                 names = sorted(set(by_module[module]), key=_isort_key)
-                out.append(f"{indent}from {module} import {', '.join(names)}")
+                line = f"{indent}from {module} import {', '.join(names)}"
+                if len(line) > LINE:  # as ruff format wraps it: one name a line
+                    inner = "".join(f"{indent}    {name},\n" for name in names)
+                    line = f"{indent}from {module} import (\n{inner}{indent})"
+                out.append(line)
         return out
 
 

@@ -76,6 +76,7 @@ if TYPE_CHECKING:
         UserMessage,
     )
     from .records import (
+        ContextPage,
         ContinuationKind,
         Loop,
         LoopConfig,
@@ -98,6 +99,7 @@ _LAZY: dict[str, str] = {
     "AsyncStore": ".aio",
     "AudioContent": ".models",
     "Content": ".models",
+    "ContextPage": ".records",
     "ContinuationKind": ".records",
     "CostConfig": ".models",
     "DEFAULT_PRICES": ".usage",
@@ -142,6 +144,7 @@ __all__ = [
     "AsyncStore",
     "AudioContent",
     "Content",
+    "ContextPage",
     "ContinuationKind",
     "CostConfig",
     "DEFAULT_PRICES",

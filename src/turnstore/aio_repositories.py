@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from .records import LoopStatus
 from .repositories.loops import LATEST, LoopRepository
+from .repositories.message_reads import CONTEXT_PAGE
 from .repositories.messages import MessageRepository
 from .repositories.sessions import UNSET, SessionRepository
 from .repositories.usage import UsageRepository
@@ -25,7 +26,17 @@ if TYPE_CHECKING:
     from .aio import _Workers
     from .media import MediaMode
     from .models import ExtensionMessage, Message, TurnId, Usage
-    from .records import ContinuationKind, Loop, LoopConfig, SearchHit, Session, SessionSummary, StoredMessage, Turn
+    from .records import (
+        ContextPage,
+        ContinuationKind,
+        Loop,
+        LoopConfig,
+        SearchHit,
+        Session,
+        SessionSummary,
+        StoredMessage,
+        Turn,
+    )
     from .repositories.message_input import MessageInput
     from .repositories.rows import ExportRow, SessionSources, SourceRow
     from .repositories.sessions import _Unset
@@ -330,11 +341,18 @@ class AsyncMessageRepository:
         return await self._workers.call(functools.partial(self._sync.turn, loop_id, turn_index))
 
     async def turns(
-        self, loop_id: str, start: int = 0, stop: int | None = None, *, skip: int = 0, limit: int | None = None
+        self,
+        loop_id: str,
+        start: int = 0,
+        stop: int | None = None,
+        *,
+        skip: int = 0,
+        limit: int | None = None,
+        media: MediaMode = "inline",
     ) -> list[Turn]:
         """Async twin of :meth:`MessageRepository.turns <turnstore.repositories.messages.MessageRepository.turns>`."""
         return await self._workers.call(
-            functools.partial(self._sync.turns, loop_id, start, stop, skip=skip, limit=limit)
+            functools.partial(self._sync.turns, loop_id, start, stop, skip=skip, limit=limit, media=media)
         )
 
     async def turn_lengths(self, loop_id: str, start: int = 0, stop: int | None = None) -> dict[int, int]:
@@ -374,6 +392,29 @@ class AsyncMessageRepository:
         """Async twin of :meth:`MessageRepository.context <turnstore.repositories.messages.MessageRepository.context>`."""
         return await self._workers.call(
             functools.partial(self._sync.context, loop_id, model=model, provider=provider, media=media)
+        )
+
+    async def context_page(
+        self,
+        loop_id: str,
+        offset: int = 0,
+        limit: int = CONTEXT_PAGE,
+        *,
+        model: str | None = None,
+        provider: str | None = None,
+        media: MediaMode = "inline",
+    ) -> ContextPage:
+        """Async twin of :meth:`MessageRepository.context_page <turnstore.repositories.messages.MessageRepository.context_page>`."""
+        return await self._workers.call(
+            functools.partial(
+                self._sync.context_page,
+                loop_id,
+                offset,
+                limit,
+                model=model,
+                provider=provider,
+                media=media,
+            )
         )
 
     async def path(self, loop_id: str) -> list[StoredMessage]:

@@ -54,7 +54,10 @@ __all__ = [
     "pieces",
     "plan",
     "provider_safe",
+    "provider_safe_placed",
     "render_summary",
+    "run_edge",
+    "starts_afresh",
     "tail",
     "to_messages",
 ]
@@ -256,36 +259,62 @@ def provider_safe(messages: Iterable[Any]) -> list[Any]:
     * Any other tool result (its call is not in the context, is not the
       nearest assistant's, or already has a result) is left out.
     """
-    result: list[Any] = []
+    return [message for _key, message in provider_safe_placed((None, message) for message in messages)]
+
+
+def provider_safe_placed(items: Iterable[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+    """:func:`provider_safe` of ``(key, message)`` pairs, each message kept with its key; a synthetic
+    result takes the key of the last message of the run it closes (what a page of a context is cut by)."""
+    result: list[tuple[Any, Any]] = []
     caller: AssistantMessage | None = None  # the kept assistant message whose results may follow
     calls: set[str] = set()  # its call ids
     answered: set[str] = set()
-    for message in messages:
+    last: Any = None  # the key of the message before this one
+    for key, message in items:
         role = message.role
         if role == "extension":
             if message.kind not in SUMMARY_KINDS:
+                last = key
                 continue
             message, role = render_summary(message), "user"
         elif role == "toolResult":
             call_id = message.tool_call_id
             if call_id in calls and call_id not in answered:
                 answered.add(call_id)
-                result.append(message)
+                result.append((key, message))
+            last = key
             continue
         if caller is not None:
             if len(answered) < len(calls):
-                result.extend(_no_results(caller, answered))
+                result.extend((last, missing) for missing in _no_results(caller, answered))
             caller, calls = None, set()
+        last = key
         if role == "assistant":
             if message.stop_reason in DROPPED_STOPS:
                 continue
             ids = {block.id for block in message.content if isinstance(block, ToolCallContent)}
             if ids:
                 caller, calls, answered = message, ids, set()
-        result.append(message)
+        result.append((key, message))
     if caller is not None:
-        result.extend(_no_results(caller, answered))
+        result.extend((last, missing) for missing in _no_results(caller, answered))
     return result
+
+
+def starts_afresh(row: Sequence[Any]) -> bool:
+    """Whether :func:`provider_safe` forgets what came before at an ``(id, loop_id, role, kind, ...)`` row:
+    a user or assistant message or a summary. A context cut only at such rows is cut between runs of a
+    call and its results, so each part comes out as it does in the whole."""
+    _id, _loop_id, role, kind, *_rest = row
+    return role in ("user", "assistant") or (role == "extension" and kind in SUMMARY_KINDS)
+
+
+def run_edge(rows: Sequence[Sequence[Any]], at: int, step: int) -> int:
+    """From index ``at`` of a context's rows, the nearest index (``step`` -1: back, 1: on) where a run
+    starts afresh, or an end of the rows."""
+    while 0 < at < len(rows) and not starts_afresh(rows[at]):
+        at += step
+    return at
 
 
 def _no_results(caller: AssistantMessage, answered: set[str]) -> list[ToolResultMessage]:

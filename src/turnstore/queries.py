@@ -512,6 +512,27 @@ def context_messages() -> sa.Select[Any]:
 
 
 @cache
+def context_shapes() -> sa.Select[Any]:
+    """:func:`context_messages` without the texts: what choosing the rows of a page of a context needs."""
+    return (
+        sa.select(*PATH_COLUMNS[:4])
+        .where(messages.c.session_id == bp("session_id"), messages.c.id >= bp("min_id"))
+        .order_by(messages.c.id)
+    )
+
+
+ID_BATCH = 100
+"""Ids :func:`path_rows_by_id` reads rows by: ``:id0`` to ``:id99`` (a shorter list padded with -1, no id)."""
+
+
+@cache
+def path_rows_by_id() -> sa.Select[Any]:
+    """The rows of :func:`context_messages` with the ids ``:id0`` .. ``:id99``, in id order."""
+    wanted = messages.c.id.in_([bp(f"id{n}", type_=sa.BigInteger) for n in range(ID_BATCH)])
+    return sa.select(*PATH_COLUMNS).where(wanted).order_by(messages.c.id)
+
+
+@cache
 def path_messages() -> sa.Select[Any]:
     """Like :func:`context_messages`, plus the rest of a ``StoredMessage``: session, turn, seq, source."""
     return (

@@ -12,9 +12,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
-from .models import AgentMessage, Usage
+from .models import AgentMessage, Message, Usage
 
 __all__ = [
+    "ContextPage",
     "ContinuationKind",
     "Loop",
     "LoopConfig",
@@ -179,6 +180,23 @@ class SearchHit(Record):
     snippet: str
     highlights: list[tuple[int, int]]
     rank: float
+
+
+class ContextPage(Record):
+    """A page of the context of a loop (``store.messages.context_page``): its messages, and where it lies.
+
+    Offsets count the stored rows the context is built from (``store.messages.path``'s, in order), so a
+    page's ``next_offset`` is the next page's ``offset`` whatever the pages hold.
+    """
+
+    messages: list[Message]
+    message_ids: list[int | None]
+    """The stored id of each message; None for a synthetic result (a call that has none)."""
+    offset: int
+    next_offset: int | None
+    """Where the next page starts; None: this page is the last."""
+    rows: int
+    """Stored rows the whole context is built from."""
 
 
 class Turn(Record):

@@ -15,7 +15,7 @@ from ..database import Database
 from ..errors import InvalidArgument, InvalidMessage, LoopNotFound, MessageNotFound, TurnNotFound
 from ..media import REF_PREFIX, MediaMode
 from ..models import ExtensionMessage, Message
-from ..records import SearchHit, StoredMessage, Turn
+from ..records import ContextPage, SearchHit, StoredMessage, Turn
 from . import media as out_of_line
 from ._shared import check_whole, require_loop, require_session
 from .loops import is_message_id
@@ -25,7 +25,10 @@ from .message_tail import newest_tail, path_tail
 from .rows import MAX_TURN_INDEX, ExportRow, SourceRow, path_stored_message, stored_message, tool_calls
 from .search import search as search_messages
 
-__all__ = ["NAMES_BATCH", "STREAM_BATCH", "MessageReads"]
+__all__ = ["CONTEXT_PAGE", "NAMES_BATCH", "STREAM_BATCH", "MessageReads"]
+
+CONTEXT_PAGE = 500
+"""Stored rows :meth:`MessageRepository.context_page` builds a page from by default."""
 
 
 class MessageReads(MessageRepositoryBase):
@@ -52,7 +55,14 @@ class MessageReads(MessageRepositoryBase):
         return Turn(loop_id=loop_id, turn_index=turn_index, messages=messages)
 
     def turns(
-        self, loop_id: str, start: int = 0, stop: int | None = None, *, skip: int = 0, limit: int | None = None
+        self,
+        loop_id: str,
+        start: int = 0,
+        stop: int | None = None,
+        *,
+        skip: int = 0,
+        limit: int | None = None,
+        media: MediaMode = "inline",
     ) -> list[Turn]:
         """Turns ``start <= k < stop`` of a loop (``stop=None``: to the end), in order.
 
@@ -62,10 +72,14 @@ class MessageReads(MessageRepositoryBase):
         are read. The first and last turns returned may then hold only part of
         their messages; :meth:`turn_lengths` tells how many each holds.
 
+        ``media``: as in :meth:`last` (``"omit"``: media data left out, never read).
+
         Raises:
             LoopNotFound: no such loop.
-            InvalidArgument: ``skip`` is not a non-negative integer, or ``limit`` not a positive one.
+            InvalidArgument: ``skip`` is not a non-negative integer, or ``limit`` not a positive one;
+                ``media`` is not a media mode.
         """
+        mode = check_mode(media)
         params: dict[str, Any] = {"loop_id": loop_id, "start": start}
         if stop is not None:
             params["stop"] = stop
@@ -79,7 +93,7 @@ class MessageReads(MessageRepositoryBase):
         if not rows:
             require_loop(self._db, loop_id)
             return []
-        parsed = out_of_line.parse_texts_of(self._db, rows)
+        parsed = out_of_line.parse_texts_of(self._db, rows, mode)
         turns: list[Turn] = []
         current: list[Any] = []
         for (_id, index, _text), message in zip(rows, parsed):
@@ -212,6 +226,65 @@ class MessageReads(MessageRepositoryBase):
             rows = self._db.fetchall(q.context_messages(), {"session_id": session_id, "min_id": min_id})
             chosen = self._restore(ctx.choose(ctx.pieces(segments), rows), (4,), mode)
         return ctx.for_model(ctx.provider_safe(ctx.to_messages(chosen)), model, provider)
+
+    def context_page(
+        self,
+        loop_id: str,
+        offset: int = 0,
+        limit: int = CONTEXT_PAGE,
+        *,
+        model: str | None = None,
+        provider: str | None = None,
+        media: MediaMode = "inline",
+    ) -> ContextPage:
+        """A page of :meth:`context`: the messages built from its stored rows ``offset`` on, about ``limit`` of
+        them, reading only those (and the few its edges need) however long the context.
+
+        The page ends where a run of a call and its results ends (a run longer than
+        ``limit`` is read whole), so its messages are those :meth:`context` returns
+        from these rows: a result stays with its call, a synthetic one is where the
+        whole context has it. ``next_offset`` of one page is the ``offset`` of the next.
+
+        Raises:
+            LoopNotFound: no such loop.
+            InvalidArgument: ``offset`` or ``limit`` is not a whole number (``limit`` at least 1);
+                ``provider`` without ``model``; ``media`` is not a media mode.
+        """
+        check_whole("offset", offset, 0, MAX_ROWS)
+        check_whole("limit", limit, 1, MAX_ROWS)
+        _check_model(model, provider)
+        mode = check_mode(media)
+        with self._db.read():
+            session_id, segments, min_id = self._locate(loop_id)
+            shapes = ctx.choose(
+                ctx.pieces(segments),
+                self._db.fetchall(q.context_shapes(), {"session_id": session_id, "min_id": min_id}),
+            )
+            start = min(offset, len(shapes))
+            stop = ctx.run_edge(shapes, min(start + limit, len(shapes)), 1)
+            first = ctx.run_edge(shapes, start, -1)
+            wanted = [row for row in shapes[first:stop] if row[2] != "extension" or row[3] in ctx.SUMMARY_KINDS]
+            texts: dict[int, Any] = {}
+            for at in range(0, len(wanted), q.ID_BATCH):
+                ids = [row[0] for row in wanted[at : at + q.ID_BATCH]]
+                params = {f"id{n}": ids[n] if n < len(ids) else -1 for n in range(q.ID_BATCH)}
+                rows = self._restore(self._db.fetchall(q.path_rows_by_id(), params), (4,), mode)
+                texts.update((row[0], row) for row in rows)
+        place = {row[0]: first + i for i, row in enumerate(shapes[first:stop])}
+        chosen = [texts[row[0]] for row in wanted]
+        parsed = ctx.to_messages(chosen)
+        stored = {id(message) for message in parsed}
+        placed = ctx.provider_safe_placed(zip([row[0] for row in chosen], parsed))
+        kept = [(key, message) for key, message in placed if start <= place[key] < stop]
+        messages = ctx.for_model([message for _key, message in kept], model, provider)
+        ids = [None if message.role == "toolResult" and id(message) not in stored else key for key, message in kept]
+        return ContextPage(
+            messages=messages,
+            message_ids=ids,
+            offset=start,
+            next_offset=stop if stop < len(shapes) else None,
+            rows=len(shapes),
+        )
 
     def path(self, loop_id: str) -> list[StoredMessage]:
         """The stored messages ``context(loop_id)`` is built from, in context order, extension messages included.

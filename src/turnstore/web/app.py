@@ -26,6 +26,8 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
 from ..errors import InvalidArgument, NotFound, SearchUnavailable, TurnNotFound
+from ..media import REF_PREFIX
+from ..records import Loop, SessionSummary
 from ..store import Store
 from . import charts
 from .security import Guard
@@ -33,11 +35,16 @@ from .text import as_json, shown
 from .views import (
     IMAGE_TYPES,
     TREE_INDENT,
+    LoopPart,
+    continues,
     hit_views,
     image_block,
+    image_of,
     loop_of_session,
     loop_tree,
     message_view,
+    next_in_conversation,
+    pair_in_order,
     session_rows,
     token_count,
     tree_items,
@@ -65,7 +72,9 @@ SPEND_DAYS = 120
 """Days in the spend page's charts over time (the latest)."""
 SPEND_SESSIONS = 15
 """Sessions in the spend page's by-session chart (the costliest)."""
-ORDERS = ("-updated", "updated", "-created", "created", "title", "-title")
+ORDERS = ("-updated", "updated", "-created", "created", "title", "-title", "-cost", "cost", "-tokens", "tokens")
+USAGE_ORDERS = ("cost", "tokens")
+"""Orders of the sessions list by usage: the store's sessions are read (their rows, one usage query), then sorted."""
 
 
 def create_app(store: Store, *, token: str | None = None, hosts: Iterable[str] | None = None) -> ASGIApp:
@@ -104,15 +113,16 @@ def create_app(store: Store, *, token: str | None = None, hosts: Iterable[str] |
         per = _int(query, "per", SESSIONS_PAGE, 1, MAX_PAGE)
         number = _int(query, "page", 1, 1, 10**9)
         order = _choice(query, "order", ORDERS)
-        found = store.sessions.list(
-            limit=per + 1,
-            offset=(number - 1) * per,
-            order=order,
-            agent_id=query.get("agent") or None,
-            model=query.get("model") or None,
-            since=_day(query, "since"),
-            until=_day(query, "until", next_day=True),
-        )
+        filters: dict[str, Any] = {
+            "agent_id": query.get("agent") or None,
+            "model": query.get("model") or None,
+            "since": _day(query, "since"),
+            "until": _day(query, "until", next_day=True),
+        }
+        if order.lstrip("-") in USAGE_ORDERS:
+            found = _by_usage(store, order, filters)[(number - 1) * per : number * per + 1]
+        else:
+            found = store.sessions.list(limit=per + 1, offset=(number - 1) * per, order=order, **filters)
         return page(
             request,
             "sessions.html",
@@ -156,16 +166,12 @@ def create_app(store: Store, *, token: str | None = None, hosts: Iterable[str] |
         start = _int(query, "from", 0, 0, 2**31)
         offset = _int(query, "offset", 0, 0, 2**31)
         loop = loop_of_session(store, session_id, loop_id) if loop_id is not None else None
-        turns = []
-        if loop is not None:
-            turns = turn_views(store, loop.loop_id, start, start + TURNS_PAGE, offset, MESSAGES_PAGE)
-        cut = turns[-1] if turns and turns[-1].rest else None  # the message bound ended the page within a turn
-        later = None  # the first turn after this page's, when there is one (turn numbers may have gaps)
-        if loop is not None and turns and cut is None:
-            bounded = sum(len(turn.messages) for turn in turns) >= MESSAGES_PAGE  # ended at a turn's end
-            after = turns[-1].turn_index + 1 if bounded else start + TURNS_PAGE
-            following = store.messages.turns(loop.loop_id, after, limit=1)
-            later = following[0].turn_index if following else None
+        parts, later = _conversation(store, loops, loop, start, offset) if loop is not None else ([], None)
+        earlier = None  # where the conversation before this page's first loop ends, when it has one
+        if loop is not None and start == 0 and offset == 0 and continues(loop) and loop.parent_loop_id:
+            lengths = store.messages.turn_lengths(loop.parent_loop_id)
+            earlier = (loop.parent_loop_id, max(max(lengths, default=0) - TURNS_PAGE + 1, 0))
+        turns = parts[0].turns if parts else []
         return page(
             request,
             "session.html",
@@ -174,11 +180,12 @@ def create_app(store: Store, *, token: str | None = None, hosts: Iterable[str] |
             usage=store.usage.session(session_id),
             by_loop={row.loop_id: row for row in store.usage.by_loop(session_id)},
             current=loop,
+            parts=parts,
             turns=turns,
             start=start,
             offset=offset,
-            cut=cut,
             later=later,
+            earlier=earlier,
             page_size=TURNS_PAGE,
             messages_page=MESSAGES_PAGE,
             tree_indent=TREE_INDENT,
@@ -189,39 +196,43 @@ def create_app(store: Store, *, token: str | None = None, hosts: Iterable[str] |
         loop_id = _required(query, "loop")
         offset = _int(query, "offset", 0, 0, 2**31)
         loop = store.loops.get(loop_id)
-        messages = store.messages.context(loop_id)
-        shown_messages = [message_view(m, loop_id) for m in messages[offset : offset + CONTEXT_PAGE]]
+        found = store.messages.context_page(loop_id, offset, CONTEXT_PAGE, media="ref")
+        shown_messages = [message_view(m, loop_id, None, i) for m, i in zip(found.messages, found.message_ids)]
+        pair_in_order(shown_messages)
         return page(
             request,
             "context.html",
             session=store.sessions.get(loop.session_id),
             current=loop,
             messages=shown_messages,
-            offset=offset,
-            total=len(messages),
+            found=found,
             page_size=CONTEXT_PAGE,
         )
 
     def image(request: Request) -> Response:
         query = request.query_params
-        loop_id = _required(query, "loop")
-        turn, index, number = (_int(query, name, None, 0, 2**31) for name in ("turn", "message", "block"))
-        try:
-            block = image_block(store, loop_id, turn, index, number)
-        except TurnNotFound as error:
-            raise NotFound(str(error)) from None
-        try:
-            data = base64.b64decode(block.data, validate=True)
-        except (binascii.Error, ValueError):
-            raise InvalidArgument("block", "the stored image data is not base64") from None
-        if block.mime_type in IMAGE_TYPES:
-            return Response(data, media_type=block.mime_type, headers={"Cache-Control": "private, max-age=3600"})
-        # Not an image type this viewer shows (an SVG may hold script): a download, never rendered.
-        return Response(
-            data,
-            media_type="application/octet-stream",
-            headers={"Content-Disposition": 'attachment; filename="image.bin"'},
-        )
+        if query.get("id"):  # a message of a context page, by its stored id
+            message_id = _int(query, "id", None, 1, 2**62)
+            number = _int(query, "block", None, 0, 2**31)
+            block = image_of(store.messages.get(message_id, media="ref").message, number)
+        else:
+            loop_id = _required(query, "loop")
+            turn, index, number = (_int(query, name, None, 0, 2**31) for name in ("turn", "message", "block"))
+            try:
+                block = image_block(store, loop_id, turn, index, number)
+            except TurnNotFound as error:
+                raise NotFound(str(error)) from None
+        data = block.data
+        if data.startswith(REF_PREFIX):  # kept out of line: read now, and only it
+            data = store.messages.media(data)
+        return _media_response(data, block.mime_type)
+
+    def media(request: Request) -> Response:
+        query = request.query_params
+        digest = _required(query, "sha256")
+        if len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
+            raise InvalidArgument("sha256", "must be 64 lower-case hex digits (a media digest)")
+        return _media_response(store.messages.media(digest), query.get("type") or "")
 
     def spend(request: Request) -> Response:
         days = store.usage.by_day()
@@ -232,15 +243,19 @@ def create_app(store: Store, *, token: str | None = None, hosts: Iterable[str] |
         for row in top:
             assert row.session_id is not None
             titles[row.session_id] = store.sessions.get(row.session_id).title or row.session_id
-        day_items = [(row.day or "?", row) for row in days[-SPEND_DAYS:]]
+        undated = [row for row in days if not _dated(row.day)]
+        day_items = _timeline([row for row in days if _dated(row.day)], SPEND_DAYS)
         return page(
             request,
             "spend.html",
             total=store.usage.total(),
+            undated=_total(undated),
             charts=[
-                charts.columns("Tokens by day", [(d, token_count(r)) for d, r in day_items], _tokens),
-                charts.columns("Cost by day (USD)", [(d, r.cost or 0.0) for d, r in day_items], _cost),
-                charts.line("Cache-hit rate by day", [(d, r.cache_hit_rate) for d, r in day_items], _rate),
+                charts.columns("Tokens by day", [(d, token_count(r) if r else 0) for d, r in day_items], _tokens),
+                charts.columns("Cost by day (USD)", [(d, (r.cost or 0.0) if r else 0.0) for d, r in day_items], _cost),
+                charts.line(
+                    "Cache-hit rate by day", [(d, r.cache_hit_rate if r else None) for d, r in day_items], _rate
+                ),
                 charts.rows("Cost by model (USD)", [(_model(r), r.cost or 0.0) for r in models], _cost),
                 charts.rows("Tokens by model", [(_model(r), token_count(r)) for r in models], _tokens),
                 charts.rows(
@@ -265,6 +280,7 @@ def create_app(store: Store, *, token: str | None = None, hosts: Iterable[str] |
         Route("/session", guarded(session)),
         Route("/context", guarded(context)),
         Route("/image", guarded(image)),
+        Route("/media", guarded(media)),
         Route("/spend", guarded(spend)),
         Route("/favicon.ico", _no_icon),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
@@ -272,6 +288,121 @@ def create_app(store: Store, *, token: str | None = None, hosts: Iterable[str] |
     app = Starlette(routes=routes, exception_handlers={404: not_found})
     app.state.store = store
     return Guard(app, token, None if hosts is None else frozenset(host.lower() for host in hosts))
+
+
+def _media_response(data: str, mime_type: str) -> Response:
+    """Stored base64 media as its bytes: an image type this viewer shows as itself, anything else (an
+    SVG may hold script; a type the link names may be any) as a download, never rendered."""
+    try:
+        body = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidArgument("block", "the stored image data is not base64") from None
+    if mime_type in IMAGE_TYPES:
+        return Response(body, media_type=mime_type, headers={"Cache-Control": "private, max-age=3600"})
+    return Response(
+        body,
+        media_type="application/octet-stream",
+        headers={"Content-Disposition": 'attachment; filename="media.bin"'},
+    )
+
+
+def _conversation(
+    store: Store, loops: list[Loop], loop: Loop, start: int, offset: int
+) -> tuple[list[LoopPart], dict[str, Any] | None]:
+    """One page of a session's conversation from turn ``start`` (its message ``offset``) of ``loop``: that
+    loop's turns, then those of the loop that continues it, and so on, up to :data:`TURNS_PAGE` turns
+    and :data:`MESSAGES_PAGE` messages in all; and where the next page starts (None: the conversation ends).
+    """
+    parts: list[LoopPart] = []
+    budget, turns_left = MESSAGES_PAGE, TURNS_PAGE
+    seen: set[str] = set()
+    current = loop
+    for _step in range(TURNS_PAGE):  # loops read on one page, at most (a chain may hold empty ones)
+        seen.add(current.loop_id)
+        stop = start + turns_left
+        turns = turn_views(store, current.loop_id, start, stop, offset, budget)
+        if turns or not parts:
+            parts.append(LoopPart(current, _relation_of(current), turns, f"-{len(parts)}" if parts else ""))
+        if turns and turns[-1].rest:  # the message bound ended the page within a turn
+            cut = turns[-1]
+            return parts, {"loop": current.loop_id, "from": cut.turn_index, "offset": cut.first + len(cut.messages)}
+        budget -= sum(len(turn.messages) for turn in turns)
+        turns_left -= len(turns)
+        after = turns[-1].turn_index + 1 if budget <= 0 else stop  # turn numbers may have gaps
+        following = store.messages.turns(current.loop_id, after, limit=1, media="omit")
+        if following:
+            return parts, {"loop": current.loop_id, "from": following[0].turn_index}
+        successor = next_in_conversation(loops, current.loop_id)
+        if successor is None or successor.loop_id in seen:  # the end (or a cycle, in a damaged store)
+            return parts, None
+        if budget <= 0 or turns_left <= 0:
+            return parts, {"loop": successor.loop_id}
+        current, start, offset = successor, 0, 0
+    return parts, {"loop": current.loop_id}
+
+
+def _relation_of(loop: Loop) -> str:
+    return loop_tree([loop])[0].relation
+
+
+def _by_usage(store: Store, order: str, filters: dict[str, Any]) -> list[SessionSummary]:
+    """The sessions ``filters`` select, by cost or tokens (``order``, ``-`` first: most first); sessions
+    without a cost last either way, ties by last activity.
+
+    What is sorted is not a column: every selected session is listed (a row each, no message read)
+    and the store's usage by session read once, then the page cut from the sorted list.
+    """
+    descending = order.startswith("-")
+    key = order.lstrip("-")
+    usage = {row.session_id: row for row in store.usage.by_session()}
+    summaries: list[SessionSummary] = []
+    while batch := store.sessions.list(limit=BY_USAGE_BATCH, offset=len(summaries), **filters):
+        summaries += batch
+        if len(batch) < BY_USAGE_BATCH:
+            break
+
+    def value(summary: SessionSummary) -> float | None:
+        row = usage.get(summary.session_id)
+        if row is None:
+            return None
+        return row.cost if key == "cost" else float(token_count(row))
+
+    known = [s for s in summaries if value(s) is not None]
+    known.sort(key=lambda s: value(s) or 0.0, reverse=descending)  # stable: ties keep the newest first
+    return known + [s for s in summaries if value(s) is None]
+
+
+BY_USAGE_BATCH = 1_000
+"""Sessions one list read fetches when the list is sorted by usage."""
+
+
+UNDATED_DAY = "1970-01-01"
+"""The day of timestamp 0: a message's timestamp when its source recorded none (never a real day of use)."""
+
+
+def _dated(day: str | None) -> bool:
+    """Whether a usage row's day is a day of use: not missing, not that of timestamp 0."""
+    return day is not None and day != UNDATED_DAY
+
+
+def _timeline(rows: list[Any], most: int) -> list[tuple[str, Any]]:
+    """The latest ``most`` days up to the last day of ``rows`` (oldest first), each with its row or None:
+    the days between days of use stand on the axis too, so the chart's spacing is time's."""
+    if not rows:
+        return []
+    by_day = {row.day: row for row in rows}
+    last = date.fromisoformat(rows[-1].day)
+    first = max(date.fromisoformat(rows[0].day), last - timedelta(days=most - 1))
+    span = (last - first).days + 1
+    return [(day.isoformat(), by_day.get(day.isoformat())) for day in (first + timedelta(days=i) for i in range(span))]
+
+
+def _total(rows: list[Any]) -> Any:
+    """Tokens and cost of usage rows together (None when there are none)."""
+    if not rows:
+        return None
+    costs = [row.cost for row in rows if row.cost is not None]
+    return {"tokens": sum(token_count(row) for row in rows), "cost": sum(costs) if costs else None}
 
 
 def _no_icon(_request: Request) -> Response:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Bar", "Chart", "columns", "line", "rows"]
+__all__ = ["MAX_TICKS", "Bar", "Chart", "columns", "line", "rows"]
 
 WIDTH = 720
 LABEL_WIDTH = 230
@@ -65,7 +65,7 @@ def rows(title: str, items: Sequence[tuple[str, float]], fmt: Callable[[float], 
 
 
 def columns(title: str, items: Sequence[tuple[str, float]], fmt: Callable[[float], str]) -> Chart:
-    """Vertical bars over time (days), oldest first; the first and last labels on the axis."""
+    """Vertical bars over time (days), oldest first; labels under the axis at readable intervals."""
     top = max((value for _, value in items), default=0.0) or 1.0
     step = (WIDTH - 2 * MARGIN) / max(len(items), 1)
     chart = Chart("columns", title, WIDTH, PLOT_HEIGHT + 2 * MARGIN)
@@ -73,29 +73,49 @@ def columns(title: str, items: Sequence[tuple[str, float]], fmt: Callable[[float
         height = round(max(value, 0) / top * PLOT_HEIGHT, 1)
         x = round(MARGIN + i * step + step * 0.1, 1)
         chart.bars.append(Bar(x, MARGIN + PLOT_HEIGHT - height, round(step * 0.8, 1), height, label, fmt(value)))
-    chart.axis = _ends(chart.bars)
+    chart.axis = _ticks([(bar.x + bar.width / 2, bar.label) for bar in chart.bars])
     return chart
 
 
-def line(title: str, items: Sequence[tuple[str, float]], fmt: Callable[[float], str], top: float = 1.0) -> Chart:
-    """A line over time (a rate between 0 and ``top``), one marked point per item."""
+def line(title: str, items: Sequence[tuple[str, float | None]], fmt: Callable[[float], str], top: float = 1.0) -> Chart:
+    """A line over time (a rate between 0 and ``top``), one marked point per item with a value (None: a
+    day without one, on the axis but not on the line)."""
     step = (WIDTH - 2 * MARGIN) / max(len(items) - 1, 1)
     chart = Chart("line", title, WIDTH, PLOT_HEIGHT + 2 * MARGIN)
     coordinates = []
+    places = []
     for i, (label, value) in enumerate(items):
         x = round(MARGIN + i * step, 1)
+        places.append((x, label))
+        if value is None:
+            continue
         y = round(MARGIN + PLOT_HEIGHT - min(max(value, 0), top) / top * PLOT_HEIGHT, 1)
         coordinates.append(f"{x},{y}")
         chart.bars.append(Bar(x, y, 0, 0, label, fmt(value)))
     chart.points = " ".join(coordinates)
-    chart.axis = _ends(chart.bars, last="end")  # the last point sits on the right edge
+    chart.axis = _ticks(places) if chart.bars else []
     return chart
 
 
-def _ends(bars: list[Bar], last: str = "start") -> list[tuple[float, str, str]]:
-    """The first and last labels under the axis."""
-    if not bars:
+MAX_TICKS = 8
+"""Labels under a time axis at most: a ``YYYY-MM-DD`` label is about 70 pixels wide."""
+TICK_WIDTH = 70
+
+
+def _ticks(places: Sequence[tuple[float, str]]) -> list[tuple[float, str, str]]:
+    """Labels under the axis: every one when they fit, else one every few, the last always labelled;
+    each centred under its place, or aligned to the chart's edge where it would run past it."""
+    if not places:
         return []
-    if len(bars) == 1:
-        return [(bars[0].x, bars[0].label, "start")]
-    return [(bars[0].x, bars[0].label, "start"), (bars[-1].x, bars[-1].label, last)]
+    every = -(-len(places) // MAX_TICKS)  # ceiling
+    chosen = list(range(len(places) - 1, -1, -every))[::-1]
+    axis = []
+    for index in chosen:
+        x, label = places[index]
+        anchor = "middle"
+        if x - TICK_WIDTH / 2 < 0:
+            anchor = "start"
+        elif x + TICK_WIDTH / 2 > WIDTH:
+            anchor = "end"
+        axis.append((round(x, 1), label, anchor))
+    return axis

@@ -13,8 +13,10 @@ import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
+from urllib.parse import urlencode
 
 from ..errors import InvalidArgument, LoopNotFound, SessionNotFound, TurnNotFound
+from ..media import REF_PREFIX
 from ..models import (
     AssistantMessage,
     AudioContent,
@@ -35,16 +37,22 @@ __all__ = [
     "Block",
     "HitView",
     "LoopNode",
+    "LoopPart",
     "MessageView",
     "SessionRow",
     "TREE_INDENT",
     "TreeItem",
     "TurnView",
     "image_block",
+    "image_of",
     "hit_views",
+    "continues",
     "loop_of_session",
+    "next_in_conversation",
     "loop_tree",
     "message_view",
+    "pair",
+    "pair_in_order",
     "session_rows",
     "snippet_pieces",
     "token_count",
@@ -182,6 +190,34 @@ def _relation(loop: Loop) -> str:
     return kind
 
 
+CONTINUATIONS = frozenset({"default", "compaction"})
+"""How a loop that carries the conversation on continues its parent: the next prompt, or a compaction."""
+
+
+def continues(loop: Loop) -> bool:
+    """Whether ``loop`` carries its parent's conversation on (not a branch, a rerun or a sub-agent)."""
+    return (
+        loop.parent_loop_id is not None and loop.spawn_loop_id is None and loop.continuation_kind.value in CONTINUATIONS
+    )
+
+
+def next_in_conversation(loops: list[Loop], loop_id: str) -> Loop | None:
+    """The loop that carries ``loop_id``'s conversation on: the latest of its children that continue it."""
+    following = [loop for loop in loops if loop.parent_loop_id == loop_id and continues(loop)]
+    return following[-1] if following else None
+
+
+@dataclass
+class LoopPart:
+    """The turns of one loop a session's page shows, in conversation order with the loops before and after."""
+
+    loop: Loop
+    relation: str
+    turns: list[TurnView]
+    suffix: str = ""
+    """What tells this part's turn anchors apart from another loop's on the page ("" for the first part)."""
+
+
 def loop_of_session(store: Store, session_id: str, loop_id: str) -> Loop:
     """The loop, refused as not found when it belongs to another session."""
     loop = store.loops.get(loop_id)
@@ -201,7 +237,8 @@ class Block:
     anchor: str = ""
     target: str | None = None
     mime_type: str = ""
-    image_index: tuple[int, int] | None = None
+    src: str | None = None
+    """Where the image is served from (the media route by digest, or the image route by place); None: nowhere."""
     is_image: bool = False
 
 
@@ -245,8 +282,7 @@ def _anchor(kind: str, loop_id: str, call_id: str, place: tuple[int, int] | None
     """An HTML id for a tool call or result: a digest of the loop, the turn (a call id may repeat in
     another turn) and the call id, so stored ids never reach an attribute raw."""
     turn = "" if place is None else place[0]
-    digest = hashlib.sha256(f"{loop_id}\x00{turn}\x00{call_id}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    return f"{kind}-{digest}"
+    return kind + "-" + _digest(f"{loop_id}\x00{turn}\x00{call_id}")
 
 
 def turn_views(store: Store, loop_id: str, start: int, stop: int, skip: int, limit: int) -> list[TurnView]:
@@ -261,21 +297,50 @@ def turn_views(store: Store, loop_id: str, start: int, stop: int, skip: int, lim
         if skip >= held:
             raise InvalidArgument("offset", f"must be less than the {held:,} messages of turn {start}")
     views = []
-    turns = store.messages.turns(loop_id, start, stop, skip=skip, limit=limit)
+    turns = store.messages.turns(loop_id, start, stop, skip=skip, limit=limit, media="ref")
     lengths = store.messages.turn_lengths(loop_id, turns[0].turn_index, turns[-1].turn_index + 1) if turns else {}
     for turn in turns:
         first = skip if turn.turn_index == start else 0
         messages = [
             message_view(message, loop_id, (turn.turn_index, first + i)) for i, message in enumerate(turn.messages)
         ]
-        _pair(messages)
+        pair(messages)
         usage = store.usage.turn(loop_id, turn.turn_index)
         length = lengths.get(turn.turn_index, first + len(messages))
         views.append(TurnView(turn.turn_index, messages, usage, first, length))
     return views
 
 
-def _pair(messages: list[MessageView]) -> None:
+def pair_in_order(messages: list[MessageView]) -> None:
+    """Link each tool call of a context page to its result and back: the first result after it with its id.
+
+    A context page spans turns and loops, where a call id may repeat: each call's anchor is told apart
+    by where its message stands on the page, and its result takes the same one.
+    """
+    open_calls: dict[str, tuple[Block, str]] = {}
+    for position, view in enumerate(messages):
+        for block in view.blocks:
+            if block.kind == "tool_call":
+                key = block.anchor[len("call-") :]
+                unique = _digest(f"{key}\x00{position}")
+                block.anchor = f"call-{unique}"
+                open_calls[key] = (block, unique)
+        if view.role == "toolResult" and view.anchor:
+            key = view.anchor[len("result-") :]
+            found = open_calls.pop(key, None)
+            if found is None:
+                view.anchor = "result-" + _digest(f"{key}\x00result {position}")
+                continue
+            call, unique = found
+            view.anchor = f"result-{unique}"
+            call.target, view.target = view.anchor, call.anchor
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def pair(messages: list[MessageView]) -> None:
     """Link each tool call to the result shown on the same page, and each result to its call."""
     calls = {block.anchor: block for view in messages for block in view.blocks if block.kind == "tool_call"}
     results = {view.anchor: view for view in messages if view.role == "toolResult"}
@@ -286,11 +351,19 @@ def _pair(messages: list[MessageView]) -> None:
             result.target = anchor
 
 
-def message_view(message: Any, loop_id: str, place: tuple[int, int] | None = None) -> MessageView:
-    """One stored message as shown; ``place`` (turn, index in turn) makes its images loadable."""
+def message_view(
+    message: Any, loop_id: str, place: tuple[int, int] | None = None, message_id: int | None = None
+) -> MessageView:
+    """One stored message as shown, read with ``media="ref"``: an image kept out of line is served by its
+    digest; a small one stored inline by its place, ``place`` (turn, index in turn) or ``message_id``."""
     if isinstance(message, ExtensionMessage):
         return MessageView(role="extension", blocks=[], kind=message.kind, data=message.data)
-    blocks = [_block(block, loop_id, place, b) for b, block in enumerate(message.content)]
+    where: dict[str, Any] | None = None
+    if place is not None:
+        where = {"loop": loop_id, "turn": place[0], "message": place[1]}
+    elif message_id is not None:
+        where = {"id": message_id}
+    blocks = [_block(block, loop_id, place, where, b) for b, block in enumerate(message.content)]
     view = MessageView(role=message.role, blocks=blocks)
     view.timestamp = _time(getattr(message, "timestamp", 0))  # one no calendar holds: shown as none
     if isinstance(message, AssistantMessage):
@@ -301,7 +374,7 @@ def message_view(message: Any, loop_id: str, place: tuple[int, int] | None = Non
     return view
 
 
-def _block(block: Any, loop_id: str, place: tuple[int, int] | None, index: int) -> Block:
+def _block(block: Any, loop_id: str, place: tuple[int, int] | None, where: dict[str, Any] | None, index: int) -> Block:
     if isinstance(block, TextContent):
         return Block("text", text=block.text)
     if isinstance(block, ThinkingContent):
@@ -310,11 +383,25 @@ def _block(block: Any, loop_id: str, place: tuple[int, int] | None, index: int) 
         anchor = _anchor("call", loop_id, block.id, place)
         return Block("tool_call", name=block.name, arguments=block.arguments, anchor=anchor)
     if isinstance(block, ImageContent):
-        where = None if place is None else (place[1], index)
-        return Block("image", mime_type=block.mime_type, image_index=where, is_image=block.mime_type in IMAGE_TYPES)
+        return Block(
+            "image",
+            mime_type=block.mime_type,
+            src=_image_src(block, where, index),
+            is_image=block.mime_type in IMAGE_TYPES,
+        )
     if isinstance(block, (AudioContent, FileContent)):
         return Block(block.type, mime_type=block.mime_type or "", name=getattr(block, "name", None) or "")
     return Block("other", text=str(getattr(block, "type", "block")))
+
+
+def _image_src(block: ImageContent, where: dict[str, Any] | None, index: int) -> str | None:
+    """The address of an image: ``/media`` by digest when its data is kept out of line (a page read with
+    ``media="ref"`` holds only the reference), else ``/image`` by its place, when it has one."""
+    if block.data.startswith(REF_PREFIX):
+        return "/media?" + urlencode({"sha256": block.data[len(REF_PREFIX) :], "type": block.mime_type})
+    if where is None:
+        return None
+    return "/image?" + urlencode({**where, "block": index})
 
 
 def image_block(store: Store, loop_id: str, turn_index: int, message_index: int, block_index: int) -> ImageContent:
@@ -324,13 +411,22 @@ def image_block(store: Store, loop_id: str, turn_index: int, message_index: int,
         LoopNotFound, TurnNotFound: no such loop or turn.
         IndexError: no image block at that place.
     """
-    turns = store.messages.turns(loop_id, turn_index, turn_index + 1, skip=message_index, limit=1)  # that one
+    turns = store.messages.turns(loop_id, turn_index, turn_index + 1, skip=message_index, limit=1, media="ref")
     if not turns:
         if not store.messages.turn_lengths(loop_id, turn_index, turn_index + 1):
             raise TurnNotFound(f"loop {loop_id!r} has no turn {turn_index}")
         raise IndexError("no such message in the turn")
-    messages = turns[0].messages
-    content = getattr(messages[0], "content", None) or []
+    return image_of(turns[0].messages[0], block_index)
+
+
+def image_of(message: Any, block_index: int) -> ImageContent:
+    """Block ``block_index`` of a message, when it is an image (its data as read: ``media="ref"`` keeps a
+    reference to media kept out of line).
+
+    Raises:
+        IndexError: no image block there.
+    """
+    content = getattr(message, "content", None) or []
     if not 0 <= block_index < len(content) or not isinstance(content[block_index], ImageContent):
         raise IndexError("no image block at that place")
     image: ImageContent = content[block_index]
