@@ -1055,7 +1055,10 @@ def test_an_items_loop_id_another_session_holds_is_refused_and_nothing_leaks(url
     async def scenario() -> None:
         async with await AsyncStore.open(url) as store:
             victim = TurnstoreSession("victim", store)
-            with pytest.raises(AlreadyExists, match="^loop 'victim.items' .* belongs to session 'other'"):
+            with pytest.raises(
+                AlreadyExists,
+                match="^loop 'victim.items', where session 'victim' keeps its items, belongs to session 'other'",
+            ):
                 await victim.add_items([user("secret")])
             with pytest.raises(AlreadyExists, match="belongs to session 'other'"):
                 await victim.get_items()
@@ -1079,7 +1082,7 @@ def test_record_usage_with_more_cached_than_input_tokens_is_clamped_not_a_valida
             input_tokens=5,
             output_tokens=2,
             total_tokens=7,
-            input_tokens_details=InputTokensDetails(cached_tokens=9),
+            input_tokens_details=InputTokensDetails(cached_tokens=9, cache_write_tokens=0),
             output_tokens_details=OutputTokensDetails(reasoning_tokens=4),
         )
 

@@ -13,7 +13,12 @@ keeps its history in turnstore:
   those sources, so it gives back exactly what was added, in order.
 * The items live in one loop per session, ``"{session_id}.items"``. Each
   ``add_items`` call whose first item is a user message opens a new turn;
-  any other call continues the latest turn.
+  any other call continues the latest turn. A loop of that id in another
+  session is refused (``AlreadyExists``): a session reads and writes only its own.
+* A session imported from the SDK's database (``turnstore import
+  openai-agents``) goes on where it left off: its items are the imported
+  ones (an imported model response's items, one per line of its source), and
+  the items loop continues its last loop.
 * ``await session.record_usage(result)`` stores what a run cost in a loop of
   its own (``continuation="initial"``, so it is no part of the items'
   context): one ``openai_agents.request_usage`` extension message per model
@@ -22,8 +27,10 @@ keeps its history in turnstore:
   Items carry no usage, so their assistant messages are stored with unknown
   usage; ``store.usage.session(session_id)`` then holds the SDK's totals.
 
-Database calls run on the :class:`~turnstore.aio.AsyncStore`'s worker threads;
-a cancelled call still finishes (or never starts) as a whole, never halfway.
+Database calls run on an :class:`~turnstore.aio.AsyncStore`'s worker threads, or
+for a :class:`~turnstore.store.Store` in the event loop's default executor (as the
+SDK's ``SQLiteSession`` runs its own); a cancelled call still finishes (or never
+starts) as a whole, never halfway.
 """
 
 from __future__ import annotations
