@@ -64,6 +64,7 @@ import sqlite3
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -1023,16 +1024,20 @@ def test_requests_the_sdk_counted_without_usage_entries_still_count(tmp_path: Pa
             )
         ]
 
-    class Result:
-        context_wrapper = Wrapper()
+    totals = recorded_totals(tmp_path, Wrapper.usage)
+    assert (totals.requests, totals.input, totals.output) == (2, 10, 1)
 
-    async def scenario() -> None:
-        async with await AsyncStore.open(tmp_path / "t.db") as store:
-            await TurnstoreSession("req", store).record_usage(Result())
-            totals = await store.usage.session("req")
-            assert (totals.requests, totals.input, totals.output) == (2, 10, 1)
 
-    run(scenario())
+def recorded_totals(path: Path, usage: Any) -> Any:
+    """``store.usage.session`` of a session that ``record_usage`` stored one run of ``usage`` in."""
+    result = SimpleNamespace(context_wrapper=SimpleNamespace(usage=usage))
+
+    async def scenario() -> Any:
+        async with await AsyncStore.open(path / "t.db") as store:
+            await TurnstoreSession("run", store).record_usage(result)
+            return await store.usage.session("run")
+
+    return run(scenario())
 
 
 # --- a session uses only what belongs to it ------------------------------------------------------
@@ -1086,16 +1091,8 @@ def test_record_usage_with_more_cached_than_input_tokens_is_clamped_not_a_valida
             output_tokens_details=OutputTokensDetails(reasoning_tokens=4),
         )
 
-    class Result:
-        context_wrapper = Wrapper()
-
-    async def scenario() -> None:
-        async with await AsyncStore.open(tmp_path / "t.db") as store:
-            await TurnstoreSession("cached", store).record_usage(Result())
-            totals = await store.usage.session("cached")
-            assert (totals.input, totals.cache_read, totals.output, totals.reasoning) == (0, 9, 2, 2)
-
-    run(scenario())
+    totals = recorded_totals(tmp_path, Wrapper.usage)
+    assert (totals.input, totals.cache_read, totals.output, totals.reasoning) == (0, 9, 2, 2)
 
 
 def sdk_database(path: Path, session_id: str, items: list[Any]) -> None:
