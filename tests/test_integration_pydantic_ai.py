@@ -228,9 +228,9 @@ def test_built_with_the_wrong_arguments_it_says_which_in_one_line(sync_store: St
     from turnstore import InvalidArgument
 
     with pytest.raises(InvalidArgument, match="^session_id: must be a string, got int"):
-        TurnstoreHistory(42, sync_store)  # type: ignore[arg-type]
+        TurnstoreHistory(42, sync_store)  # type: ignore[call-overload]
     with pytest.raises(InvalidArgument, match="^store: must be a turnstore Store or AsyncStore, got str"):
-        TurnstoreHistory("chat", str(tmp_path / "a.db"))  # type: ignore[arg-type]
+        TurnstoreHistory("chat", str(tmp_path / "a.db"))  # type: ignore[call-overload]
     with pytest.raises(InvalidArgument, match="^url: give a store or a url, not both"):
         TurnstoreHistory("chat", sync_store, url=str(tmp_path / "b.db"))
 
@@ -241,7 +241,7 @@ def test_the_old_argument_order_still_works_with_a_deprecation_warning(sync_stor
         match=r"^TurnstoreHistory\(store, session_id\) is deprecated.*"
         r"TurnstoreHistory\(session_id, store\)",
     ):
-        history = TurnstoreHistory(sync_store, "old")  # type: ignore[arg-type]
+        history = TurnstoreHistory(sync_store, "old")
     assert (history.session_id, history.store) == ("old", sync_store)
     result = Agent(TestModel()).run_sync("hi")
     history.save(result)

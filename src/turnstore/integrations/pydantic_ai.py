@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, overload
 
 import pydantic_ai.messages as _messages
 from pydantic_ai.messages import (
@@ -49,6 +49,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
+from typing_extensions import deprecated
 
 from ..aio import AsyncStore
 from ..errors import SessionNotFound
@@ -97,10 +98,17 @@ class TurnstoreHistory:
     release, with a ``DeprecationWarning``.
     """
 
-    def __init__(self, session_id: str, store: Store | AsyncStore | None = None, *, url: str | None = None) -> None:
-        session_id, store = old_order(session_id, store, NAME)  # type: ignore[assignment]
+    @overload
+    def __init__(self, session_id: str, store: Store | AsyncStore | None = None, *, url: str | None = None) -> None: ...
+
+    @overload
+    @deprecated("TurnstoreHistory(store, session_id) is deprecated: use TurnstoreHistory(session_id, store)")
+    def __init__(self, session_id: Store | AsyncStore, store: str) -> None: ...
+
+    def __init__(self, session_id: Any, store: Any = None, *, url: str | None = None) -> None:
+        session_id, store = old_order(session_id, store, NAME)
         check_adapter_arguments(session_id, store, url, NAME)
-        self.session_id = session_id
+        self.session_id: str = session_id
         self._owned = store is None
         self.store: Store | AsyncStore = Store(url) if store is None else store
 
