@@ -1224,3 +1224,22 @@ def hosted(item: Any) -> bool:
     """Whether an item is a model response's item other than its reasoning, text and function calls
     (a hosted tool's, such as a web search call)."""
     return item.get("type") not in (None, "message", "reasoning", "function_call", "function_call_output")
+
+
+def test_an_imported_session_of_many_exchanges_goes_on_from_its_last_one(url: str, tmp_path: Path) -> None:
+    """Twelve exchanges written in one second: twelve imported loops, listed by id (".10" before ".2")."""
+    items: list[Any] = [entry for i in range(12) for entry in (user(f"q{i}"), assistant(f"a{i}"))]
+    sdk_path = tmp_path / "app.db"
+    sdk_database(sdk_path, "many", items)
+
+    async def scenario() -> None:
+        async with await AsyncStore.open(url) as store:
+            await store.import_("openai-agents", sdk_path)
+            assert len(await store.loops.list("many")) == 12
+            session = TurnstoreSession("many", store)
+            assert await session.get_items() == items
+            await session.add_items([user("q12")])
+            assert await session.get_items() == [*items, user("q12")]
+            assert (await store.loops.get(session.loop_id)).parent_loop_id == "many.openai-agents.12"
+
+    run(scenario())

@@ -156,7 +156,10 @@ class TurnstoreSession(SessionABC):
         except SessionNotFound:
             return None
         main = [loop for loop in loops if _on_main_line(loop)]
-        return main[-1] if main else None
+        # Its end: the loop no other continues (loops started in one second are listed by id, ".10" before ".2").
+        continued = {loop.parent_loop_id for loop in main}
+        ends = [loop for loop in main if loop.loop_id not in continued]
+        return ends[-1] if ends else None
 
     def _texts(self, store: Store, head: Loop) -> list[tuple[StoredMessage, list[str]]]:
         """The items' JSON texts along the path to ``head``, by the message holding them, oldest first.
