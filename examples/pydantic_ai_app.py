@@ -41,7 +41,7 @@ def weather(city: str) -> str:
 def main(url: str | None = None) -> None:
     folder = tempfile.TemporaryDirectory()
     store = Store(url or f"sqlite:///{folder.name}/app.db")  # default: a throwaway file
-    history = TurnstoreHistory(store, "weather-chat")
+    history = TurnstoreHistory("weather-chat", store)
     for question in ["Weather in Paris?", "And now?"]:
         result = agent.run_sync(question, message_history=history.load())
         history.save(result)

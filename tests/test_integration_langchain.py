@@ -214,18 +214,45 @@ def test_a_tool_message_is_named_after_its_call_stored_earlier_or_in_the_same_ad
 
 
 def test_built_with_the_wrong_arguments_it_says_which_in_one_line(sync_store: Store, tmp_path: Path) -> None:
-    from turnstore import AsyncStore, InvalidArgument
+    from turnstore import InvalidArgument
 
     with pytest.raises(InvalidArgument, match="^session_id: must be a string, got Store"):
         TurnstoreChatMessageHistory(sync_store, "chat")  # type: ignore[arg-type]
-    opened = asyncio.run(AsyncStore.open(tmp_path / "a.db"))
-    try:
-        with pytest.raises(InvalidArgument, match="^store: must be a turnstore Store, got AsyncStore"):
-            TurnstoreChatMessageHistory("chat", opened)  # type: ignore[arg-type]
-    finally:
-        asyncio.run(opened.close())
+    with pytest.raises(InvalidArgument, match="^store: must be a turnstore Store or AsyncStore, got str"):
+        TurnstoreChatMessageHistory("chat", str(tmp_path / "a.db"))  # type: ignore[arg-type]
     with pytest.raises(InvalidArgument, match="^url: give a store or a url, not both"):
         TurnstoreChatMessageHistory("chat", sync_store, url=str(tmp_path / "b.db"))
+
+
+def test_an_async_store_serves_the_async_methods_and_refuses_the_sync_ones(tmp_path: Path) -> None:
+    from turnstore import AsyncStore, InvalidArgument
+
+    async def scenario() -> None:
+        async with await AsyncStore.open(tmp_path / "a.db") as store:
+            history = TurnstoreChatMessageHistory("a", store)
+            await history.aadd_messages([HumanMessage("hi"), AIMessage("hello")])
+            assert [m.content for m in await history.aget_messages()] == ["hi", "hello"]
+            with pytest.raises(InvalidArgument, match="^store: .*AsyncStore, .*await history.aget_messages"):
+                history.messages
+            with pytest.raises(InvalidArgument, match="await history.aadd_messages"):
+                history.add_user_message("sync")
+            await history.aclear()
+            assert await history.aget_messages() == []
+
+    asyncio.run(scenario())
+
+
+def test_a_loop_id_another_session_holds_is_never_written_to(sync_store: Store) -> None:
+    history = TurnstoreChatMessageHistory("chat", sync_store)
+    history.add_messages([HumanMessage("one"), AIMessage("1")])
+    (first,) = sync_store.loops.list("chat")
+    taken = first.loop_id.rsplit(".", 1)[0] + ".2"  # the id the next add would otherwise be given
+    sync_store.sessions.create("other")
+    sync_store.loops.start("other", loop_id=taken, continuation="initial")
+    history.add_messages([HumanMessage("two"), AIMessage("2")])
+    assert [loop.loop_id for loop in sync_store.loops.list("chat")][-1] != taken
+    assert list(sync_store.messages.records(loop_id=taken)) == []
+    assert [m.content for m in history.messages] == ["one", "1", "two", "2"]
 
 
 def test_a_lone_surrogate_in_tool_output_is_kept_for_langchain_and_replaced_in_the_row(sync_store: Store) -> None:

@@ -64,6 +64,7 @@ import sqlite3
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -78,7 +79,7 @@ from openai.types.responses import Response, ResponseCompletedEvent, ResponseOut
 
 from turnstore import Store
 from turnstore.aio import AsyncStore
-from turnstore.errors import InvalidArgument, StoreClosed
+from turnstore.errors import AlreadyExists, InvalidArgument, StoreClosed
 from turnstore.integrations.openai_agents import REQUEST_USAGE, TurnstoreSession
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -945,13 +946,31 @@ def test_the_docs_offline_example_runs_twice_as_written(tmp_path: Path) -> None:
 
 
 def test_built_with_the_wrong_arguments_it_says_which_in_one_line(tmp_path: Path) -> None:
-    with Store(tmp_path / "sync.db") as sync:
-        with pytest.raises(
-            InvalidArgument, match="^store: must be a turnstore AsyncStore, got Store; .*AsyncStore.open"
-        ):
-            TurnstoreSession("s", sync)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match="^store: must be a turnstore Store or AsyncStore, got str; "):
+        TurnstoreSession("s", str(tmp_path / "t.db"))  # type: ignore[arg-type]
     with pytest.raises(InvalidArgument, match="^session_id: must be a string, got int"):
         TurnstoreSession(42, url=str(tmp_path / "t.db"))  # type: ignore[arg-type]
+
+
+def test_a_sync_store_serves_the_session_as_an_async_store_does(url: str) -> None:
+    """A ``Store``'s calls run in the event loop's executor: the same items, cancellation safe."""
+
+    async def scenario() -> None:
+        with Store(url) as store:
+            session = TurnstoreSession("sync", store)
+            await session.add_items([user("q"), assistant("a")])
+            task = asyncio.ensure_future(session.add_items([user("q2")]))
+            await asyncio.sleep(0)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            items = await session.get_items()
+            assert items[:2] == [user("q"), assistant("a")] and items[2:] in ([], [user("q2")])
+            assert await session.pop_item() == items[-1]
+            await session.close()  # the app's store stays open
+            assert store.sessions.exists("sync")
+
+    run(scenario())
 
 
 def test_a_lone_surrogate_in_tool_output_is_kept_for_the_sdk_and_replaced_in_the_row(tmp_path: Path) -> None:
@@ -1005,13 +1024,222 @@ def test_requests_the_sdk_counted_without_usage_entries_still_count(tmp_path: Pa
             )
         ]
 
-    class Result:
-        context_wrapper = Wrapper()
+    totals = recorded_totals(tmp_path, Wrapper.usage)
+    assert (totals.requests, totals.input, totals.output) == (2, 10, 1)
+
+
+def recorded_totals(path: Path, usage: Any) -> Any:
+    """``store.usage.session`` of a session that ``record_usage`` stored one run of ``usage`` in."""
+    result = SimpleNamespace(context_wrapper=SimpleNamespace(usage=usage))
+
+    async def scenario() -> Any:
+        async with await AsyncStore.open(path / "t.db") as store:
+            await TurnstoreSession("run", store).record_usage(result)
+            return await store.usage.session("run")
+
+    return run(scenario())
+
+
+# --- a session uses only what belongs to it ------------------------------------------------------
+
+
+def test_an_items_loop_id_another_session_holds_is_refused_and_nothing_leaks(url: str) -> None:
+    """Another session holds ``victim.items`` (importing a file that names it is enough): no item goes there."""
+    planted = {"role": "user", "content": "injected"}
+
+    with Store(url) as sync:
+        sync.sessions.create("other")
+        sync.loops.start("other", loop_id="victim.items", continuation="initial")
+        sync.messages.append(
+            {"role": "user", "content": "injected", "timestamp": 1},
+            loop_id="victim.items",
+            turn_index=0,
+            source=json.dumps(planted),
+        )
+
+    async def scenario() -> None:
+        async with await AsyncStore.open(url) as store:
+            victim = TurnstoreSession("victim", store)
+            with pytest.raises(
+                AlreadyExists,
+                match="^loop 'victim.items', where session 'victim' keeps its items, belongs to session 'other'",
+            ):
+                await victim.add_items([user("secret")])
+            with pytest.raises(AlreadyExists, match="belongs to session 'other'"):
+                await victim.get_items()
+            with pytest.raises(AlreadyExists, match="belongs to session 'other'"):
+                await victim.pop_item()
+            await victim.clear_session()
+            assert not await store.sessions.exists("victim")
+
+    run(scenario())
+    with Store(url) as sync:
+        assert [row.source for row in sync.messages.records("other")] == [json.dumps(planted)]
+        assert not any("secret" in (row.source or "") for row in sync.messages.records("other"))
+
+
+def test_record_usage_with_more_cached_than_input_tokens_is_clamped_not_a_validation_error(tmp_path: Path) -> None:
+    from agents.usage import InputTokensDetails, OutputTokensDetails
+
+    class Wrapper:
+        usage = Usage(
+            requests=1,
+            input_tokens=5,
+            output_tokens=2,
+            total_tokens=7,
+            input_tokens_details=InputTokensDetails(cached_tokens=9, cache_write_tokens=0),
+            output_tokens_details=OutputTokensDetails(reasoning_tokens=4),
+        )
+
+    totals = recorded_totals(tmp_path, Wrapper.usage)
+    assert (totals.input, totals.cache_read, totals.output, totals.reasoning) == (0, 9, 2, 2)
+
+
+def sdk_database(path: Path, session_id: str, items: list[Any]) -> None:
+    """An OpenAI Agents SDK database, written by the SDK's own ``SQLiteSession``."""
+
+    async def write() -> None:
+        session = SQLiteSession(session_id, path)
+        await session.add_items(items)
+        session.close()
+
+    run(write())
+
+
+IMPORTED_ITEMS: list[Any] = [
+    {"role": "system", "content": "Be brief."},
+    user("Weather in Paris?"),
+    {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "use the tool"}]},
+    {"type": "function_call", "call_id": "c1", "name": "weather", "arguments": '{"city": "Paris"}', "id": "fc_1"},
+    {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+    assistant("Sunny."),
+    user("Thanks!"),
+    assistant("You're welcome."),
+]
+
+
+@pytest.mark.parametrize("kind", ["AsyncStore", "Store"])
+def test_a_session_imported_from_the_sdks_database_continues_where_it_left_off(
+    url: str, tmp_path: Path, kind: str
+) -> None:
+    """``turnstore import openai-agents`` then ``TurnstoreSession``: the same items, in order, and every call
+    of the protocol goes on from them, step for step as ``SQLiteSession`` on the same database does."""
+    sdk_path = tmp_path / "app.db"
+    sdk_database(sdk_path, "chat", IMPORTED_ITEMS)
+    with Store(url) as sync:
+        report = sync.import_("openai-agents", sdk_path)
+        assert report.ok and len(sync.loops.list("chat")) == 2  # a loop per exchange, a response's items grouped
+
+    async def scenario() -> None:
+        store: Any = await AsyncStore.open(url) if kind == "AsyncStore" else Store(url)
+        sdk = SQLiteSession("chat", sdk_path)
+        session = TurnstoreSession("chat", store)
+        try:
+            assert await session.get_items() == IMPORTED_ITEMS == await sdk.get_items()
+            assert await session.get_items(limit=3) == IMPORTED_ITEMS[-3:]
+            more = [user("And tomorrow?"), assistant("Rain.")]
+            await session.add_items(more)
+            await sdk.add_items(more)
+            assert await session.get_items() == IMPORTED_ITEMS + more
+            sync = store if kind == "Store" else Store(url)
+            context = sync.messages.context(session.loop_id)  # the new loop continues the imported history
+            assert [m.text() for m in context][-3:] == ["You're welcome.", "And tomorrow?", "Rain."]
+            assert sync.loops.get(session.loop_id).parent_loop_id == "chat.openai-agents.2"
+            # pop to the very first item, through the imported loops and inside the grouped response
+            while True:
+                popped, expected = await session.pop_item(), await sdk.pop_item()
+                assert popped == expected
+                assert await session.get_items() == await sdk.get_items()
+                if popped is None:
+                    break
+            again = [user("Hello again"), assistant("Hi.")]
+            await session.add_items(again)
+            assert await session.get_items() == again
+            await session.clear_session()
+            assert await session.get_items() == []
+            assert not sync.sessions.exists("chat")
+            if sync is not store:
+                sync.close()
+        finally:
+            sdk.close()
+            await store.close() if kind == "AsyncStore" else store.close()
+
+    run(scenario())
+
+
+def test_pops_that_stop_inside_an_imported_response_keep_its_other_items(url: str, tmp_path: Path) -> None:
+    sdk_path = tmp_path / "app.db"
+    sdk_database(sdk_path, "chat", IMPORTED_ITEMS[:4])  # ends in the middle of a response: reasoning, call
+
+    async def scenario() -> None:
+        async with await AsyncStore.open(url) as store:
+            await store.import_("openai-agents", sdk_path)
+            session = TurnstoreSession("chat", store)
+            assert await session.pop_item() == IMPORTED_ITEMS[3]
+            assert await session.get_items() == IMPORTED_ITEMS[:3]
+            await session.add_items(IMPORTED_ITEMS[3:5])
+            assert await session.get_items() == IMPORTED_ITEMS[:5]
+            results = [r.message async for r in store.messages.records("chat") if r.message.role == "toolResult"]
+            assert [m.tool_name for m in results] == ["weather"]  # type: ignore[union-attr]
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("name", ["sqlite_session", "advanced_session"])
+def test_every_imported_fixture_session_gives_back_the_sdks_items(tmp_path: Path, name: str) -> None:
+    """SDK-written databases, plain and advanced (a branch, per-turn usage): the items the SDK's own
+    session class reads from them (an ``AdvancedSQLiteSession``: its main branch). ``advanced_edited``
+    is left out: rows a plain session wrote into it join main by the importer's rule, which neither
+    SDK class reads so."""
+    from agents.extensions.memory import AdvancedSQLiteSession
+
+    sessions = [found.split("/", 1)[1] for found, _ in fixture_sessions() if found.startswith(name + "/")]
+    assert sessions
+    copy = tmp_path / f"{name}.db"
+    copy.write_bytes((FIXTURES / f"{name}.db").read_bytes())
 
     async def scenario() -> None:
         async with await AsyncStore.open(tmp_path / "t.db") as store:
-            await TurnstoreSession("req", store).record_usage(Result())
-            totals = await store.usage.session("req")
-            assert (totals.requests, totals.input, totals.output) == (2, 10, 1)
+            assert (await store.import_("openai-agents", copy)).ok
+            for session_id in sessions:
+                sdk: Any = (
+                    SQLiteSession(session_id, copy)
+                    if name == "sqlite_session"
+                    else AdvancedSQLiteSession(session_id=session_id, db_path=copy)
+                )
+                try:
+                    ours, theirs = await TurnstoreSession(session_id, store).get_items(), await sdk.get_items()
+                finally:
+                    sdk.close()
+                if not any(hosted(item) for item in theirs):
+                    assert ours == theirs
+                else:  # the importer files a response's hosted tool items after its assistant message
+                    assert sorted(map(json.dumps, ours)) == sorted(map(json.dumps, theirs))
+                    assert [i for i in ours if not hosted(i)] == [i for i in theirs if not hosted(i)]
+
+    run(scenario())
+
+
+def hosted(item: Any) -> bool:
+    """Whether an item is a model response's item other than its reasoning, text and function calls
+    (a hosted tool's, such as a web search call)."""
+    return item.get("type") not in (None, "message", "reasoning", "function_call", "function_call_output")
+
+
+def test_an_imported_session_of_many_exchanges_goes_on_from_its_last_one(url: str, tmp_path: Path) -> None:
+    """Twelve exchanges written in one second: twelve imported loops, listed by id (".10" before ".2")."""
+    items: list[Any] = [entry for i in range(12) for entry in (user(f"q{i}"), assistant(f"a{i}"))]
+    sdk_path = tmp_path / "app.db"
+    sdk_database(sdk_path, "many", items)
+
+    async def scenario() -> None:
+        async with await AsyncStore.open(url) as store:
+            await store.import_("openai-agents", sdk_path)
+            assert len(await store.loops.list("many")) == 12
+            session = TurnstoreSession("many", store)
+            assert await session.get_items() == items
+            await session.add_items([user("q12")])
+            assert await session.get_items() == [*items, user("q12")]
+            assert (await store.loops.get(session.loop_id)).parent_loop_id == "many.openai-agents.12"
 
     run(scenario())

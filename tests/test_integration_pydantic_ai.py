@@ -72,7 +72,7 @@ def _scripted(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
 
 def test_test_model_round_trip_is_byte_identical_and_usage_matches(sync_store: Store) -> None:
     agent = _agent(TestModel())
-    history = TurnstoreHistory(sync_store, "chat")
+    history = TurnstoreHistory("chat", sync_store)
     assert history.load() == []
     first = agent.run_sync("What is 0 + 0?", message_history=history.load())
     history.save(first)
@@ -92,7 +92,7 @@ def test_test_model_round_trip_is_byte_identical_and_usage_matches(sync_store: S
 
 def test_function_model_tool_calls_become_turns(sync_store: Store) -> None:
     agent = _agent(FunctionModel(_scripted))
-    history = TurnstoreHistory(sync_store, "fn")
+    history = TurnstoreHistory("fn", sync_store)
     result = agent.run_sync("Add 2 and 3.")
     loop_id = history.save(result)
     assert _json(history.load()) == _json(result.all_messages())
@@ -126,7 +126,7 @@ def test_function_model_tool_calls_become_turns(sync_store: Store) -> None:
 
 
 def test_append_takes_run_usage_counted_once(sync_store: Store) -> None:
-    history = TurnstoreHistory(sync_store, "run")
+    history = TurnstoreHistory("run", sync_store)
     messages: list[ModelMessage] = [
         ModelRequest.user_text_prompt("hi"),
         ModelResponse(parts=[TextPart("hello")], usage=RequestUsage(input_tokens=5, output_tokens=2)),
@@ -138,7 +138,7 @@ def test_append_takes_run_usage_counted_once(sync_store: Store) -> None:
 
 
 def test_a_response_pydantic_ai_could_not_measure_has_unknown_usage_not_zeros(sync_store: Store) -> None:
-    history = TurnstoreHistory(sync_store, "unmeasured")
+    history = TurnstoreHistory("unmeasured", sync_store)
     messages: list[ModelMessage] = [
         ModelRequest.user_text_prompt("hi"),
         ModelResponse(
@@ -155,7 +155,7 @@ def test_a_response_pydantic_ai_could_not_measure_has_unknown_usage_not_zeros(sy
 
 
 def test_retry_and_unmodelled_requests_are_kept(sync_store: Store) -> None:
-    history = TurnstoreHistory(sync_store, "odd")
+    history = TurnstoreHistory("odd", sync_store)
     messages: list[ModelMessage] = [
         ModelRequest.user_text_prompt("go"),
         ModelResponse(parts=[ToolCallPart("add", '{"a": 1', tool_call_id="bad")]),
@@ -177,7 +177,7 @@ def test_retry_and_unmodelled_requests_are_kept(sync_store: Store) -> None:
 
 
 def test_load_skips_rows_of_other_writers(sync_store: Store) -> None:
-    history = TurnstoreHistory(sync_store, "mixed")
+    history = TurnstoreHistory("mixed", sync_store)
     messages: list[ModelMessage] = [ModelRequest.user_text_prompt("hi")]
     loop_id = history.append(messages)
     other = sync_store.loops.start("mixed")
@@ -189,7 +189,7 @@ def test_load_skips_rows_of_other_writers(sync_store: Store) -> None:
 
 
 def test_a_failed_append_writes_nothing(sync_store: Store) -> None:
-    history = TurnstoreHistory(sync_store, "atomic")
+    history = TurnstoreHistory("atomic", sync_store)
     history.append([ModelRequest.user_text_prompt("hi")])
     bad = ModelResponse(parts=[TextPart("x")], model_name="m\x00")
     with pytest.raises(InvalidMessage, match="NUL"):
@@ -211,7 +211,7 @@ def test_the_docs_example_runs(tmp_path: Path) -> None:
 
 
 def test_a_tool_return_appended_after_its_call_keeps_the_tools_name(sync_store: Store) -> None:
-    history = TurnstoreHistory(sync_store, "named")
+    history = TurnstoreHistory("named", sync_store)
     history.append(
         [
             ModelRequest.user_text_prompt("weather?"),
@@ -225,27 +225,85 @@ def test_a_tool_return_appended_after_its_call_keeps_the_tools_name(sync_store: 
 
 
 def test_built_with_the_wrong_arguments_it_says_which_in_one_line(sync_store: Store, tmp_path: Path) -> None:
+    from turnstore import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match="^session_id: must be a string, got int"):
+        TurnstoreHistory(42, sync_store)  # type: ignore[call-overload]
+    with pytest.raises(InvalidArgument, match="^store: must be a turnstore Store or AsyncStore, got str"):
+        TurnstoreHistory("chat", str(tmp_path / "a.db"))  # type: ignore[call-overload]
+    with pytest.raises(InvalidArgument, match="^url: give a store or a url, not both"):
+        TurnstoreHistory("chat", sync_store, url=str(tmp_path / "b.db"))
+
+
+def test_the_old_argument_order_still_works_with_a_deprecation_warning(sync_store: Store) -> None:
+    with pytest.warns(
+        DeprecationWarning,
+        match=r"^TurnstoreHistory\(store, session_id\) is deprecated.*"
+        r"TurnstoreHistory\(session_id, store\)",
+    ):
+        history = TurnstoreHistory(sync_store, "old")
+    assert (history.session_id, history.store) == ("old", sync_store)
+    result = Agent(TestModel()).run_sync("hi")
+    history.save(result)
+    assert _json(history.load()) == _json(result.new_messages())
+    assert _json(TurnstoreHistory(store=sync_store, session_id="old").load()) == _json(result.new_messages())
+
+
+@pytest.mark.parametrize("kind", ["AsyncStore", "Store"])
+def test_async_methods_take_either_store(tmp_path: Path, kind: str) -> None:
     import asyncio
 
     from turnstore import AsyncStore, InvalidArgument
 
-    with pytest.raises(InvalidArgument, match="^session_id: must be a string, got Store"):
-        TurnstoreHistory("chat", sync_store)  # type: ignore[arg-type]  (swapped: the store comes first here)
-    with pytest.raises(InvalidArgument, match="^store: a turnstore Store is needed"):
-        TurnstoreHistory(None, "chat")  # type: ignore[arg-type]
-    opened = asyncio.run(AsyncStore.open(tmp_path / "a.db"))
-    try:
-        with pytest.raises(InvalidArgument, match="^store: .*got AsyncStore; .*through a thread"):
-            TurnstoreHistory(opened, "chat")  # type: ignore[arg-type]
-    finally:
-        asyncio.run(opened.close())
+    async def scenario() -> None:
+        store: Any = await AsyncStore.open(tmp_path / "a.db") if kind == "AsyncStore" else Store(tmp_path / "a.db")
+        try:
+            history = TurnstoreHistory("chat", store)
+            agent = _agent(FunctionModel(_scripted))
+            first = await agent.run("What is 2 + 3?", message_history=await history.aload())
+            await history.asave(first)
+            second = await agent.run("Again", message_history=await history.aload())
+            await history.aappend(second.new_messages(), usage=_run_usage(second))
+            assert _json(await history.aload()) == _json(second.all_messages())
+            if kind == "AsyncStore":
+                with pytest.raises(InvalidArgument, match="^store: .*AsyncStore, .*await history.aload"):
+                    history.load()
+                with pytest.raises(InvalidArgument, match="await history.aappend"):
+                    history.save(first)
+        finally:
+            await store.close() if kind == "AsyncStore" else store.close()
+
+    asyncio.run(scenario())
+
+
+def test_url_opens_and_closes_its_own_store(tmp_path: Path) -> None:
+    url = str(tmp_path / "own.db")
+    history = TurnstoreHistory("u", url=url)
+    result = Agent(TestModel()).run_sync("hi")
+    history.save(result)
+    history.close()
+    again = TurnstoreHistory("u", url=url)
+    assert _json(again.load()) == _json(result.new_messages())
+    again.close()
+
+
+def test_a_loop_id_another_session_holds_is_never_written_to(sync_store: Store) -> None:
+    history = TurnstoreHistory("chat", sync_store)
+    first = history.save(Agent(TestModel()).run_sync("one"))
+    taken = first.rsplit(".", 1)[0] + ".2"  # the id the next save would otherwise be given
+    sync_store.sessions.create("other")
+    sync_store.loops.start("other", loop_id=taken, continuation="initial")
+    second = history.save(Agent(TestModel()).run_sync("two"))
+    assert second != taken and sync_store.loops.get(second).session_id == "chat"
+    assert list(sync_store.messages.records(loop_id=taken)) == []
+    assert len(history.load()) == 4
 
 
 def test_images_and_files_in_a_prompt_are_media_blocks_not_text(sync_store: Store) -> None:
     from pydantic_ai.messages import BinaryContent, DocumentUrl, UserPromptPart
 
     png = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 200
-    history = TurnstoreHistory(sync_store, "media")
+    history = TurnstoreHistory("media", sync_store)
     messages: list[ModelMessage] = [
         ModelRequest(
             parts=[

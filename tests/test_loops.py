@@ -637,3 +637,21 @@ def test_end_with_usage_and_requests_is_read_back(store: Store, loop_id: str) ->
     ended = store.loops.end(loop_id, usage=usage(10, 2), requests=4)
     assert (ended.reported_usage, ended.reported_requests) == (usage(10, 2), 4)
     assert store.loops.get(loop_id) == ended
+
+
+def test_delete_removes_an_empty_loop_nothing_depends_on_and_refuses_any_other(store: Any, session_id: str) -> None:
+    parent = store.loops.start(session_id, loop_id="parent", continuation="initial").loop_id
+    store.messages.append(user("hi"), loop_id=parent, turn_index=0)
+    child = store.loops.start(session_id, loop_id="child", parent_loop_id=parent).loop_id
+    with pytest.raises(InvalidArgument, match="^loop_id: loop 'parent' holds messages"):
+        store.loops.delete(parent)
+    grandchild = store.loops.start(session_id, loop_id="grandchild", parent_loop_id=child).loop_id
+    with pytest.raises(InvalidArgument, match="^loop_id: loop 'grandchild' continues or was started by loop 'child'"):
+        store.loops.delete(child)
+    store.loops.delete(grandchild)
+    store.loops.delete(child)
+    assert [loop.loop_id for loop in store.loops.list(session_id)] == [parent]
+    (message_id,) = [row.id for row in store.messages.records(loop_id=parent)]
+    store.messages.delete(message_id)  # nothing continues from the parent's end any more
+    with pytest.raises(LoopNotFound):
+        store.loops.delete("child")

@@ -228,6 +228,10 @@ class AsyncLoopRepository:
             functools.partial(self._sync.end, loop_id, status, usage=usage, requests=requests, ended_at=ended_at)
         )
 
+    async def delete(self, loop_id: str) -> None:
+        """Async twin of :meth:`LoopRepository.delete <turnstore.repositories.loops.LoopRepository.delete>`."""
+        return await self._workers.call(functools.partial(self._sync.delete, loop_id))
+
     async def get(self, loop_id: str) -> Loop:
         """Async twin of :meth:`LoopRepository.get <turnstore.repositories.loops.LoopRepository.get>`."""
         return await self._workers.call(functools.partial(self._sync.get, loop_id))

@@ -437,6 +437,11 @@ def loops_depending_on_tail() -> sa.Select[Any]:
 
 
 @cache
+def delete_loop() -> sa.Delete:
+    return sa.delete(loops).where(loops.c.loop_id == bp("loop_id"))
+
+
+@cache
 def delete_loop_tail() -> sa.Delete:
     return sa.delete(messages).where(messages.c.loop_id == bp("loop_id"), messages.c.seq >= bp("seq"))
 

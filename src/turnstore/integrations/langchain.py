@@ -38,18 +38,22 @@ from langchain_core.messages import (
     message_to_dict,
     messages_from_dict,
 )
-from langchain_core.runnables.config import run_in_executor
 
-from ..errors import InvalidArgument, SessionNotFound
+from ..aio import AsyncStore
+from ..errors import SessionNotFound
 from ..models import ExtensionMessage, Message, Usage
 from ..store import Store
-from ._arguments import check_adapter_arguments
+from ._arguments import check_adapter_arguments, sync_store
 from ._media import media_block
+from ._stores import run_on
 from ._surrogates import has_surrogates, without_surrogates
+from ._usage import inclusive_usage
 
 __all__ = ["TurnstoreChatMessageHistory", "to_turnstore_usage"]
 
 FRAMEWORK = "langchain"
+
+NAME = "TurnstoreChatMessageHistory"
 
 _SOURCE_PREFIX = '{"type":'
 """How every ``message_to_dict`` JSON this adapter writes starts: tells its sources from other rows' in a session."""
@@ -58,25 +62,32 @@ _SOURCE_PREFIX = '{"type":'
 class TurnstoreChatMessageHistory(BaseChatMessageHistory):
     """A LangChain chat history stored in one turnstore session.
 
+    The sync methods (``messages``, ``add_messages``, ``clear``: what LangChain's
+    sync ``invoke`` calls) take a :class:`~turnstore.store.Store`; the async ones
+    (``aget_messages``, ``aadd_messages``, ``aclear``: what ``ainvoke`` calls) take a
+    ``Store`` (run in the event loop's executor, as LangChain runs a sync history)
+    or an :class:`~turnstore.aio.AsyncStore` (run on its worker threads).
+
     Args:
         session_id: the turnstore session (created on the first add).
-        store: the store to use; default: one opened on ``url`` (closed by :meth:`close`).
+        store: the store to use; default: a ``Store`` opened on ``url`` (closed by :meth:`close`).
         url: the store's URL when no ``store`` is given; default ``$TURNSTORE_URL`` or ``./turnstore.db``.
     """
 
-    def __init__(self, session_id: str, store: Store | None = None, *, url: str | None = None) -> None:
-        if store is not None and url is not None:
-            raise InvalidArgument("url", "give a store or a url, not both")
-        check_adapter_arguments(session_id, store, Store, "TurnstoreChatMessageHistory(session_id, store) is sync")
+    def __init__(self, session_id: str, store: Store | AsyncStore | None = None, *, url: str | None = None) -> None:
+        check_adapter_arguments(session_id, store, url, NAME)
         self.session_id = session_id
         self._owned = store is None
-        self.store = Store(url) if store is None else store
+        self.store: Store | AsyncStore = Store(url) if store is None else store
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
         """The session's messages, in order, as added."""
+        return self._read(sync_store(self.store, NAME, "history.aget_messages"))
+
+    def _read(self, store: Store) -> list[BaseMessage]:
         try:
-            rows = self.store.messages.rows(self.session_id)  # stored text, not parsed: only sources are read
+            rows = store.messages.rows(self.session_id)  # stored text, not parsed: only sources are read
             dicts = [json.loads(r.source) for r in rows if r.source is not None and r.source.startswith(_SOURCE_PREFIX)]
         except SessionNotFound:
             return []
@@ -84,6 +95,9 @@ class TurnstoreChatMessageHistory(BaseChatMessageHistory):
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Store ``messages`` as one loop of the session, in one transaction."""
+        self._add(sync_store(self.store, NAME, "history.aadd_messages"), messages)
+
+    def _add(self, store: Store, messages: Sequence[BaseMessage]) -> None:
         if not messages:
             return
         names = {
@@ -94,11 +108,10 @@ class TurnstoreChatMessageHistory(BaseChatMessageHistory):
             if call["id"]
         }
         unnamed = {m.tool_call_id for m in messages if isinstance(m, ToolMessage) and not m.name} - names.keys()
-        store = self.store
         with store.transaction():
             store.sessions.create(self.session_id, exist_ok=True)
             names |= store.messages.tool_names(self.session_id, unnamed)  # calls an earlier add stored
-            loop = store.loops.start(self.session_id, metadata={"framework": FRAMEWORK})
+            loop = store.loops.start(self.session_id, metadata={"framework": FRAMEWORK})  # a new id, never another's
             turn, after_tools = -1, False
             for message in messages:
                 row = _row(message, names)
@@ -120,26 +133,29 @@ class TurnstoreChatMessageHistory(BaseChatMessageHistory):
 
     def clear(self) -> None:
         """Delete the session and everything in it (a later add starts it afresh)."""
+        self._clear(sync_store(self.store, NAME, "history.aclear"))
+
+    def _clear(self, store: Store) -> None:
         try:
-            self.store.sessions.delete(self.session_id)
+            store.sessions.delete(self.session_id)
         except SessionNotFound:
             pass
 
     async def aget_messages(self) -> list[BaseMessage]:
         """:attr:`messages`, run off the event loop."""
-        return await run_in_executor(None, lambda: self.messages)
+        return await run_on(self.store, self._read)
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
         """:meth:`add_messages`, run off the event loop."""
-        await run_in_executor(None, self.add_messages, messages)
+        await run_on(self.store, self._add, messages)
 
     async def aclear(self) -> None:
         """:meth:`clear`, run off the event loop."""
-        await run_in_executor(None, self.clear)
+        await run_on(self.store, self._clear)
 
     def close(self) -> None:
         """Close the store if this history opened it."""
-        if self._owned:
+        if self._owned and isinstance(self.store, Store):
             self.store.close()
 
 
@@ -153,18 +169,13 @@ def to_turnstore_usage(usage: Any) -> Usage:
     ``total_tokens`` is input plus output.
     """
     inputs = usage.get("input_token_details") or {}
-    outputs = usage.get("output_token_details") or {}
-    output = int(usage.get("output_tokens") or 0)
-    prompt = int(usage.get("input_tokens") or 0)
-    cache_read = int(inputs.get("cache_read") or 0)
-    cache_write = int(inputs.get("cache_creation") or 0)
-    return Usage(
-        input=max(prompt - cache_read - cache_write, 0),
-        output=output,
-        reasoning=min(int(outputs.get("reasoning") or 0), output),
-        cache_read=cache_read,
-        cache_write=cache_write,
-        total_tokens=int(usage.get("total_tokens") or 0) or prompt + output,
+    return inclusive_usage(
+        input_tokens=int(usage.get("input_tokens") or 0),
+        output_tokens=int(usage.get("output_tokens") or 0),
+        cache_read=int(inputs.get("cache_read") or 0),
+        cache_write=int(inputs.get("cache_creation") or 0),
+        reasoning=int((usage.get("output_token_details") or {}).get("reasoning") or 0),
+        total_tokens=int(usage.get("total_tokens") or 0),
     )
 
 

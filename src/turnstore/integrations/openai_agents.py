@@ -13,7 +13,12 @@ keeps its history in turnstore:
   those sources, so it gives back exactly what was added, in order.
 * The items live in one loop per session, ``"{session_id}.items"``. Each
   ``add_items`` call whose first item is a user message opens a new turn;
-  any other call continues the latest turn.
+  any other call continues the latest turn. A loop of that id in another
+  session is refused (``AlreadyExists``): a session reads and writes only its own.
+* A session imported from the SDK's database (``turnstore import
+  openai-agents``) goes on where it left off: its items are the imported
+  ones (an imported model response's items, one per line of its source), and
+  the items loop continues its last loop.
 * ``await session.record_usage(result)`` stores what a run cost in a loop of
   its own (``continuation="initial"``, so it is no part of the items'
   context): one ``openai_agents.request_usage`` extension message per model
@@ -22,8 +27,10 @@ keeps its history in turnstore:
   Items carry no usage, so their assistant messages are stored with unknown
   usage; ``store.usage.session(session_id)`` then holds the SDK's totals.
 
-Database calls run on the :class:`~turnstore.aio.AsyncStore`'s worker threads;
-a cancelled call still finishes (or never starts) as a whole, never halfway.
+Database calls run on an :class:`~turnstore.aio.AsyncStore`'s worker threads, or
+for a :class:`~turnstore.store.Store` in the event loop's default executor (as the
+SDK's ``SQLiteSession`` runs its own); a cancelled call still finishes (or never
+starts) as a whole, never halfway.
 """
 
 from __future__ import annotations
@@ -40,13 +47,15 @@ from ..errors import AlreadyExists, InvalidArgument, LimitExceeded, LoopNotFound
 from ..importers.base import RecordError
 from ..importers.openai_agents_items import Row, item_messages
 from ..models import ExtensionMessage, ToolResultMessage, Usage, now_ms
+from ..records import Loop, StoredMessage
+from ..store import Store
 from ._arguments import check_adapter_arguments
+from ._stores import run_on
 from ._surrogates import without_surrogates
+from ._usage import inclusive_usage
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
-
-    from ..store import Store
 
 __all__ = ["REQUEST_USAGE", "TurnstoreSession"]
 
@@ -56,14 +65,25 @@ ITEMS_SUFFIX = ".items"
 REQUEST_USAGE = "openai_agents.request_usage"
 """Kind of the extension message holding one model request's usage."""
 
+RUN_USAGE = "openai_agents.run_usage"
+"""``metadata.kind`` of the loop holding one run's usage."""
+
+IMPORTED = "openai-agents"
+"""The source format of a session imported from the SDK's database: its sources are the SDK's items."""
+
+MAIN_BRANCH = "main"
+"""The branch of an ``AdvancedSQLiteSession`` a session opened again reads (the importer's loop ``metadata.branch_id``)."""
+
 
 class TurnstoreSession(SessionABC):
     """An OpenAI Agents SDK session kept in a turnstore store.
 
     Args:
         session_id: the turnstore session (created on the first ``add_items``).
-        store: an open :class:`~turnstore.aio.AsyncStore`; default: one opened on
-            ``url`` (or the default store) and closed by :meth:`close`.
+        store: an open :class:`~turnstore.aio.AsyncStore` (its calls run on its worker
+            threads) or :class:`~turnstore.store.Store` (its calls run in the event
+            loop's default executor); default: an ``AsyncStore`` opened on ``url``
+            (or the default store) and closed by :meth:`close`.
         url: the store to open when ``store`` is not given.
         session_settings: the SDK's session settings, or a dict of them (``limit``: default
             number of items ``get_items`` returns).
@@ -72,32 +92,25 @@ class TurnstoreSession(SessionABC):
     def __init__(
         self,
         session_id: str,
-        store: AsyncStore | None = None,
+        store: AsyncStore | Store | None = None,
         *,
         url: str | None = None,
         session_settings: SessionSettings | dict[str, Any] | None = None,
     ) -> None:
-        if store is not None and url is not None:
-            raise InvalidArgument("url", "give a store or a url, not both")
-        check_adapter_arguments(
-            session_id,
-            store,
-            AsyncStore,
-            "TurnstoreSession(session_id, store) takes an AsyncStore (await AsyncStore.open(url))",
-        )
+        check_adapter_arguments(session_id, store, url, "TurnstoreSession")
         self.session_id = session_id
         self.session_settings = (
             SessionSettings() if session_settings is None else coerce_session_settings(session_settings)
         )
         self.loop_id = f"{session_id}{ITEMS_SUFFIX}"
-        """The loop holding the session's items."""
+        """The loop the session's items are added to."""
         self._store = store
         self._url = url
         self._owned = store is None
         self._started = False
         self._opening = asyncio.Lock()
 
-    async def store(self) -> AsyncStore:
+    async def store(self) -> AsyncStore | Store:
         """The store (opened on first use when the session owns it; concurrent first calls open it once)."""
         if self._store is None:
             async with self._opening:
@@ -106,13 +119,68 @@ class TurnstoreSession(SessionABC):
         return self._store
 
     async def _call(self, function: Any, *args: Any) -> Any:
-        store = await self.store()
-        return await store.run(function, *args)
+        return await run_on(await self.store(), function, *args)
+
+    # --- which loops hold the items -------------------------------------------------------
+
+    def _own(self, store: Store) -> Loop:
+        """The items loop, which must be this session's.
+
+        Raises:
+            LoopNotFound: it does not exist (yet, or any more).
+            AlreadyExists: another session holds a loop of that id.
+        """
+        loop = store.loops.get(self.loop_id)
+        if loop.session_id != self.session_id:
+            raise AlreadyExists(
+                f"loop {self.loop_id!r}, where session {self.session_id!r} keeps its items, belongs to session "
+                f"{loop.session_id!r}; a TurnstoreSession uses only its own session's loops"
+            )
+        return loop
+
+    def _head(self, store: Store) -> Loop | None:
+        """The loop the session's items end in, None while there is none.
+
+        The items loop; before it exists, in a session imported from the SDK's
+        database (``turnstore import openai-agents``), the last loop of its main
+        branch: the items continue the imported history.
+        """
+        try:
+            return self._own(store)
+        except LoopNotFound:
+            pass
+        try:
+            if store.sessions.sources(self.session_id).source_format != IMPORTED:
+                return None
+            loops = store.loops.list(self.session_id)
+        except SessionNotFound:
+            return None
+        main = [loop for loop in loops if _on_main_line(loop)]
+        # Its end: the loop no other continues (loops started in one second are listed by id, ".10" before ".2").
+        continued = {loop.parent_loop_id for loop in main}
+        ends = [loop for loop in main if loop.loop_id not in continued]
+        return ends[-1] if ends else None
+
+    def _texts(self, store: Store, head: Loop) -> list[tuple[StoredMessage, list[str]]]:
+        """The items' JSON texts along the path to ``head``, by the message holding them, oldest first.
+
+        An imported model response is one message of several items (its source
+        holds their texts one per line); an item ``add_items`` stored is a message of its own.
+        """
+        return [
+            (message, message.source.split("\n"))
+            for message in store.messages.path(head.loop_id)
+            if message.source is not None
+        ]
 
     # --- the session protocol -------------------------------------------------------
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
-        """The session's items, oldest first; with ``limit`` (or the settings' limit), the latest ``limit``."""
+        """The session's items, oldest first; with ``limit`` (or the settings' limit), the latest ``limit``.
+
+        Raises:
+            AlreadyExists: another session holds the items loop's id.
+        """
         return cast(
             "list[TResponseInputItem]",
             await self._call(self._get, resolve_session_limit(limit, self.session_settings)),
@@ -122,10 +190,18 @@ class TurnstoreSession(SessionABC):
         last = (
             None if limit is None or limit < 0 else limit
         )  # a negative limit: everything, as SQLiteSession's LIMIT -1
-        try:
-            texts = store.messages.source_texts(self.loop_id, last=last)
-        except LoopNotFound:  # nothing added yet, or cleared
+        head = self._head(store)
+        if head is None:  # nothing added yet, or cleared
             return []
+        if head.loop_id == self.loop_id and head.parent_loop_id is None:  # every item in one loop, one per message
+            try:
+                texts = store.messages.source_texts(self.loop_id, last=last)
+            except LoopNotFound:  # cleared meanwhile
+                return []
+        else:
+            texts = [text for _, lines in self._texts(store, head) for text in lines]
+            if last is not None:
+                texts = texts[len(texts) - last :] if last else []
         # One parse of all the items as a JSON array: per-item json.loads calls cost twice as much.
         return cast("list[Any]", json.loads("[" + ",".join(texts) + "]"))
 
@@ -134,6 +210,7 @@ class TurnstoreSession(SessionABC):
 
         Raises:
             InvalidArgument: an item is not a JSON object.
+            AlreadyExists: another session holds the items loop's id.
         """
         if not items:
             return
@@ -145,25 +222,8 @@ class TurnstoreSession(SessionABC):
                     f"item {index} is not a JSON object (got {type(item).__name__})",
                 )
             texts.append(json.dumps(item))
-        stamp = now_ms()
-        rows = [
-            # The source keeps a lone surrogate as its JSON escape; the canonical row gets U+FFFD.
-            Row(
-                index,
-                text,
-                cast("dict[str, Any]", without_surrogates(item) if "\\ud" in text else item),
-                f"item {index}",
-                stamp,
-            )
-            for index, (text, item) in enumerate(zip(texts, items))
-        ]
-        errors: list[RecordError] = []
-        made = item_messages(rows, errors)
-        messages = [
-            message if message is not None else ExtensionMessage(kind=str(row.item.get("type", "item")), data=row.item)
-            for message, row in zip(made, rows)
-        ]
-        first = rows[0].item
+        messages = _messages(cast("list[dict[str, Any]]", items), texts)
+        first = cast("dict[str, Any]", items[0])
         opens = first.get("role") == "user" and first.get("type", "message") == "message"
         await self._call(self._add, messages, texts, opens)
 
@@ -172,6 +232,7 @@ class TurnstoreSession(SessionABC):
             self._start(store)
             try:
                 with store.transaction():
+                    self._own(store)
                     messages = self._name_tool_results(store, messages)
                     store.messages.append_to_turn(
                         self.loop_id, messages, new_turn=opens, sources=texts, usage_known=False
@@ -198,7 +259,10 @@ class TurnstoreSession(SessionABC):
     def _start(self, store: Store) -> None:
         """Create the session and its items loop if they do not exist yet (concurrent first calls agree).
 
-        Outside any transaction: on PostgreSQL a refused insert would abort the one around it."""
+        In an imported session the items loop continues its history (a ``default``
+        continuation of :meth:`_head`). Outside any transaction: on PostgreSQL a
+        refused insert would abort the one around it.
+        """
         if self._started:
             return
         longest = store.settings.limits.max_id_length
@@ -209,28 +273,60 @@ class TurnstoreSession(SessionABC):
                 [("session_id", "too long")],
             )
         store.sessions.create(session_id=self.session_id, exist_ok=True)
-        if not any(loop.loop_id == self.loop_id for loop in store.loops.list(self.session_id)):
+        head = self._head(store)
+        if head is None or head.loop_id != self.loop_id:
             try:  # under the session's lock: a concurrent first call's loop is seen, not written twice
-                store.loops.start(self.session_id, loop_id=self.loop_id, parent_loop_id=None, continuation="initial")
+                store.loops.start(
+                    self.session_id,
+                    loop_id=self.loop_id,
+                    parent_loop_id=None if head is None else head.loop_id,
+                    continuation="initial" if head is None else "default",
+                )
             except AlreadyExists:
-                pass
+                self._own(store)  # a concurrent first call's, or another session's: refused
         self._started = True
 
     async def pop_item(self) -> TResponseInputItem | None:
-        """Remove the latest item and return it; None when the session is empty."""
+        """Remove the latest item and return it; None when the session is empty.
+
+        Raises:
+            AlreadyExists: another session holds the items loop's id.
+        """
         return cast("TResponseInputItem | None", await self._call(self._pop))
 
     def _pop(self, store: Store) -> Any:
         with store.transaction():
-            try:
+            head = self._head(store)
+            if head is None:
+                return None
+            if head.loop_id == self.loop_id and head.parent_loop_id is None:
                 newest = store.messages.sources(self.loop_id, last=1)
-            except LoopNotFound:
+                if not newest:
+                    return None
+                message_id, _turn, source = newest[0]
+                store.messages.delete(message_id)
+                return json.loads(source) if source is not None else None
+            held = self._texts(store, head)
+            if not held:
                 return None
-            if not newest:
-                return None
-            message_id, _turn, source = newest[0]
-            store.messages.delete(message_id)
-        return json.loads(source) if source is not None else None
+            message, lines = held[-1]
+            loop = head
+            while loop.loop_id != message.loop_id:  # loops the pops emptied stand between it and the end
+                store.loops.delete(loop.loop_id)
+                if loop.loop_id == self.loop_id:
+                    self._started = False
+                loop = store.loops.get(cast(str, loop.parent_loop_id))
+            store.messages.delete(message.id)
+            if len(lines) > 1:  # the rest of an imported model response: each item a message of its own
+                rest = lines[:-1]
+                store.messages.append_turn(
+                    message.loop_id,
+                    message.turn_index or 0,
+                    _messages([json.loads(text) for text in rest], rest),
+                    sources=rest,
+                    usage_known=False,
+                )
+        return json.loads(lines[-1])
 
     async def clear_session(self) -> None:
         """Remove the session: its items and the usage recorded for it."""
@@ -255,15 +351,19 @@ class TurnstoreSession(SessionABC):
         whose model is named nowhere has usage but no cost.
 
         Raises:
-            InvalidArgument: ``model`` is not a string.
+            InvalidArgument: ``model`` is not a string, or a token count is negative.
         """
         if model is not None and not isinstance(model, str):
             raise InvalidArgument("model", f"must be a model name (a string), got {type(model).__name__}")
         usage = result.context_wrapper.usage
         entries = list(getattr(usage, "request_usage_entries", None) or [])
-        return cast(str, await self._call(self._record, usage, entries, model or _run_model(result)))
+        totals = _usage(usage)
+        counted = [(entry, _usage(entry)) for entry in entries]
+        return cast(str, await self._call(self._record, usage, totals, counted, model or _run_model(result)))
 
-    def _record(self, store: Store, usage: Any, entries: list[Any], model: str | None) -> str:
+    def _record(
+        self, store: Store, usage: Any, totals: Usage, entries: list[tuple[Any, Usage]], model: str | None
+    ) -> str:
         self._started = False
         self._start(store)
         with store.transaction():
@@ -272,14 +372,14 @@ class TurnstoreSession(SessionABC):
                 parent_loop_id=None,
                 continuation="initial",
                 config={"model": model} if model else None,
-                metadata={"kind": "openai_agents.run_usage"},
+                metadata={"kind": RUN_USAGE},
             )
             if entries:
-                for entry in entries:
+                for entry, counts in entries:
                     store.messages.append(
                         ExtensionMessage(kind=REQUEST_USAGE, data=_usage_data(entry)),
                         loop_id=loop.loop_id,
-                        usage=_usage(entry),
+                        usage=counts,
                         model=model,
                     )
                 # Requests the SDK counted but listed no usage for (a response that reported no tokens):
@@ -293,14 +393,45 @@ class TurnstoreSession(SessionABC):
                     )
                 store.loops.end(loop.loop_id)
             else:
-                store.loops.end(loop.loop_id, usage=_usage(usage), requests=int(usage.requests))
+                store.loops.end(loop.loop_id, usage=totals, requests=int(usage.requests))
         return loop.loop_id
 
     async def close(self) -> None:
         """Close the store if the session opened it."""
-        if self._owned and self._store is not None:
+        if self._owned and isinstance(self._store, AsyncStore):
             await self._store.close()
             self._store = None
+
+
+def _messages(items: list[dict[str, Any]], texts: list[str]) -> list[Any]:
+    """One canonical message per item (its JSON text in ``texts``), as the importer maps items.
+
+    A lone surrogate is kept in the source as its JSON escape; the canonical row gets U+FFFD.
+    An item the mapping refuses is kept as an extension message of kind = its type.
+    """
+    stamp = now_ms()
+    rows = [
+        Row(
+            index,
+            text,
+            cast("dict[str, Any]", without_surrogates(item) if "\\ud" in text else item),
+            f"item {index}",
+            stamp,
+        )
+        for index, (text, item) in enumerate(zip(texts, items))
+    ]
+    errors: list[RecordError] = []
+    made = item_messages(rows, errors)
+    return [
+        message if message is not None else ExtensionMessage(kind=str(row.item.get("type", "item")), data=row.item)
+        for message, row in zip(made, rows)
+    ]
+
+
+def _on_main_line(loop: Loop) -> bool:
+    """Whether an imported loop holds items of the SDK session's main branch (not a run's usage, not another branch)."""
+    metadata = loop.metadata or {}
+    return metadata.get("kind") != RUN_USAGE and metadata.get("branch_id", MAIN_BRANCH) == MAIN_BRANCH
 
 
 def _run_model(result: Any) -> str | None:
@@ -315,15 +446,12 @@ def _usage(usage: Any) -> Usage:
     """turnstore usage of an SDK ``Usage`` or ``RequestUsage``, as the importer maps ``turn_usage``: OpenAI's
     ``input_tokens`` include the cached reads and cache writes that canonical ``input`` leaves out."""
     details = getattr(usage, "input_tokens_details", None)
-    cached = int(getattr(details, "cached_tokens", 0) or 0)
-    written = int(getattr(details, "cache_write_tokens", 0) or 0)
-    reasoning = int(getattr(getattr(usage, "output_tokens_details", None), "reasoning_tokens", 0) or 0)
-    return Usage(
-        input=int(usage.input_tokens) - cached - written,
-        output=int(usage.output_tokens),
-        reasoning=reasoning,
-        cache_read=cached,
-        cache_write=written,
+    return inclusive_usage(
+        input_tokens=int(usage.input_tokens),
+        output_tokens=int(usage.output_tokens),
+        cache_read=int(getattr(details, "cached_tokens", 0) or 0),
+        cache_write=int(getattr(details, "cache_write_tokens", 0) or 0),
+        reasoning=int(getattr(getattr(usage, "output_tokens_details", None), "reasoning_tokens", 0) or 0),
         total_tokens=int(usage.total_tokens),
     )
 

@@ -1,4 +1,4 @@
-"""pydantic-ai message history kept in turnstore: ``TurnstoreHistory(store, session_id)``.
+"""pydantic-ai message history kept in turnstore: ``TurnstoreHistory(session_id, store=None, *, url=None)``.
 
 pydantic-ai hands an app its messages (``ModelRequest`` / ``ModelResponse``)
 and takes them back as ``message_history=``. This adapter stores each run as
@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, overload
 
 import pydantic_ai.messages as _messages
 from pydantic_ai.messages import (
@@ -49,14 +49,20 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
+from typing_extensions import deprecated
 
-from ..errors import InvalidArgument, SessionNotFound
+from ..aio import AsyncStore
+from ..errors import SessionNotFound
 from ..models import ExtensionMessage, Message, Usage
 from ..store import Store
-from ._arguments import check_adapter_arguments
+from ._arguments import check_adapter_arguments, old_order, sync_store
 from ._media import media_block
+from ._stores import run_on
+from ._usage import inclusive_usage
 
 __all__ = ["TurnstoreHistory", "to_turnstore_usage"]
+
+NAME = "TurnstoreHistory"
 
 KIND = "pydantic-ai"
 """The kind of the extension message that stands for a pydantic-ai message turnstore has no row for."""
@@ -71,26 +77,52 @@ _SOURCE_PREFIX = '{"parts":'
 class TurnstoreHistory:
     """A pydantic-ai conversation stored in one turnstore session.
 
+    pydantic-ai runs an agent both ways (``run_sync``, ``await run``), so both are
+    here: :meth:`load`, :meth:`save` and :meth:`append` take a
+    :class:`~turnstore.store.Store`; :meth:`aload`, :meth:`asave` and :meth:`aappend`
+    take a ``Store`` (run in the event loop's executor) or an
+    :class:`~turnstore.aio.AsyncStore` (run on its worker threads).
+
+    Args:
+        session_id: the turnstore session (created on the first save).
+        store: the store to use; default: a ``Store`` opened on ``url`` (closed by :meth:`close`).
+        url: the store's URL when no ``store`` is given; default ``$TURNSTORE_URL`` or ``./turnstore.db``.
+
     Example::
 
-        history = TurnstoreHistory(store, "chat-1")
+        history = TurnstoreHistory("chat-1", store)
         result = agent.run_sync("hi", message_history=history.load())
         history.save(result)
+
+    The old order, ``TurnstoreHistory(store, session_id)``, still works for this
+    release, with a ``DeprecationWarning``.
     """
 
-    def __init__(self, store: Store, session_id: str) -> None:
-        if store is None:
-            raise InvalidArgument("store", "a turnstore Store is needed: TurnstoreHistory(store, session_id)")
-        check_adapter_arguments(
-            session_id, store, Store, "TurnstoreHistory(store, session_id) is sync: call it through a thread"
-        )
-        self.store = store
-        self.session_id = session_id
+    @overload
+    def __init__(self, session_id: str, store: Store | AsyncStore | None = None, *, url: str | None = None) -> None: ...
+
+    @overload
+    @deprecated("TurnstoreHistory(store, session_id) is deprecated: use TurnstoreHistory(session_id, store)")
+    def __init__(self, session_id: Store | AsyncStore, store: str) -> None: ...
+
+    def __init__(self, session_id: Any, store: Any = None, *, url: str | None = None) -> None:
+        session_id, store = old_order(session_id, store, NAME)
+        check_adapter_arguments(session_id, store, url, NAME)
+        self.session_id: str = session_id
+        self._owned = store is None
+        self.store: Store | AsyncStore = Store(url) if store is None else store
 
     def load(self) -> list[ModelMessage]:
         """The session's pydantic-ai messages, in order, as saved (what to pass as ``message_history=``)."""
+        return self._load(sync_store(self.store, NAME, "history.aload"))
+
+    async def aload(self) -> list[ModelMessage]:
+        """:meth:`load`, off the event loop."""
+        return await run_on(self.store, self._load)
+
+    def _load(self, store: Store) -> list[ModelMessage]:
         try:
-            rows = self.store.messages.rows(self.session_id)  # stored text, not parsed: only sources are read
+            rows = store.messages.rows(self.session_id)  # stored text, not parsed: only sources are read
             sources = [r.source for r in rows if r.source is not None and r.source.startswith(_SOURCE_PREFIX)]
         except SessionNotFound:
             return []
@@ -102,6 +134,19 @@ class TurnstoreHistory:
         """Store the new messages of a run (``result.new_messages()``) as one loop; returns its id."""
         return self.append(result.new_messages())
 
+    async def asave(self, result: Any) -> str:
+        """:meth:`save`, off the event loop."""
+        return await self.aappend(result.new_messages())
+
+    async def aappend(self, messages: Sequence[ModelMessage], *, usage: Any = None) -> str:
+        """:meth:`append`, off the event loop."""
+        return await run_on(self.store, self._append, list(messages), usage)
+
+    def close(self) -> None:
+        """Close the store if this history opened it."""
+        if self._owned and isinstance(self.store, Store):
+            self.store.close()
+
     def append(self, messages: Sequence[ModelMessage], *, usage: Any = None) -> str:
         """Store ``messages`` as one loop of the session, in one transaction; returns the loop's id.
 
@@ -111,14 +156,18 @@ class TurnstoreHistory:
         (a response pydantic-ai could not measure carries none), priced as the model
         of the run's last response.
         """
+        return self._append(sync_store(self.store, NAME, "history.aappend"), messages, usage)
+
+    def _append(self, store: Store, messages: Sequence[ModelMessage], usage: Any) -> str:
         run_usage, requests = _run_usage(usage)
-        store = self.store
         # The run's model (its last response's): what the run's usage is priced as, where it counts.
         last = next((m for m in reversed(messages) if isinstance(m, ModelResponse) and m.model_name), None)
         config = {"model": last.model_name, "provider": last.provider_name} if last is not None else None
         with store.transaction():
             store.sessions.create(self.session_id, exist_ok=True)
-            loop = store.loops.start(self.session_id, config=config, metadata={"framework": KIND})
+            loop = store.loops.start(  # a new id, never another session's loop
+                self.session_id, config=config, metadata={"framework": KIND}
+            )
             turn = -1
             responded = False
             for message in messages:
@@ -156,17 +205,13 @@ def to_turnstore_usage(usage: Any) -> Usage:
     apart), so they are subtracted. ``reasoning`` is its
     ``output_reasoning_tokens``; a missing ``total_tokens`` is input plus output.
     """
-    output = int(getattr(usage, "output_tokens", 0) or 0)
-    prompt = int(getattr(usage, "input_tokens", 0) or 0)
-    cache_read = int(getattr(usage, "cache_read_tokens", 0) or 0)
-    cache_write = int(getattr(usage, "cache_write_tokens", 0) or 0)
-    return Usage(
-        input=max(prompt - cache_read - cache_write, 0),
-        output=output,
-        reasoning=min(int(getattr(usage, "output_reasoning_tokens", 0) or 0), output),
-        cache_read=cache_read,
-        cache_write=cache_write,
-        total_tokens=int(getattr(usage, "total_tokens", 0) or 0) or prompt + output,
+    return inclusive_usage(
+        input_tokens=int(getattr(usage, "input_tokens", 0) or 0),
+        output_tokens=int(getattr(usage, "output_tokens", 0) or 0),
+        cache_read=int(getattr(usage, "cache_read_tokens", 0) or 0),
+        cache_write=int(getattr(usage, "cache_write_tokens", 0) or 0),
+        reasoning=int(getattr(usage, "output_reasoning_tokens", 0) or 0),
+        total_tokens=int(getattr(usage, "total_tokens", 0) or 0),
     )
 
 

@@ -227,6 +227,33 @@ class LoopRepository:
             self._db.execute(q.touch_session(), {"session_id": session_id, "updated_at": self._db.bind_time(when)})
         return self.get(loop_id)
 
+    def delete(self, loop_id: str) -> None:
+        """Delete a loop that holds no message and that no other loop continues, branches from or was spawned by.
+
+        For an undo that goes back past a loop's start (a session protocol's
+        ``pop`` that emptied the loop and takes the message before it): the loop
+        stood between that message and the end of its parent. The loop's reported
+        usage (``end(usage=...)``) goes with it.
+
+        Raises:
+            LoopNotFound: no such loop.
+            InvalidArgument: the loop holds messages, or another loop depends on it; nothing is deleted.
+        """
+        with self._db.write():
+            state = self._db.fetchone(
+                q.lock_loop() if self._db.is_postgresql else q.append_state(), {"loop_id": loop_id}
+            )
+            if state is None:
+                raise LoopNotFound(f"loop {loop_id!r} not found")
+            session_id = state[0]
+            if self._db.fetchone(q.first_message_of_loop(), {"loop_id": loop_id}) is not None:
+                raise InvalidArgument("loop_id", f"loop {loop_id!r} holds messages; delete them first")
+            child = self._db.fetchone(q.child_loops(), {"loop_id": loop_id})
+            if child is not None:
+                raise InvalidArgument("loop_id", f"loop {child[0]!r} continues or was started by loop {loop_id!r}")
+            self._db.execute(q.delete_loop(), {"loop_id": loop_id})
+            self._db.execute(q.touch_session(), {"session_id": session_id, "updated_at": self._db.bind_time(utcnow())})
+
     def get(self, loop_id: str) -> Loop:
         """The loop with this id.
 
