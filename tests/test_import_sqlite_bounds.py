@@ -24,7 +24,7 @@ import pytest
 from turnstore import Store
 from turnstore.importers import sqlite_source
 
-GIGABYTE_TEXT = "printf('%.*c', 1000000000, 'x')"
+HUGE_TEXT = "printf('%.*c', 200000000, 'x')"  # 200 MB a row, within SQLite's default length limit
 
 LANGCHAIN = "CREATE TABLE message_store (id INTEGER PRIMARY KEY, session_id TEXT, message TEXT)"
 OPENAI_SESSIONS = "CREATE TABLE agent_sessions (session_id TEXT PRIMARY KEY, created_at TEXT, updated_at TEXT)"
@@ -52,7 +52,7 @@ HOSTILE: dict[str, tuple[str, list[str], str, str]] = {
     "langchain generated column": (
         "langchain",
         [
-            f"CREATE TABLE message_store (id INTEGER PRIMARY KEY, session_id TEXT, message TEXT AS ({GIGABYTE_TEXT}))",
+            f"CREATE TABLE message_store (id INTEGER PRIMARY KEY, session_id TEXT, message TEXT AS ({HUGE_TEXT}))",
             *["INSERT INTO message_store (session_id) VALUES ('s')"] * 20,
         ],
         "message_store.message",
@@ -72,7 +72,7 @@ HOSTILE: dict[str, tuple[str, list[str], str, str]] = {
         "langchain",
         [
             "CREATE TABLE rows_ (id INTEGER PRIMARY KEY, session_id TEXT)",
-            "CREATE VIEW message_store AS SELECT id, session_id, zeroblob(1000000000) AS message FROM rows_",
+            "CREATE VIEW message_store AS SELECT id, session_id, zeroblob(200000000) AS message FROM rows_",
             *["INSERT INTO rows_ (session_id) VALUES ('s')"] * 20,
         ],
         "message_store",
@@ -93,7 +93,7 @@ HOSTILE: dict[str, tuple[str, list[str], str, str]] = {
         [
             OPENAI_SESSIONS,
             "CREATE TABLE rows_ (id INTEGER PRIMARY KEY, session_id TEXT)",
-            "CREATE VIEW agent_messages AS SELECT id, session_id, randomblob(1000000000) AS message_data, "
+            "CREATE VIEW agent_messages AS SELECT id, session_id, randomblob(200000000) AS message_data, "
             "NULL AS created_at FROM rows_",
             "INSERT INTO agent_sessions VALUES ('s', NULL, NULL)",
             *["INSERT INTO rows_ (session_id) VALUES ('s')"] * 20,
@@ -106,7 +106,7 @@ HOSTILE: dict[str, tuple[str, list[str], str, str]] = {
         [
             ADK_SESSIONS,
             "CREATE TABLE events (id TEXT, app_name TEXT, user_id TEXT, session_id TEXT, invocation_id TEXT, "
-            f"timestamp TEXT, event_data TEXT AS ({GIGABYTE_TEXT}))",
+            f"timestamp TEXT, event_data TEXT AS ({HUGE_TEXT}))",
             "INSERT INTO sessions VALUES ('app', 'u', 's', '{}', NULL, NULL)",
             *[
                 "INSERT INTO events (id, app_name, user_id, session_id, invocation_id) VALUES ('e', 'app', 'u', 's', 'i')"
@@ -121,7 +121,7 @@ HOSTILE: dict[str, tuple[str, list[str], str, str]] = {
         [
             ADK_SESSIONS,
             ADK_EVENTS,
-            f"CREATE VIEW app_states AS SELECT 'app' AS app_name, {GIGABYTE_TEXT} AS state",
+            f"CREATE VIEW app_states AS SELECT 'app' AS app_name, {HUGE_TEXT} AS state",
             "INSERT INTO sessions VALUES ('app', 'u', 's', '{}', NULL, NULL)",
         ],
         "app_states",
@@ -131,7 +131,7 @@ HOSTILE: dict[str, tuple[str, list[str], str, str]] = {
         "appam",
         [
             "CREATE TABLE session_history (id TEXT PRIMARY KEY, agent_name TEXT, model TEXT, "
-            f"messages TEXT AS ({GIGABYTE_TEXT}), started_at TEXT, updated_at TEXT)",
+            f"messages TEXT AS ({HUGE_TEXT}), started_at TEXT, updated_at TEXT)",
             *[f"INSERT INTO session_history (id) VALUES ('s{n}')" for n in range(20)],
         ],
         "session_history.messages",
@@ -141,7 +141,7 @@ HOSTILE: dict[str, tuple[str, list[str], str, str]] = {
         "tau",
         [
             "CREATE TABLE rows_ (seq INTEGER PRIMARY KEY, session_id TEXT)",
-            f"CREATE VIEW entries AS SELECT seq, session_id, {GIGABYTE_TEXT} AS payload FROM rows_",
+            f"CREATE VIEW entries AS SELECT seq, session_id, {HUGE_TEXT} AS payload FROM rows_",
             *["INSERT INTO rows_ (session_id) VALUES ('s')"] * 20,
         ],
         "entries",
@@ -168,16 +168,16 @@ print(json.dumps({
 
 
 def build(path: Path, statements: list[str]) -> Path:
-    """A database made by ``statements``. A table whose generated column computes a gigabyte is
+    """A database made by ``statements``. A table whose generated column computes 200 MB a row is
     made with a small one, filled, and then given the large one in its schema (``writable_schema``),
     as a hostile file would be: SQLite computes a generated column on every insert."""
     connection = sqlite3.connect(path)
     hostile: dict[str, str] = {}
     try:
         for statement in statements:
-            if statement.startswith("CREATE TABLE ") and GIGABYTE_TEXT in statement:
+            if statement.startswith("CREATE TABLE ") and HUGE_TEXT in statement:
                 hostile[statement.split()[2]] = statement
-                statement = statement.replace(GIGABYTE_TEXT, "'x'")
+                statement = statement.replace(HUGE_TEXT, "'x'")
             connection.execute(statement)
         connection.commit()
         if hostile:
@@ -210,7 +210,7 @@ def test_a_source_computed_on_read_is_refused_fast_and_writes_nothing(tmp_path: 
     assert result["errors"] == [[f"{source}: {where}", reason]]
     assert result["written"] == result["sessions"] == []
     assert result["seconds"] < 10
-    assert result["peak_kb"] < 300 * 1024  # a value of the hostile file alone would be 1 GB
+    assert result["peak_kb"] < 300 * 1024  # one value of the hostile file alone is 200 MB
 
 
 def test_a_virtual_table_is_refused(store: Store, tmp_path: Path) -> None:
