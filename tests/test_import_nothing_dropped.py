@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -501,3 +503,92 @@ def test_a_number_too_long_to_read_leaves_the_other_files_imported(
     assert f"{folder / 'a.jsonl'}:1: invalid JSON: a number has more than 4,300 digits" in out + err
     with Store(db) as store:
         assert [session.session_id for session in store.sessions.list()] == ["b"]
+
+
+PSEUDO_TARGETS = {
+    "pagemap.jsonl": "/proc/self/pagemap",  # says 0 bytes, holds gigabytes: read whole, a MemoryError
+    "kmsg.jsonl": "/proc/kmsg",  # never ends: a read waits for the kernel's next message
+    "status.jsonl": "/proc/self/status",
+    "zero.jsonl": "/dev/zero",
+    "urandom.jsonl": "/dev/urandom",
+}
+PROC = "skipped: a file of the kernel's /proc filesystem, whose size is not its content: never read"
+_IMPORT_FOLDER = """
+import json, sys, time
+from turnstore.cli import main
+start = time.monotonic()
+code = main(["--db", sys.argv[2], "import", "yoagent", sys.argv[1], "--json"])
+print(json.dumps({"code": code, "seconds": time.monotonic() - start}))
+"""
+
+
+def test_pseudo_files_and_devices_behind_symbolic_links_are_refused_unread(tmp_path: Path) -> None:
+    """Run in a subprocess with a timeout: a file read by mistake would hang the test or exhaust its memory."""
+    folder = tmp_path / "sessions"
+    good = good_tree(folder)
+    expected = []
+    for name, target in PSEUDO_TARGETS.items():
+        if not os.path.lexists(target):  # /proc/kmsg is missing in some containers
+            continue
+        (folder / name).symlink_to(target)
+        reason = PROC if target.startswith("/proc/") else "skipped: not a regular file (a character device)"
+        expected.append((name, reason))
+    os.mkfifo(folder / "fifo.jsonl")
+    expected.append(("fifo.jsonl", "skipped: not a regular file (a FIFO)"))
+
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORT_FOLDER, str(folder), str(tmp_path / "store.db")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    printed, _, last = done.stdout.rstrip().rpartition("\n")
+    report, outcome = json.loads(printed), json.loads(last)
+    assert sorted((Path(error["place"]).name, error["reason"]) for error in report["errors"]) == sorted(expected)
+    assert report["sessions"]["written"] == [good.stem] and report["files"] == 1
+    assert outcome["code"] == 1  # the exit code says something was not imported
+    assert outcome["seconds"] < 10
+
+
+@pytest.mark.parametrize("target", ["/proc/self/status", "/proc/self/pagemap", "/proc/kmsg"])
+def test_a_pseudo_file_given_as_a_path_is_refused_unread(store: Store, tmp_path: Path, target: str) -> None:
+    if not os.path.lexists(target):
+        pytest.skip(f"{target} does not exist here")
+    link = tmp_path / "session.jsonl"
+    link.symlink_to(target)
+
+    for path in (Path(target), link):
+        with pytest.raises(ImportFailed) as raised:
+            store.import_("yoagent", path)
+
+        assert str(raised.value) == f"{path}: {PROC.removeprefix('skipped: ')}"
+    assert store.sessions.list() == []
+
+
+def test_a_file_swapped_for_a_pseudo_file_after_the_walk_is_refused_unread(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The walk found a regular file; by the time it is opened its link points into /proc."""
+    folder = tmp_path / "sessions"
+    good = good_tree(folder)
+    link = folder / "moved.jsonl"
+    link.symlink_to(good_tree(tmp_path / "elsewhere", "moved.jsonl"))
+    from turnstore.importers import files
+
+    walked = files._walk
+
+    def walk_then_swap(*args: Any) -> Any:
+        found = list(walked(*args))
+        link.unlink()
+        link.symlink_to("/proc/self/status")
+        return iter(found)
+
+    monkeypatch.setattr(files, "_walk", walk_then_swap)
+
+    report = store.import_("yoagent", folder)
+
+    assert [(error.place, error.reason) for error in report.errors] == [
+        (str(link), f"cannot read: {PROC.removeprefix('skipped: ')}")
+    ]
+    assert report.sessions_written == [good.stem]

@@ -74,7 +74,7 @@ from .base import (
 )
 from .derive import TurnDeriver, asked_tools, next_loop
 from .reading import loads_json
-from .sqlite_source import SQLITE_ERRORS, open_sqlite, sqlite_accepts
+from .sqlite_source import SQLITE_ERRORS, SqliteSource, open_sqlite, sqlite_accepts, table_names
 
 __all__ = ["AdkImporter", "adk_usage"]
 
@@ -107,10 +107,10 @@ class _Schema:
 
 
 def _schema(connection: sqlite3.Connection) -> _Schema | None:
-    tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    tables = table_names(connection)
     if not {"sessions", "events"} <= tables:
         return None
-    columns = {row[1] for row in connection.execute('PRAGMA table_info("events")')}
+    columns = {row[1] for row in connection.execute('PRAGMA table_xinfo("events")')}  # generated ones too
     if not {"app_name", "user_id", "session_id", "invocation_id"} <= columns:
         return None
     if "event_data" in columns:
@@ -120,6 +120,14 @@ def _schema(connection: sqlite3.Connection) -> _Schema | None:
     else:
         return None
     return _Schema(json_events, "app_states" in tables, "user_states" in tables)
+
+
+def _reads(schema: _Schema | None) -> list[str]:
+    """The tables the importer reads."""
+    if schema is None:
+        return []
+    states = [table for table in ("app_states", "user_states") if getattr(schema, table)]
+    return ["sessions", "events", *states]
 
 
 class AdkImporter:
@@ -137,16 +145,17 @@ class AdkImporter:
         Raises:
             InvalidRecord: not a SQLite database, not ADK's tables, or a read error.
         """
-        with open_sqlite(path, _schema) as (connection, schema):
+        with open_sqlite(path, _schema, _reads) as (source, schema):
             if schema is None:
                 raise InvalidRecord(str(path), "no ADK sessions and events tables (not a Google ADK session database)")
             try:
-                keys = _session_keys(connection)
+                keys = _session_keys(source.connection)
                 ids = [key[2] for key in keys]
-                note = None if schema.json_events else _pickles_note(connection, path)
+                note = None if schema.json_events else _pickles_note(source.connection, path)
+                states: dict[tuple[str, tuple[str, ...]], tuple[dict[str, Any] | None, str | None]] = {}
                 for key in keys:
                     name = key[2] if ids.count(key[2]) == 1 else ".".join(key)
-                    bundle = _Session(connection, path, schema, key, name).bundle()
+                    bundle = _Session(source, schema, key, name, states).bundle()
                     if note is not None:  # once per file, with its first session
                         bundle.notes.append(note)
                         note = None
@@ -157,7 +166,7 @@ class AdkImporter:
 
 def _pickles_note(connection: sqlite3.Connection, path: Path) -> RecordError | None:
     """What the report says of a file of the older schema: its pickled ``actions`` kept, never unpickled."""
-    pickled = connection.execute("SELECT count(*) FROM events WHERE actions IS NOT NULL").fetchone()[0]
+    pickled = connection.execute("SELECT count(*) FROM events WHERE typeof(actions) != 'null'").fetchone()[0]
     if not pickled:
         return None
     return RecordError(
@@ -183,41 +192,70 @@ class _Session:
     """One ADK session read into a bundle."""
 
     def __init__(
-        self, connection: sqlite3.Connection, path: Path, schema: _Schema, key: tuple[str, str, str], name: str
+        self,
+        source: SqliteSource,
+        schema: _Schema,
+        key: tuple[str, str, str],
+        name: str,
+        states: dict[tuple[str, tuple[str, ...]], tuple[dict[str, Any] | None, str | None]],
     ) -> None:
-        self.connection, self.path, self.schema, self.key = connection, path, schema, key
-        self.bundle_ = SessionBundle(session_id=name, origin=f"{path}: sessions id={key[2]}")
+        self.source, self.path, self.schema, self.key = source, source.path, schema, key
+        self.states = states
+        """The app and user state rows read so far (read once for all the sessions that share them)."""
+        self.bundle_ = SessionBundle(session_id=name, origin=f"{source.path}: sessions id={key[2]}")
         self.loops: dict[str, tuple[LoopRow, TurnDeriver]] = {}
+
+    def _first(self, table: str, where: str, params: tuple[str, ...]) -> tuple[dict[str, Any] | None, str | None]:
+        """The first row of ``table`` matching ``where`` (every column), and what keeps it from being read."""
+        found = self.source.rows(table, self.source.columns(table), f"WHERE {where}", params)
+        return next(found, (None, None))
 
     def bundle(self) -> SessionBundle:
         bundle = self.bundle_
         app, user, _ = self.key
-        header = self.connection.execute(
-            "SELECT * FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?", self.key
-        ).fetchone()
+        header, problem = self._first("sessions", "app_name = ? AND user_id = ? AND id = ?", self.key)
         metadata: dict[str, Any] = {"app_name": app, "user_id": user}
-        if header is not None:
+        if header is not None and problem is None:
             record = _record(header)
             bundle.source = compact(record)
             bundle.created_at = parse_time(record.get("create_time"))
             bundle.updated_at = parse_time(record.get("update_time"))
             metadata["state"] = _json_or_text(record.get("state"))
         bundle.add_source(bundle.source or "")
+        if problem is not None:
+            bundle.add_source(problem)
+            bundle.errors.append(RecordError(f"{self.path}: sessions id={self.key[2]}", problem))
         for table, where, params, name in (
             ("app_states", "app_name = ?", (app,), "app_state"),
             ("user_states", "app_name = ? AND user_id = ?", (app, user), "user_state"),
         ):
             if getattr(self.schema, table):
-                row = self.connection.execute(f"SELECT * FROM {table} WHERE {where}", params).fetchone()
-                if row is not None:
+                cached = self.states.get((table, params))
+                if cached is None:
+                    cached = self.states[(table, params)] = self._first(table, where, params)
+                row, problem = cached
+                if problem is not None:
+                    bundle.add_source(problem)
+                    bundle.errors.append(RecordError(f"{self.path}: {table} app_name={app}", problem))
+                elif row is not None:
                     record = _record(row)
                     bundle.add_source(compact(record))
                     metadata[name] = _json_or_text(record.get("state"))
         bundle.metadata = metadata
-        query = "SELECT rowid AS adk_rowid, * FROM events WHERE app_name = ? AND user_id = ? AND session_id = ? ORDER BY rowid"
-        for row in self.connection.execute(query, self.key):
+        found = self.source.rows(
+            "events",
+            self.source.columns("events"),
+            "WHERE app_name = ? AND user_id = ? AND session_id = ? ORDER BY rowid",
+            self.key,
+            rowid="adk_rowid",
+        )
+        for row, problem in found:
             place = f"{self.path}: events rowid={row['adk_rowid']}"
             bundle.records += 1
+            if problem is not None:
+                bundle.add_source(problem)
+                bundle.errors.append(RecordError(place, problem))
+                continue
             try:
                 source, event = self._event(row, place)
             except InvalidRecord as error:
@@ -233,7 +271,7 @@ class _Session:
             self._place(str(row["invocation_id"]), event, rows)
         return bundle
 
-    def _event(self, row: sqlite3.Row, place: str) -> tuple[str, dict[str, Any]]:
+    def _event(self, row: dict[str, Any], place: str) -> tuple[str, dict[str, Any]]:
         """The event's verbatim source text and the event as a dict (with the row's own columns)."""
         if self.schema.json_events:
             text = row["event_data"]
@@ -297,11 +335,11 @@ class _Session:
             bundle.messages.append(row)
 
 
-def _record(row: sqlite3.Row) -> dict[str, Any]:
+def _record(row: dict[str, Any]) -> dict[str, Any]:
     """A table row as a JSON-ready dict (BLOBs as base64: an ADK pickle is never loaded)."""
     return {
         key: base64.b64encode(value).decode("ascii") if isinstance(value, bytes) else value
-        for key, value in zip(row.keys(), row)
+        for key, value in row.items()
     }
 
 

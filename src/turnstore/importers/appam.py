@@ -47,7 +47,7 @@ from .base import (
 )
 from .derive import TurnDeriver
 from .reading import json_problem
-from .sqlite_source import SQLITE_ERRORS, open_sqlite, sqlite_accepts, table_names
+from .sqlite_source import SQLITE_ERRORS, SqliteSource, open_sqlite, sqlite_accepts, table_names
 
 __all__ = ["AppamImporter", "infer_provider"]
 
@@ -125,11 +125,11 @@ class AppamImporter:
             InvalidRecord: not a SQLite database, no appam table, a row without
                 an id (reported after the other rows are read), or a read error.
         """
-        with open_sqlite(path, _tables) as (connection, tables):
+        with open_sqlite(path, _tables, lambda tables: [table.name for table in tables]) as (source, tables):
             if not tables:
                 raise InvalidRecord(str(path), "no appam session_history (or web sessions) table")
             for table in tables:
-                yield from _table_bundles(connection, path, table)
+                yield from _table_bundles(source, table)
 
 
 # --- reading the database -------------------------------------------------------------
@@ -141,20 +141,24 @@ def _tables(connection: sqlite3.Connection) -> list[_Table]:
     found = []
     for table in (HISTORY, WEB):
         if table.name in names:
-            columns = {row[1] for row in connection.execute(f'PRAGMA table_info("{table.name}")')}
+            columns = {row[1] for row in connection.execute(f'PRAGMA table_xinfo("{table.name}")')}
             if table.required <= columns:
                 found.append(table)
     return found
 
 
-def _table_bundles(connection: sqlite3.Connection, path: Path, table: _Table) -> Iterator[SessionBundle]:
+def _table_bundles(source: SqliteSource, table: _Table) -> Iterator[SessionBundle]:
+    path = source.path
     nameless: list[int] = []
     try:
-        rows = connection.execute(f'SELECT rowid AS "rowid", * FROM "{table.name}" ORDER BY rowid')
-        for row in rows:
-            record = {key: row[key] for key in row.keys() if key != "rowid"}  # noqa: SIM118 - sqlite3.Row iterates values, not keys
+        rows = source.rows(table.name, source.columns(table.name), "ORDER BY rowid", rowid=_ROWID)
+        for row, problem in rows:
+            record = {key: value for key, value in row.items() if key != _ROWID}
             if not isinstance(record.get("id"), str) or not record["id"]:
-                nameless.append(row["rowid"])
+                nameless.append(row[_ROWID])
+                continue
+            if problem is not None:
+                yield _refused(path, table, record["id"], problem)
                 continue
             yield _session(path, table, record)
     except SQLITE_ERRORS as error:
@@ -167,6 +171,18 @@ def _table_bundles(connection: sqlite3.Connection, path: Path, table: _Table) ->
 
 
 # --- one row: one session ---------------------------------------------------------------
+
+_ROWID = "appam rowid"
+"""The key a row's ``rowid`` is read under (no column of appam's has a space)."""
+
+
+def _refused(path: Path, table: _Table, session_id: str, problem: str) -> SessionBundle:
+    """The session of a row holding a value over the limit: nothing in it is read; it is an invalid record."""
+    place = f"{path}: {table.name} id={session_id}"
+    bundle = SessionBundle(session_id=session_id, origin=place, records=1)
+    bundle.add_source(problem)
+    bundle.errors.append(RecordError(place, problem))
+    return bundle
 
 
 def _session(path: Path, table: _Table, record: dict[str, Any]) -> SessionBundle:

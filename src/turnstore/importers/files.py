@@ -8,6 +8,14 @@ broken symbolic link or a folder that cannot be listed is reported with what
 it is, and the walk goes on. Lock, temporary and hidden files are passed over
 in silence, and each importer's ``accepts`` picks its own files among the rest.
 
+A regular file of a kernel pseudo filesystem is refused the same way, unread
+(:func:`pseudo_file`): what procfs and sysfs report as its size is not its
+content (``/proc/self/pagemap`` says 0 bytes and holds gigabytes,
+``/proc/kmsg`` never ends), so no bound on reading it holds. The rule, after
+symbolic links are followed: the file's real path is under ``/proc`` or
+``/sys``, or the file is on the filesystem ``/proc``, ``/sys`` or ``/dev``
+itself is on (which also catches those mounted a second time elsewhere).
+
 A source file that is empty, or holds nothing but whitespace, is reported the
 same way for every format (:func:`is_blank`): there is no session in it, and
 an importer would otherwise make an empty one, or fail on it in its own words.
@@ -17,6 +25,7 @@ alike (:data:`EMPTY_ARRAY`).
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Iterator, Sequence
@@ -25,7 +34,7 @@ from pathlib import Path
 from ..errors import ImportFailed
 from .base import Importer, RecordError, one_line
 
-__all__ = ["BLANK", "EMPTY_ARRAY", "IGNORED_SUFFIXES", "is_blank", "iter_files"]
+__all__ = ["BLANK", "EMPTY_ARRAY", "IGNORED_SUFFIXES", "is_blank", "iter_files", "pseudo_file"]
 
 IGNORED_SUFFIXES = (".lock", ".tmp", ".bak", ".swp", ".partial")
 
@@ -58,18 +67,64 @@ def iter_files(paths: Sequence[str | Path], importer: Importer, problems: list[R
         if stat.S_ISDIR(mode):
             yield from _walk(path, importer, problems)
         elif stat.S_ISREG(mode):
+            refused = pseudo_file(path, path.stat())
+            if refused is not None:
+                raise ImportFailed(f"{one_line(str(path))}: {refused}")
             yield path
         else:
             raise ImportFailed(f"{one_line(str(path))}: not a regular file or a directory ({_kind(mode)})")
 
 
+def pseudo_file(path: Path, info: os.stat_result) -> str | None:
+    """Why a regular file (``info``: its ``stat``, symbolic links followed) is not read, when it belongs to
+    a kernel pseudo filesystem (see the module docstring); None for any other file.
+
+    Nothing is opened: the real path is resolved and compared, and the
+    devices of ``/proc``, ``/sys`` and ``/dev`` looked up.
+    """
+    real = os.path.realpath(path)
+    for root, device in _pseudo_devices():
+        if real == root or real.startswith(f"{root}/") or info.st_dev == device:
+            return f"a file of the kernel's {root} filesystem, whose size is not its content: never read"
+    return None
+
+
+_PSEUDO_ROOTS = ("/proc", "/sys", "/dev")
+
+
+def _pseudo_devices() -> list[tuple[str, int | None]]:
+    """Each pseudo filesystem root, and its device when it is a filesystem of its own (not the root's)."""
+    try:
+        top = os.stat("/").st_dev
+    except OSError:
+        top = None
+    found: list[tuple[str, int | None]] = []
+    for root in _PSEUDO_ROOTS:
+        try:
+            device: int | None = os.stat(root).st_dev
+        except OSError:
+            device = None
+        found.append((root, None if device == top else device))
+    return found
+
+
 def is_blank(path: Path) -> bool:
     """Whether a regular file holds nothing but whitespace (after a UTF-8 BOM); read until its first other byte.
 
+    Once open, the file is looked at again before a byte is read: it must
+    still be a regular file of no pseudo filesystem (a symbolic link may
+    have been pointed elsewhere since the file was found).
+
     Raises:
-        OSError: the file cannot be read.
+        OSError: the file cannot be read, or is no longer a regular file one may read.
     """
     with path.open("rb") as file:
+        info = os.fstat(file.fileno())
+        refused = (
+            pseudo_file(path, info) if stat.S_ISREG(info.st_mode) else f"not a regular file ({_kind(info.st_mode)})"
+        )
+        if refused is not None:
+            raise OSError(errno.EINVAL, refused)
         chunk = file.read(_CHUNK).removeprefix(_BOM)
         while chunk:
             if chunk.strip(_WHITESPACE):
@@ -111,6 +166,8 @@ def _walk(root: Path, importer: Importer, problems: list[RecordError]) -> Iterat
                 continue
             elif not stat.S_ISREG(info.st_mode):
                 found.append(RecordError(str(child), f"skipped: not a regular file ({_kind(info.st_mode)})"))
+            elif (refused := pseudo_file(child, info)) is not None:
+                found.append(RecordError(str(child), f"skipped: {refused}"))
             elif importer.accepts(child):
                 seen.add((info.st_dev, info.st_ino))
                 files.append(child)

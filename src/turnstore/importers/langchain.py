@@ -30,7 +30,6 @@ times and no loops: timestamps are 0 and loops and turns are derived
 from __future__ import annotations
 
 import re
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -40,7 +39,7 @@ from ..models import MAX_INT, Usage
 from .base import ImportOptions, MessageRow, RecordError, SessionBundle, compact, parse_agent_message
 from .derive import add_derived, fill_configs
 from .reading import loads_json
-from .sqlite_source import SQLITE_ERRORS, open_sqlite, sqlite_accepts, table_names
+from .sqlite_source import SQLITE_ERRORS, SqliteSource, open_sqlite, sqlite_accepts, table_names
 from .token_usage import usage_from_inclusive_input
 
 __all__ = ["LangChainImporter", "langchain_usage"]
@@ -85,27 +84,32 @@ class LangChainImporter:
         Raises:
             InvalidRecord: not a SQLite database, no ``message_store`` table, or a read error.
         """
-        with open_sqlite(path, table_names) as (connection, tables):
+        with open_sqlite(path, table_names, lambda tables: [TABLE]) as (source, tables):
             if TABLE not in tables:
                 raise InvalidRecord(str(path), f"no {TABLE} table (not a LangChain SQLChatMessageHistory database)")
             try:
                 query = f'SELECT session_id FROM "{TABLE}" GROUP BY session_id ORDER BY MIN(id)'
-                session_ids = [row[0] for row in connection.execute(query).fetchall()]
+                session_ids = [row[0] for row in source.connection.execute(query).fetchall()]
                 for session_id in session_ids:
-                    yield _bundle(connection, path, session_id)
+                    yield _bundle(source, session_id)
             except SQLITE_ERRORS as error:
                 raise InvalidRecord(str(path), f"cannot read the {TABLE} table: {error}") from None
 
 
-def _bundle(connection: sqlite3.Connection, path: Path, session_id: Any) -> SessionBundle:
+def _bundle(source: SqliteSource, session_id: Any) -> SessionBundle:
     name = str(session_id)
+    path = source.path
     bundle = SessionBundle(session_id=name, origin=f"{path}: {TABLE} session_id={name}")
     rows: list[MessageRow] = []
     call_names: dict[str, str] = {}
-    query = f'SELECT id, message FROM "{TABLE}" WHERE session_id IS ? ORDER BY id'
-    for row_id, text in connection.execute(query, (session_id,)):
+    for values, problem in source.rows(TABLE, ("id", "message"), "WHERE session_id IS ? ORDER BY id", (session_id,)):
+        row_id, text = values["id"], values["message"]
         place = f"{path}: {TABLE} id={row_id}"
         bundle.records += 1
+        if problem is not None:
+            bundle.add_source(f"{row_id}:{problem}")
+            bundle.errors.append(RecordError(place, problem))
+            continue
         if isinstance(text, bytes):
             text = text.decode("utf-8", "replace")
         bundle.add_source(f"{row_id}:{text}")  # the id, then the row's text as written (no re-encoding)

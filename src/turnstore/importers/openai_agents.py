@@ -37,8 +37,7 @@ database is opened read-only.
 from __future__ import annotations
 
 import json
-import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,7 +56,7 @@ from .base import (
 )
 from .derive import TurnDeriver
 from .openai_agents_items import MODEL, PROVIDER, ItemConverter, Piece, Row, guard, parse_item
-from .sqlite_source import SQLITE_ERRORS, open_sqlite, sqlite_accepts, table_names
+from .sqlite_source import SQLITE_ERRORS, SqliteSource, open_sqlite, sqlite_accepts, table_names
 from .token_usage import usage_from_inclusive_input
 
 __all__ = ["OpenAIAgentsImporter"]
@@ -85,12 +84,12 @@ class OpenAIAgentsImporter:
             InvalidRecord: not a SQLite database, no ``agent_sessions`` /
                 ``agent_messages`` tables, or a read error.
         """
-        with open_sqlite(path, table_names) as (connection, tables):
+        with open_sqlite(path, table_names, _reads) as (database, tables):
             if not {SESSIONS, MESSAGES} <= tables:
                 raise InvalidRecord(
                     str(path), f"no {SESSIONS} and {MESSAGES} tables (not an OpenAI Agents SDK session database)"
                 )
-            source = _Source(connection, path, STRUCTURE in tables, TURN_USAGE in tables)
+            source = _Source(database, STRUCTURE in tables, TURN_USAGE in tables)
             try:
                 for session_id in source.session_ids():
                     yield source.bundle(session_id)
@@ -99,6 +98,11 @@ class OpenAIAgentsImporter:
 
 
 # --- reading the database -------------------------------------------------------------
+
+
+def _reads(tables: set[str]) -> list[str]:
+    """The tables the importer reads, of those the database has."""
+    return [table for table in (SESSIONS, MESSAGES, STRUCTURE, TURN_USAGE) if table in tables]
 
 
 @dataclass
@@ -112,9 +116,10 @@ class _Line:
 class _Source:
     """The tables of one SDK database, read one session at a time."""
 
-    def __init__(self, connection: sqlite3.Connection, path: Path, structured: bool, usage: bool) -> None:
-        self.connection = connection
-        self.path = path
+    def __init__(self, database: SqliteSource, structured: bool, usage: bool) -> None:
+        self.database = database
+        self.connection = database.connection
+        self.path = database.path
         self.structured = structured
         self.usage = usage
 
@@ -135,8 +140,9 @@ class _Source:
 
     def bundle(self, session_id: str) -> SessionBundle:
         """The session's loops and messages; malformed rows go into ``bundle.errors``."""
-        header = self.connection.execute(f'SELECT * FROM "{SESSIONS}" WHERE session_id = ?', (session_id,)).fetchone()
-        record = _record(header) if header is not None else None
+        found = self.database.rows(SESSIONS, self.database.columns(SESSIONS), "WHERE session_id = ?", (session_id,))
+        header, problem = next(found, (None, None))
+        record = _record(header) if header is not None and problem is None else None
         bundle = SessionBundle(
             session_id=session_id,
             origin=f"{self.path}: {SESSIONS} session_id={session_id}",
@@ -145,6 +151,9 @@ class _Source:
             source=compact(record) if record else None,
         )
         bundle.add_source(bundle.source or "")
+        if problem is not None:
+            bundle.add_source(problem)
+            bundle.errors.append(RecordError(f"{self.path}: {SESSIONS} session_id={session_id}", problem))
         rows = self._rows(bundle)
         structure = self._structure(session_id, bundle) if self.structured else []
         lines = _lines(rows, structure)
@@ -153,17 +162,23 @@ class _Source:
         builder = _Builder(bundle, rows, turns_known=bool(structure))
         builder.build(lines)
         if self.usage:
-            builder.attach_usage(self._usage(session_id), self.path)
+            builder.attach_usage(self._usage(session_id, bundle), self.path)
         return bundle
 
     def _rows(self, bundle: SessionBundle) -> list[Row]:
         rows = []
-        query = f'SELECT id, message_data, created_at FROM "{MESSAGES}" WHERE session_id = ? ORDER BY id'
-        for row_id, data, created in self.connection.execute(query, (bundle.session_id,)):
+        found = self.database.rows(
+            MESSAGES, ("id", "message_data", "created_at"), "WHERE session_id = ? ORDER BY id", (bundle.session_id,)
+        )
+        for values, problem in found:
+            row_id = values["id"]
             place = f"{self.path}: {MESSAGES} id={row_id}"
             bundle.records += 1
-            text, created = _plain(data), _plain(created)
-            bundle.add_source(compact([row_id, text, created]))
+            text, created = _plain(values["message_data"]), _plain(values["created_at"])
+            bundle.add_source(compact([row_id, text, created, problem] if problem else [row_id, text, created]))
+            if problem is not None:
+                bundle.errors.append(RecordError(place, problem))
+                continue
             try:
                 rows.append(Row(row_id, text, parse_item(text, place), place, ms_timestamp(created)))
             except InvalidRecord as error:
@@ -172,11 +187,9 @@ class _Source:
 
     def _structure(self, session_id: str, bundle: SessionBundle) -> list[tuple[int, str, int | None]]:
         """``(message_id, branch_id, user_turn_number)`` of the session, branches in creation order."""
-        query = (
-            f'SELECT message_id, branch_id, user_turn_number, sequence_number, id FROM "{STRUCTURE}" '
-            "WHERE session_id = ? ORDER BY id"
-        )
-        rows = [tuple(_plain(value) for value in row) for row in self.connection.execute(query, (session_id,))]
+        columns = ("message_id", "branch_id", "user_turn_number", "sequence_number", "id")
+        found = self._select(STRUCTURE, columns, "WHERE session_id = ? ORDER BY id", (session_id,), bundle)
+        rows = [tuple(_plain(row[column]) for column in columns) for row in found]
         for row in rows:
             bundle.add_source(compact(list(row)))
         structure = []
@@ -186,14 +199,27 @@ class _Source:
         structure.sort(key=lambda entry: entry[0])  # sequence order
         return [entry for _, entry in structure]
 
-    def _usage(self, session_id: str) -> list[dict[str, Any]]:
-        query = f'SELECT * FROM "{TURN_USAGE}" WHERE session_id = ? ORDER BY id'
-        return [_record(row) for row in self.connection.execute(query, (session_id,))]
+    def _usage(self, session_id: str, bundle: SessionBundle) -> list[dict[str, Any]]:
+        found = self._select(TURN_USAGE, None, "WHERE session_id = ? ORDER BY id", (session_id,), bundle)
+        return [_record(row) for row in found]
+
+    def _select(
+        self, table: str, columns: Sequence[str] | None, rest: str, params: tuple[Any, ...], bundle: SessionBundle
+    ) -> Iterator[dict[str, Any]]:
+        """The rows of ``table`` (every column when ``columns`` is None); one with a value over the
+        limit is reported in ``bundle`` at its place (``table id=...``) instead."""
+        for values, problem in self.database.rows(table, columns or self.database.columns(table), rest, params):
+            if problem is None:
+                yield values
+                continue
+            bundle.records += 1
+            bundle.add_source(problem)
+            bundle.errors.append(RecordError(f"{self.path}: {table} id={values.get('id')}", problem))
 
 
-def _record(row: sqlite3.Row) -> dict[str, Any]:
+def _record(row: dict[str, Any]) -> dict[str, Any]:
     """A table row as a JSON-ready dict (BLOBs decoded as UTF-8)."""
-    return {key: _plain(value) for key, value in zip(row.keys(), row)}
+    return {key: _plain(value) for key, value in row.items()}
 
 
 def _plain(value: Any) -> Any:

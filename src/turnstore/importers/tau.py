@@ -45,7 +45,7 @@ from ..errors import InvalidMessage, InvalidRecord
 from ..models import ExtensionMessage
 from .base import ImportOptions, RecordError, SessionBundle, parse_time
 from .reading import json_problem, read_lines
-from .sqlite_source import SQLITE_ERRORS, connect_read_only, is_sqlite
+from .sqlite_source import SQLITE_ERRORS, SqliteSource, connect_read_only, is_sqlite
 from .tau_messages import BadRecord, convert_message, convert_usage, ms, tool_call_names
 from .tree import BRANCH_SUMMARY, COMPACTION, Node, build_loops, resolve_skipped, skip_unparsed
 
@@ -146,14 +146,20 @@ def _database_bundles(path: Path) -> Iterator[SessionBundle]:
     """
     try:
         with closing(connect_read_only(path)) as connection:
+            source = SqliteSource(connection, path)
+            source.refuse_computed(["entries"])
             query = "SELECT session_id FROM entries GROUP BY session_id ORDER BY MIN(seq)"
             for (session_id,) in connection.execute(query).fetchall():
-                rows = connection.execute(
-                    # As bytes, so a payload that is not UTF-8 is reported for its own row.
-                    "SELECT seq, CAST(payload AS BLOB) FROM entries WHERE session_id = ? ORDER BY seq",
+                rows = source.rows(
+                    "entries",
+                    ("seq", "payload"),
+                    "WHERE session_id = ? ORDER BY seq",
                     (session_id,),
-                ).fetchall()
-                records = [_row_record(f"{path}: entries seq={seq}", payload) for seq, payload in rows]
+                    as_blob={"payload"},  # as bytes, so a payload that is not UTF-8 is reported for its own row
+                )
+                records = [
+                    _row_record(f"{path}: entries seq={row['seq']}", row["payload"], problem) for row, problem in rows
+                ]
                 yield _database_bundle(str(session_id), f"{path}#{session_id}", records)
     except SQLITE_ERRORS as error:
         raise InvalidRecord(str(path), f"not a Tau sessions database ({error})") from None
@@ -173,8 +179,11 @@ def _database_bundle(session_id: str, origin: str, records: list[_Record]) -> Se
     return bundle
 
 
-def _row_record(place: str, payload: Any) -> _Record:
-    """A ``payload`` column value as a record (Tau writes text; a BLOB is read as UTF-8)."""
+def _row_record(place: str, payload: Any, problem: str | None = None) -> _Record:
+    """A ``payload`` column value as a record (Tau writes text; a BLOB is read as UTF-8); ``problem``
+    says why the payload was not read (a value over the limit)."""
+    if problem is not None:
+        return _Record(place, problem, InvalidRecord(place, problem))
     if isinstance(payload, bytes):
         try:
             payload = payload.decode("utf-8")
@@ -197,7 +206,7 @@ def _readable(path: Path) -> bool:
 def _has_entries_table(path: Path) -> bool:
     try:
         with closing(connect_read_only(path)) as connection:
-            query = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'entries'"
+            query = "SELECT 1 FROM sqlite_master WHERE type IN ('table', 'view') AND name = 'entries'"
             return connection.execute(query).fetchone() is not None
     except SQLITE_ERRORS:
         return False
