@@ -618,13 +618,19 @@ def test_export_to_stdout_matches_the_library(run: Any, db: Path, fmt: str) -> N
         assert result.out == store.export(ONE, fmt)
 
 
-def test_export_default_format_is_phi_core_array(run: Any, db: Path) -> None:
+def test_export_default_format_is_the_library_s_lossless_one(run: Any, db: Path, tmp_path: Path) -> None:
     result = run("--db", db, "export", ONE)
 
     assert result.code == 0
-    messages = result.json()
-    assert isinstance(messages, list) and len(messages) == 5
-    assert messages[0]["role"] == "user" and messages[0]["turnId"]["turnIndex"] == 0
+    with Store(db) as store:
+        assert result.out == store.export(ONE)
+    assert [json.loads(line)["type"] for line in result.out.splitlines()] == ["session", "loop"] + ["message"] * 5
+    target = tmp_path / "s.jsonl"
+    assert run("--db", db, "export", ONE, "-o", target).code == 0
+    imported = run("--db", tmp_path / "other.db", "import", "turnstore", target)
+    assert imported.code == 0, imported
+    with Store(db) as store, Store(tmp_path / "other.db") as other:
+        assert other.export(ONE) == store.export(ONE)
 
 
 def test_export_phi_core_session_form(run: Any, db: Path) -> None:
