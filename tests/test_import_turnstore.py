@@ -63,7 +63,7 @@ def build_rich_session(store: Store, *, prelude: bool = False) -> str:
     sub = store.loops.start(
         sid,
         config={"model": "gpt-5-mini", "provider": "openai"},
-        continuation="initial",
+        continuation_kind="initial",
         spawn_loop_id=second.loop_id,
         spawn_tool_call_id="s1",
     )
@@ -84,7 +84,7 @@ def build_rich_session(store: Store, *, prelude: bool = False) -> str:
         sid,
         config={"model": "gpt-5", "provider": "openai"},
         parent_loop_id=second.loop_id,
-        continuation="branch",
+        continuation_kind="branch",
         fork_after=prompt,
     )
     store.messages.append_turn(
@@ -363,7 +363,11 @@ def exports(tmp_path: Path) -> dict[str, Path]:
     """One session exported in every format, each in a file named as the CLI's users name them."""
     with Store(tmp_path / "source.db") as source:
         sid = build_rich_session(source)
-        files = {"turnstore": tmp_path / "s.jsonl", "phi-core": tmp_path / "s.json", "phi-core-session": tmp_path / "ss.json"}
+        files = {
+            "turnstore": tmp_path / "s.jsonl",
+            "phi-core": tmp_path / "s.json",
+            "phi-core-session": tmp_path / "ss.json",
+        }
         for fmt, path in files.items():
             source.export(sid, fmt, path)
     return files
