@@ -347,7 +347,7 @@ def test_invalid_config_raises_invalid_argument(store: Store, session_id: str, c
     assert store.loops.list(session_id) == []
 
 
-@pytest.mark.parametrize("field", ["continuation", "status"])
+@pytest.mark.parametrize("field", ["continuation_kind", "status"])
 def test_unknown_continuation_or_status_raises_invalid_argument(store: Store, session_id: str, field: str) -> None:
     with pytest.raises(InvalidArgument):
         store.loops.start(session_id, config=SONNET, **{field: "sideways"})
