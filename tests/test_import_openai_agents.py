@@ -215,7 +215,7 @@ def test_branch_forks_after_the_last_shared_message(store: Store) -> None:
     store.import_("openai-agents", ADVANCED)
     last_shared = [row for row in records(store, TRIP) if row.loop_id == TRIP_MAIN_1][-1]
 
-    assert store.loops.get(TRIP_SHORTER).fork_after == last_shared.id
+    assert store.loops.get(TRIP_SHORTER).fork_after == last_shared.message_id
     assert [m.text() for m in store.messages.context(TRIP_SHORTER) if m.role == "user"] == [
         "Plan a trip to Lisbon",
         "Make it 1 day",
@@ -240,7 +240,7 @@ def test_branch_made_after_main_rewrote_a_response_forks_inside_it(store: Store)
 
     assert report.ok
     retry = [loop for loop in loops.values() if loop.metadata["branch_id"] == "retry"]
-    assert retry[0].continuation_kind.value == "branch" and retry[0].fork_after == thinking.id
+    assert retry[0].continuation_kind.value == "branch" and retry[0].fork_after == thinking.message_id
     context = store.messages.context(retry[-1].loop_id)
     assert [m.text() for m in context if m.role in ("user", "assistant")] == ["u1", "", "one", "u3", "three"]
 

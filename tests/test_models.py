@@ -809,6 +809,21 @@ def test_message_assistant_defaults_its_stop_reason_from_the_content() -> None:
     assert (stopped.stop_reason, stopped.usage) == (StopReason.LENGTH, Usage(input=3, output=1))
 
 
+def test_message_helpers_take_strings_among_the_blocks_as_text_blocks_in_place() -> None:
+    call = ToolCallContent(id="c1", name="bash", arguments={"command": "ls"})
+    reply = Message.assistant(["let me look", call, "then report"], model="m", timestamp=1)
+    assert reply.content == [TextContent(text="let me look"), call, TextContent(text="then report")]
+    assert reply.stop_reason == StopReason.TOOL_USE
+    image = {"type": "image", "data": "eA==", "mime_type": "image/png"}
+    asked = Message.user(["what is this?", image], timestamp=2)
+    assert asked.content == [TextContent(text="what is this?"), ImageContent(data="eA==", mime_type="image/png")]
+    assert Message.system(["be brief", "be kind"], timestamp=3).text() == "be brief\nbe kind"
+    answered = Message.tool_result(call, ["3 files", TextContent(text="done")], timestamp=4)
+    assert answered.content == [TextContent(text="3 files"), TextContent(text="done")]
+    with pytest.raises(InvalidMessage):
+        Message.user(["fine", 5], timestamp=5)
+
+
 def test_message_assistant_dumps_phi_core_wire_json() -> None:
     message = Message.assistant(
         "hi", model="m", provider="p", usage=Usage(input=1, output=2, total_tokens=3), timestamp=1

@@ -302,7 +302,7 @@ def test_message_reads_of_a_staged_session_find_nothing(tmp_path: Path, stage_ev
     with Store(path) as store:
         store.import_("pi", _pi_file(tmp_path / "big.jsonl", ["one", "two"]))
         loop_id = store.loops.list("big")[0].loop_id
-        first = next(iter(store.messages.records("big"))).id
+        first = next(iter(store.messages.records("big"))).message_id
         db = store._db
         with db.write():
             staging.begin(db, "big", staging.new_owner())

@@ -325,7 +325,7 @@ def test_a_chain_of_hundreds_of_loops_renders_every_loop(store: Any, store_url: 
     for k in range(300):
         chain.append(store.loops.start(session_id).loop_id)
         store.messages.append(Message.user(f"prompt {k}"), loop_id=chain[-1], turn_index=0)
-    rerun = store.loops.start(session_id, parent_loop_id=chain[200], continuation="rerun").loop_id
+    rerun = store.loops.start(session_id, parent_loop_id=chain[200], continuation_kind="rerun").loop_id
     with Store(store_url, read_only=True) as read_only:
         page = get(TestClient(create_app(read_only)), "/session", id=session_id, loop=chain[-1]).text
 

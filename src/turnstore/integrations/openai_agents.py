@@ -20,7 +20,7 @@ keeps its history in turnstore:
   ones (an imported model response's items, one per line of its source), and
   the items loop continues its last loop.
 * ``await session.record_usage(result)`` stores what a run cost in a loop of
-  its own (``continuation="initial"``, so it is no part of the items'
+  its own (``continuation_kind="initial"``, so it is no part of the items'
   context): one ``openai_agents.request_usage`` extension message per model
   request where the SDK lists them (``request_usage_entries``), else the
   run's usage on the loop (``store.loops.end(usage=..., requests=...)``).
@@ -280,7 +280,7 @@ class TurnstoreSession(SessionABC):
                     self.session_id,
                     loop_id=self.loop_id,
                     parent_loop_id=None if head is None else head.loop_id,
-                    continuation="initial" if head is None else "default",
+                    continuation_kind="initial" if head is None else "default",
                 )
             except AlreadyExists:
                 self._own(store)  # a concurrent first call's, or another session's: refused
@@ -316,7 +316,7 @@ class TurnstoreSession(SessionABC):
                 if loop.loop_id == self.loop_id:
                     self._started = False
                 loop = store.loops.get(cast(str, loop.parent_loop_id))
-            store.messages.delete(message.id)
+            store.messages.delete(message.message_id)
             if len(lines) > 1:  # the rest of an imported model response: each item a message of its own
                 rest = lines[:-1]
                 store.messages.append_turn(
@@ -370,7 +370,7 @@ class TurnstoreSession(SessionABC):
             loop = store.loops.start(
                 self.session_id,
                 parent_loop_id=None,
-                continuation="initial",
+                continuation_kind="initial",
                 config={"model": model} if model else None,
                 metadata={"kind": RUN_USAGE},
             )

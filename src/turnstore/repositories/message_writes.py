@@ -249,7 +249,7 @@ class MessageWrites(MessageRepositoryBase):
                 loop.session_id,
                 config=config if config is not None else loop.config,
                 parent_loop_id=owner,
-                continuation=ContinuationKind.BRANCH,
+                continuation_kind=ContinuationKind.BRANCH,
                 fork_after=after,
                 loop_id=new_loop_id,
             )
