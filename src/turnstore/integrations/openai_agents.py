@@ -36,7 +36,7 @@ from agents.memory import SessionABC
 from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
 
 from ..aio import AsyncStore
-from ..errors import AlreadyExists, InvalidArgument, LimitExceeded, LoopNotFound, SessionNotFound
+from ..errors import AlreadyExists, InvalidArgument, LimitExceeded, LoopNotFound, MessageNotFound, SessionNotFound
 from ..importers.base import RecordError
 from ..importers.openai_agents_items import Row, item_messages
 from ..models import ExtensionMessage, ToolResultMessage, Usage, now_ms
@@ -221,16 +221,26 @@ class TurnstoreSession(SessionABC):
         return cast("TResponseInputItem | None", await self._call(self._pop))
 
     def _pop(self, store: Store) -> Any:
-        with store.transaction():
-            try:
-                newest = store.messages.sources(self.loop_id, last=1)
-            except LoopNotFound:
-                return None
-            if not newest:
-                return None
-            message_id, _turn, source = newest[0]
-            store.messages.delete(message_id)
-        return json.loads(source) if source is not None else None
+        tried = None
+        while True:
+            with store.transaction():
+                try:
+                    newest = store.messages.sources(self.loop_id, last=1)
+                except LoopNotFound:
+                    return None
+                if not newest:
+                    return None
+                message_id, _turn, source = newest[0]
+                try:
+                    store.messages.delete(message_id)
+                except (MessageNotFound, InvalidArgument):
+                    # On PostgreSQL another pop took it, or an add came after it, since it was read:
+                    # read the newest again. The same newest refused twice is refused for good.
+                    if message_id == tried:
+                        raise
+                    tried = message_id
+                    continue
+            return json.loads(source) if source is not None else None
 
     async def clear_session(self) -> None:
         """Remove the session: its items and the usage recorded for it."""
