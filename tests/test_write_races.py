@@ -30,14 +30,18 @@ ROUNDS = 100 if os.environ.get("TURNSTORE_STRESS") == "1" else 12
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Store, Store]]:
-    """Two stores on one empty database."""
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty store's URL, on SQLite and on the test PostgreSQL server."""
     if request.param == "postgresql":
         database = request.getfixturevalue("postgres")
         database.empty()
-        url = str(database.url)
-    else:
-        url = str(tmp_path / "races.db")
+        return str(database.url)
+    return str(tmp_path / "races.db")
+
+
+@pytest.fixture
+def stores(url: str) -> Iterator[tuple[Store, Store]]:
+    """Two stores on one empty database."""
     with Store(url) as first, Store(url) as second:
         yield first, second
 
@@ -157,15 +161,8 @@ def _item(text: str) -> dict[str, Any]:
     return {"role": "user", "content": text}
 
 
-@pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
-def test_concurrent_pops_return_distinct_items(engine: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+def test_concurrent_pops_return_distinct_items(url: str) -> None:
     pytest.importorskip("agents")
-    if engine == "postgresql":
-        database = request.getfixturevalue("postgres")
-        database.empty()
-        url = str(database.url)
-    else:
-        url = str(tmp_path / "items.db")
     rounds = ROUNDS // 2
 
     async def work(sessions: list[Any]) -> list[Any]:
@@ -186,17 +183,8 @@ def test_concurrent_pops_return_distinct_items(engine: str, request: pytest.Fixt
     assert wrong == [], f"{len(wrong)} of {rounds} rounds: {wrong[:3]}"
 
 
-@pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
-def test_a_pop_racing_an_add_takes_one_of_the_two_latest(
-    engine: str, request: pytest.FixtureRequest, tmp_path: Path
-) -> None:
+def test_a_pop_racing_an_add_takes_one_of_the_two_latest(url: str) -> None:
     pytest.importorskip("agents")
-    if engine == "postgresql":
-        database = request.getfixturevalue("postgres")
-        database.empty()
-        url = str(database.url)
-    else:
-        url = str(tmp_path / "items.db")
     rounds = ROUNDS // 2
 
     async def work(sessions: list[Any]) -> list[Any]:
