@@ -13,6 +13,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -303,19 +304,25 @@ STALLED_IMPORT = textwrap.dedent(
 )
 
 
-def _stalled_import(tmp_path: Path, path: Path, source: Path, replace: bool = False) -> tuple[Any, Path]:
-    """A child process importing ``source`` staged, stopped after 3 messages until the returned file exists."""
+@contextmanager
+def _stalled_import(tmp_path: Path, path: Path, source: Path, replace: bool = False) -> Iterator[tuple[Any, Path]]:
+    """A child process importing ``source`` staged, stopped after 3 messages until the yielded file exists
+    (killed on the way out if it still runs)."""
     ready, go = tmp_path / "ready", tmp_path / "go"
     env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     arguments = [str(path), str(source), str(ready), str(go), "replace" if replace else "add"]
     child = subprocess.Popen([sys.executable, "-c", STALLED_IMPORT, *arguments], env=env)
-    deadline = time.monotonic() + 120
-    while not ready.exists():
-        if child.poll() is not None or time.monotonic() > deadline:
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists():
+            assert child.poll() is None, "the import ended before it was stopped"
+            assert time.monotonic() < deadline, "the import did not get going"
+            time.sleep(0.05)
+        yield child, go
+    finally:
+        if child.poll() is None:
             child.kill()
-            pytest.fail("the import ended or did not get going before it was stopped")
-        time.sleep(0.05)
-    return child, go
+        child.wait()
 
 
 def test_a_live_import_is_not_taken_over_by_a_process_that_cannot_see_its_pid(
@@ -325,8 +332,7 @@ def test_a_live_import_is_not_taken_over_by_a_process_that_cannot_see_its_pid(
     importer's PID: opening the store or importing the session there must leave the live import alone."""
     path = tmp_path / "store.db"
     source = _pi_file(tmp_path / "big.jsonl", [f"text {n}" for n in range(5)])
-    child, go = _stalled_import(tmp_path, path, source)
-    try:
+    with _stalled_import(tmp_path, path, source) as (child, go):
         monkeypatch.setattr(staging, "_process_exists", lambda pid: False)
         with Store(path) as other:
             report = other.import_("pi", source)
@@ -334,11 +340,9 @@ def test_a_live_import_is_not_taken_over_by_a_process_that_cannot_see_its_pid(
         assert raw_counts(path)[0] == 1
         go.write_text("go")
         assert child.wait(timeout=120) == 0
-    finally:
-        child.kill()
-        child.wait()
     with Store(path) as store:
         assert len(list(store.messages.records("big"))) == 10
+    assert [name for name in os.listdir(tmp_path) if "staging" in name] == []
 
 
 def test_a_killed_import_is_removed_on_open_though_its_pid_now_names_another_process(
@@ -346,9 +350,9 @@ def test_a_killed_import_is_removed_on_open_though_its_pid_now_names_another_pro
 ) -> None:
     path = tmp_path / "store.db"
     source = _pi_file(tmp_path / "big.jsonl", [f"text {n}" for n in range(5)])
-    child, _go = _stalled_import(tmp_path, path, source)
-    child.send_signal(signal.SIGKILL)
-    child.wait()
+    with _stalled_import(tmp_path, path, source) as (child, _go):
+        child.send_signal(signal.SIGKILL)
+        child.wait()
     assert raw_counts(path)[0] == 1
     monkeypatch.setattr(staging, "_process_exists", lambda pid: True)  # the PID was reused
     with Store(path):
@@ -365,11 +369,11 @@ def test_a_killed_staged_replace_leaves_the_old_session_whole(tmp_path: Path) ->
         store.import_("pi", old)
         before = [(m.id, m.message.text()) for m in store.messages.records("big")]
     counts = raw_counts(path)
-    child, _go = _stalled_import(tmp_path, path, new, replace=True)
-    with Store(path, read_only=True) as reader:  # while the replace runs: the old session, whole
-        assert [(m.id, m.message.text()) for m in reader.messages.records("big")] == before
-    child.send_signal(signal.SIGKILL)
-    child.wait()
+    with _stalled_import(tmp_path, path, new, replace=True) as (child, _go):
+        with Store(path, read_only=True) as reader:  # while the replace runs: the old session, whole
+            assert [(m.id, m.message.text()) for m in reader.messages.records("big")] == before
+        child.send_signal(signal.SIGKILL)
+        child.wait()
     with Store(path, read_only=True) as reader:
         assert [(m.id, m.message.text()) for m in reader.messages.records("big")] == before
     with Store(path) as store:
