@@ -43,7 +43,7 @@ from agents.memory import SessionABC
 from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
 
 from ..aio import AsyncStore
-from ..errors import AlreadyExists, InvalidArgument, LimitExceeded, LoopNotFound, SessionNotFound
+from ..errors import AlreadyExists, InvalidArgument, LimitExceeded, LoopNotFound, MessageNotFound, SessionNotFound
 from ..importers.base import RecordError
 from ..importers.openai_agents_items import Row, item_messages
 from ..models import ExtensionMessage, ToolResultMessage, Usage, now_ms
@@ -295,6 +295,19 @@ class TurnstoreSession(SessionABC):
         return cast("TResponseInputItem | None", await self._call(self._pop))
 
     def _pop(self, store: Store) -> Any:
+        tried: list[int] = []
+        while True:
+            try:
+                return self._pop_newest(store, tried)
+            except (MessageNotFound, InvalidArgument):
+                # On PostgreSQL another pop took the newest item, or an add came after it, since it was
+                # read: read the newest again. The same newest refused twice is refused for good.
+                if len(tried) > 1 and tried[-1] == tried[-2]:
+                    raise
+
+    def _pop_newest(self, store: Store, tried: list[int]) -> Any:
+        """Remove and return the newest item, in one transaction; ``tried`` gets the id of the message deleted."""
+        emptied_own_loop = False
         with store.transaction():
             head = self._head(store)
             if head is None:
@@ -304,6 +317,7 @@ class TurnstoreSession(SessionABC):
                 if not newest:
                     return None
                 message_id, _turn, source = newest[0]
+                tried.append(message_id)
                 store.messages.delete(message_id)
                 return json.loads(source) if source is not None else None
             held = self._texts(store, head)
@@ -313,9 +327,9 @@ class TurnstoreSession(SessionABC):
             loop = head
             while loop.loop_id != message.loop_id:  # loops the pops emptied stand between it and the end
                 store.loops.delete(loop.loop_id)
-                if loop.loop_id == self.loop_id:
-                    self._started = False
+                emptied_own_loop = emptied_own_loop or loop.loop_id == self.loop_id
                 loop = store.loops.get(cast(str, loop.parent_loop_id))
+            tried.append(message.message_id)
             store.messages.delete(message.message_id)
             if len(lines) > 1:  # the rest of an imported model response: each item a message of its own
                 rest = lines[:-1]
@@ -326,6 +340,8 @@ class TurnstoreSession(SessionABC):
                     sources=rest,
                     usage_known=False,
                 )
+        if emptied_own_loop:
+            self._started = False
         return json.loads(lines[-1])
 
     async def clear_session(self) -> None:
