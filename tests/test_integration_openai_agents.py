@@ -1049,7 +1049,7 @@ def test_an_items_loop_id_another_session_holds_is_refused_and_nothing_leaks(url
 
     with Store(url) as sync:
         sync.sessions.create("other")
-        sync.loops.start("other", loop_id="victim.items", continuation="initial")
+        sync.loops.start("other", loop_id="victim.items", continuation_kind="initial")
         sync.messages.append(
             {"role": "user", "content": "injected", "timestamp": 1},
             loop_id="victim.items",

@@ -292,7 +292,7 @@ def test_a_loop_id_another_session_holds_is_never_written_to(sync_store: Store) 
     first = history.save(Agent(TestModel()).run_sync("one"))
     taken = first.rsplit(".", 1)[0] + ".2"  # the id the next save would otherwise be given
     sync_store.sessions.create("other")
-    sync_store.loops.start("other", loop_id=taken, continuation="initial")
+    sync_store.loops.start("other", loop_id=taken, continuation_kind="initial")
     second = history.save(Agent(TestModel()).run_sync("two"))
     assert second != taken and sync_store.loops.get(second).session_id == "chat"
     assert list(sync_store.messages.records(loop_id=taken)) == []

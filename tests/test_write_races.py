@@ -88,7 +88,7 @@ FORKS: dict[str, Callable[[Store, str, str, int], Any]] = {
         loop_id, "summary", keep_from=message_id
     ),
     "branch": lambda store, session_id, loop_id, message_id: store.loops.start(
-        session_id, parent_loop_id=loop_id, continuation="branch", fork_after=message_id
+        session_id, parent_loop_id=loop_id, continuation_kind="branch", fork_after=message_id
     ),
     "continue": lambda store, session_id, loop_id, _message: store.loops.start(session_id, parent_loop_id=loop_id),
 }
