@@ -21,6 +21,7 @@ from turnstore import (
     DEFAULT_PRICES,
     CostConfig,
     InvalidArgument,
+    InvalidPrices,
     LoopNotFound,
     Message,
     PriceTable,
@@ -360,6 +361,19 @@ def test_price_table_longest_prefix_wins() -> None:
     assert table.for_model("acme-pro-max").input_per_million == 3
     assert table.for_model("ACME.PRO.MAX.v2").input_per_million == 3
     assert len(table) == 3
+
+
+@pytest.mark.parametrize("name", ["", "  "])
+def test_price_table_refuses_an_empty_model_name(tmp_path: Path, name: str) -> None:
+    """Every model name starts with the empty one: as a key it would price every model."""
+    with pytest.raises(InvalidPrices, match=r"^a model name must not be empty, got '\s*'$"):
+        PriceTable({name: {"input": 1}, "acme": {"input": 2}})
+    with pytest.raises(InvalidPrices, match=r"^a model name must not be empty"):
+        DEFAULT_PRICES.merged({name: {"input": 1}})
+    path = tmp_path / "prices.json"
+    path.write_text(json.dumps({name: {"input": 1}}), encoding="utf-8")
+    with pytest.raises(InvalidPrices, match=rf"^{path}: a model name must not be empty"):
+        PriceTable.from_file(path)
 
 
 def test_price_table_merged_overrides() -> None:

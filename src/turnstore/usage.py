@@ -157,6 +157,8 @@ def _parse_prices(prices: Mapping[Any, Any], where: str) -> dict[str, CostConfig
     for model, price in prices.items():
         if not isinstance(model, str):
             raise InvalidPrices(f"{where}a model name must be a string, not {_shown(model)}")
+        if not _normal(model):  # every name starts with "": it would price every model
+            raise InvalidPrices(f"{where}a model name must not be empty, got {_shown(model)}")
         parsed[_normal(model)] = _cost_config(price, f"{where}model {_shown(model)}")
     return parsed
 
