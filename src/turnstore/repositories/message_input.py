@@ -28,6 +28,8 @@ def parse_message(value: MessageInput) -> Message | ExtensionMessage:
 
     A JSON object may use Python field names and a plain-string ``content``
     (see :func:`turnstore.wire_input.from_input`); it is stored in wire form.
+    A model is validated again, from its JSON (it may have been changed since
+    it was built): the model returned is a new one.
 
     Raises:
         InvalidMessage: the value is not a valid AgentMessage; names the failing fields.
