@@ -161,9 +161,14 @@ def release(db: Database, session_id: str) -> None:
 
 @cache
 def _tail_texts() -> sa.Select[Any]:
-    """The stored texts of a loop's messages from :seq on (``message`` may be a JSON column: read as text)."""
-    return sa.select(sa.cast(messages.c.message, sa.Text), messages.c.source).where(
-        messages.c.loop_id == bp("loop_id"), messages.c.seq >= bp("seq")
+    """The stored texts of a loop's messages from :seq on that may refer to media (``:pattern``, see
+    :func:`_referring_message`); ``message`` may be a JSON column: read as text."""
+    pattern = bp("pattern", type_=sa.Text)
+    message = sa.cast(messages.c.message, sa.Text)
+    return sa.select(message, messages.c.source).where(
+        messages.c.loop_id == bp("loop_id"),
+        messages.c.seq >= bp("seq"),
+        sa.or_(message.like(pattern, escape="!"), messages.c.source.like(pattern, escape="!")),
     )
 
 
@@ -190,7 +195,7 @@ def _unlink() -> sa.Delete:
 def held_by_tail(db: Database, params: Mapping[str, Any]) -> list[str]:
     """The digests the messages of ``params``' loop from its ``seq`` on refer to (before they are deleted)."""
     held: set[str] = set()
-    for text, source in db.fetchall(_tail_texts(), params):
+    for text, source in db.fetchall(_tail_texts(), {**params, "pattern": f"%{MARK}m%"}):
         for stored in (text, source):
             if stored is not None and MARK in stored:
                 held.update(digests(stored))
