@@ -687,7 +687,10 @@ def test_parse_message_lists_every_problem() -> None:
 
 def test_parse_message_returns_models_and_parses_dicts() -> None:
     model = user()
-    assert parse_message(model) is model
+    assert parse_message(model) == model  # validated again, from its JSON: a new model
+    model.timestamp = -1  # changed after it was built
+    with pytest.raises(InvalidMessage, match="timestamp"):
+        parse_message(model)
     parsed = parse_message(json.loads(ASSISTANT))
     assert isinstance(parsed, AssistantMessage)
     assert parsed.model_dump(mode="json") == json.loads(ASSISTANT)

@@ -18,7 +18,7 @@ from ..limits import check_json, check_text
 from ..models import MAX_INT, ExtensionMessage, Usage
 from ..records import ContinuationKind, Loop, LoopConfig, LoopStatus
 from ..schema import USAGE_COLUMNS
-from ._shared import Settings, dumps, problems, usage_argument, utcnow
+from ._shared import Settings, json_object, problems, usage_argument, utcnow
 from .rows import loop_from_row, usage_params
 
 if TYPE_CHECKING:
@@ -114,6 +114,8 @@ class LoopRepository:
         check_text("spawn_tool_call_id", spawn_tool_call_id)
         check_json("config", config_dict)
         check_json("metadata", metadata)
+        config_text = json_object("config", config_dict)
+        metadata_text = json_object("metadata", metadata)
         when = started_at or utcnow()
         with self._db.write():
             if self._db.fetchone(q.lock_session(), {"session_id": session_id}) is None:
@@ -132,7 +134,7 @@ class LoopRepository:
                 "continuation_kind": kind.value,
                 "fork_after": fork_after,
                 "keep_from": keep_from,
-                "config": dumps(config_dict),
+                "config": config_text,
                 "config_id": config_id,
                 "model": (config_dict or {}).get("model"),
                 "provider": (config_dict or {}).get("provider"),
@@ -142,7 +144,7 @@ class LoopRepository:
                 "spawn_loop_id": spawn_loop_id,
                 "spawn_tool_call_id": spawn_tool_call_id,
                 **dict.fromkeys((*USAGE_COLUMNS, "cost", "requests")),
-                "metadata": dumps(dict(metadata)) if metadata is not None else None,
+                "metadata": metadata_text,
                 "source": None,
             }
             try:
@@ -171,6 +173,7 @@ class LoopRepository:
         counts toward the session's totals.
         """
         assert self._messages is not None
+        usage = usage_argument(usage)  # refused before the loop is started
         parent = self.get(loop_id)
         data: dict[str, Any] = {"summary": summary}
         if tokens_before is not None:
@@ -405,8 +408,9 @@ def _config_dict(config: LoopConfig | Mapping[str, Any] | None) -> dict[str, Any
     if config is None:
         return None
     if isinstance(config, LoopConfig):
-        return config.model_dump(exclude_none=True)
-    if not isinstance(config, Mapping):
+        # Validated again below: a config changed since it was built (``config.model = 5``) may hold anything.
+        config = config.model_dump(exclude_none=True, warnings=False)
+    elif not isinstance(config, Mapping):
         raise InvalidArgument("config", "a loop config must be a JSON object")
     try:
         LoopConfig(**config)

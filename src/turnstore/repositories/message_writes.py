@@ -295,7 +295,9 @@ class MessageWrites(MessageRepositoryBase):
                     f"loop {dependent_loop!r} continues from message {fork_point or ids[-1]} of loop {loop_id!r}; "
                     "delete or rewind that loop instead",
                 )
+            held = out_of_line.held_by_tail(self._db, params)
             self._db.execute(q.delete_loop_tail(), params)
+            out_of_line.release_unreferenced(self._db, session_id, held)
             self._db.execute(q.touch_session(), {"session_id": session_id, "updated_at": self._db.bind_time(utcnow())})
         return ids
 
