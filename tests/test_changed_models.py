@@ -169,7 +169,7 @@ def test_a_changed_loop_config_is_refused(store: Any, case: str) -> None:
     session_id = store.sessions.create().session_id
     loop_id = store.loops.start(session_id).loop_id
     store.messages.append(user(), loop_id=loop_id, turn_index=0)
-    message_id = store.messages.loop(loop_id) and store.messages.path(loop_id)[-1].id
+    message_id = store.messages.loop(loop_id) and store.messages.path(loop_id)[-1].message_id
     build, field = BAD_CONFIG[case]
     with pytest.raises(InvalidArgument, match=rf"^config: .*{field}") as raised:
         store.loops.start(session_id, config=build())
