@@ -17,8 +17,9 @@ keeps its history in turnstore:
   session is refused (``AlreadyExists``): a session reads and writes only its own.
 * A session imported from the SDK's database (``turnstore import
   openai-agents``) goes on where it left off: its items are the imported
-  ones (an imported model response's items, one per line of its source), and
-  the items loop continues its last loop.
+  ones (an imported model response's items, one per line of its source, in
+  the SDK's order: hosted tool items too, whose extension messages hold no
+  source of their own), and the items loop continues its last loop.
 * ``await session.record_usage(result)`` stores what a run cost in a loop of
   its own (``continuation_kind="initial"``, so it is no part of the items'
   context): one ``openai_agents.request_usage`` extension message per model
@@ -165,7 +166,9 @@ class TurnstoreSession(SessionABC):
         """The items' JSON texts along the path to ``head``, by the message holding them, oldest first.
 
         An imported model response is one message of several items (its source
-        holds their texts one per line); an item ``add_items`` stored is a message of its own.
+        holds their texts one per line, hosted tool items in their place; the
+        extension messages of those items, after it, have no source and are
+        skipped); an item ``add_items`` stored is a message of its own.
         """
         return [
             (message, message.source.split("\n"))
@@ -330,7 +333,8 @@ class TurnstoreSession(SessionABC):
                 emptied_own_loop = emptied_own_loop or loop.loop_id == self.loop_id
                 loop = store.loops.get(cast(str, loop.parent_loop_id))
             tried.append(message.message_id)
-            store.messages.delete(message.message_id)
+            # with the source-less extension messages of its hosted tool items after it
+            store.messages.delete(message.message_id, with_later=True)
             if len(lines) > 1:  # the rest of an imported model response: each item a message of its own
                 rest = lines[:-1]
                 store.messages.append_turn(
