@@ -150,14 +150,15 @@ HOSTILE: dict[str, tuple[str, list[str], str, str]] = {
 }
 
 _RUN = """
-import json, resource, sys
+import json, sys
 from turnstore import Store
 fmt, source, db = sys.argv[1:]
 with Store(db) as store:
     report = store.import_(fmt, source)
     sessions = [session.session_id for session in store.sessions.list()]
 print(json.dumps({
-    "peak_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+    # VmHWM is this interpreter's own peak: ru_maxrss would also count the parent's, inherited across fork
+    "peak_kb": int(next(line for line in open("/proc/self/status") if line.startswith("VmHWM:")).split()[1]),
     "errors": [[error.place, error.reason] for error in report.errors],
     "written": report.sessions_written,
     "sessions": sessions,
