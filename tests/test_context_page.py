@@ -54,7 +54,7 @@ def test_pages_put_together_are_the_context(store: Any, limit: int) -> None:
 def test_a_page_names_each_message_by_its_stored_id(store: Any) -> None:
     loop_id, _compacted = fill(store)
     (page,) = pages(store, loop_id, 500)
-    stored = {m.id: m.message for m in store.messages.path(loop_id)}
+    stored = {m.message_id: m.message for m in store.messages.path(loop_id)}
     for message, message_id in zip(page.messages, page.message_ids):
         if message_id is None:  # a synthetic result: a call without one
             assert message.role == "toolResult" and message.is_error

@@ -248,7 +248,7 @@ def test_deleting_a_loops_tail_frees_the_media_no_message_refers_to_any_more(sto
     own, shared, in_source, elsewhere = (screenshot(seed) for seed in (10, 11, 12, 13))
     session = store.sessions.create().session_id
     loop = store.loops.start(session).loop_id
-    other_loop = store.loops.start(session, continuation="initial").loop_id
+    other_loop = store.loops.start(session, continuation_kind="initial").loop_id
     other_session = store.sessions.create().session_id
     foreign = store.loops.start(other_session).loop_id
     store.messages.append(image_message(foreign, shared))
