@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -230,14 +231,14 @@ def good_tree(folder: Path, name: str = "good.jsonl") -> Path:
 
 def refuse_to_open(monkeypatch: pytest.MonkeyPatch, locked: Path) -> None:
     """Opening ``locked`` fails as a file of mode 000 does (root reads those, so the test cannot chmod)."""
-    opened = Path.open
+    opened = os.open
 
-    def refuse(self: Path, *args: Any, **kwargs: Any) -> Any:
-        if self == locked:
-            raise PermissionError(13, "Permission denied", str(self))
-        return opened(self, *args, **kwargs)
+    def refuse(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(path, (str, os.PathLike)) and Path(path) == locked:
+            raise PermissionError(13, "Permission denied", str(path))
+        return opened(path, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "open", refuse)
+    monkeypatch.setattr(os, "open", refuse)
 
 
 @pytest.mark.parametrize(
@@ -590,3 +591,89 @@ def test_a_file_swapped_for_a_pseudo_file_after_the_walk_is_refused_unread(
         (str(link), f"cannot read: {PROC.removeprefix('skipped: ')}")
     ]
     assert report.sessions_written == [good.stem]
+
+
+def _swapped_after(monkeypatch: pytest.MonkeyPatch, name: str, link: Path, swap: Callable[[], None]) -> None:
+    """Point ``link`` elsewhere (``swap``) right after turnstore.importing's ``name`` looked at it."""
+    import turnstore.importing
+
+    looked = getattr(turnstore.importing, name)
+
+    def look_then_swap(path: Path) -> Any:
+        found = looked(path)
+        if path == link:
+            swap()
+        return found
+
+    monkeypatch.setattr(turnstore.importing, name, look_then_swap)
+
+
+def test_a_file_swapped_for_a_pseudo_file_after_the_blank_check_is_refused_unread(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the blank check looked at a file again once open: the export probe and the importer's reading
+    opened it by its path afresh, and read /proc/self/status when the link was pointed there in between."""
+    folder = tmp_path / "sessions"
+    good = good_tree(folder)
+    link = folder / "moved.jsonl"
+    link.symlink_to(good_tree(tmp_path / "elsewhere", "moved.jsonl"))
+
+    def swap() -> None:
+        link.unlink()
+        link.symlink_to("/proc/self/status")
+
+    _swapped_after(monkeypatch, "is_blank", link, swap)
+
+    report = store.import_("yoagent", folder)
+
+    assert [(error.place, error.reason) for error in report.errors] == [
+        (str(link), f"cannot read: {PROC.removeprefix('skipped: ')}")
+    ]
+    assert report.sessions_written == [good.stem]
+
+
+def test_a_file_swapped_for_a_fifo_after_the_walk_is_refused_without_waiting(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A FIFO put in a walked file's place kept the import waiting in open() for a writer, for ever: a
+    source is opened without blocking and refused when it is no longer a regular file."""
+    import threading
+
+    folder = tmp_path / "sessions"
+    good = good_tree(folder)
+    link = folder / "moved.jsonl"
+    link.symlink_to(good_tree(tmp_path / "elsewhere", "moved.jsonl"))
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    from turnstore.importers import files
+
+    walked = files._walk
+
+    def walk_then_swap(*args: Any) -> Any:
+        found = list(walked(*args))
+        link.unlink()
+        link.symlink_to(fifo)
+        return iter(found)
+
+    monkeypatch.setattr(files, "_walk", walk_then_swap)
+    done = threading.Event()
+
+    def release() -> None:  # a writer, should the import wait for one: the test fails instead of hanging
+        if not done.wait(10):
+            with open(fifo, "wb"):
+                pass
+
+    releaser = threading.Thread(target=release)
+    releaser.start()
+    try:
+        started = time.monotonic()
+        report = store.import_("yoagent", folder)
+        took = time.monotonic() - started
+    finally:
+        done.set()
+        releaser.join()
+
+    assert [(error.place, error.reason) for error in report.errors] == [
+        (str(link), "cannot read: not a regular file (a FIFO)")
+    ]
+    assert report.sessions_written == [good.stem] and took < 5, took

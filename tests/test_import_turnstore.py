@@ -409,3 +409,41 @@ def test_a_file_not_told_from_its_head_goes_to_its_importer(store: Any, tmp_path
     assert export_format(plain) is None
     (error,) = store.import_("turnstore", plain).errors
     assert str(error) == f"{plain}:1: a turnstore export starts with a session line"
+
+
+def test_an_imported_loop_may_not_continue_another_sessions_loop(store: Store, tmp_path: Path) -> None:
+    """A turnstore export whose loop names another session's loop as its parent was written as it said
+    (loops.start refuses that): the other session's loop then had a child it did not know of, and it could
+    no longer be deleted (an OpenAI Agents pop that emptied it failed). The session is refused, naming both."""
+    store.sessions.create(session_id="victim")
+    victim_loop = store.loops.start("victim", loop_id="victim.items")
+    export = tmp_path / "other.jsonl"
+    lines = [
+        {"type": "session", "format": "turnstore", "version": 1, "session_id": "other"},
+        {
+            "type": "loop",
+            "loop_id": "other.loop.1",
+            "session_id": "other",
+            "parent_loop_id": victim_loop.loop_id,
+            "continuation_kind": "default",
+            "status": "running",
+        },
+        {
+            "type": "message",
+            "id": 1,
+            "loop_id": "other.loop.1",
+            "turn_index": 0,
+            "seq": 0,
+            "message": {"role": "user", "content": [{"type": "text", "text": "hello"}], "timestamp": 1},
+        },
+    ]
+    export.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+    report = store.import_("turnstore", export)
+
+    assert report.sessions_failed == ["other"] and report.sessions_written == []
+    assert [error.reason for error in report.errors] == [
+        "loop 'other.loop.1' continues loop 'victim.items', which is not a loop of session 'other'"
+    ]
+    store.loops.delete(victim_loop.loop_id)  # the victim's empty loop is its own to delete
+    assert store.loops.list("victim") == []

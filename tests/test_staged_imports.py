@@ -367,17 +367,17 @@ def test_a_killed_staged_replace_leaves_the_old_session_whole(tmp_path: Path) ->
     new = _pi_file(tmp_path / "new.jsonl", [f"new {n}" for n in range(5)])
     with Store(path) as store:
         store.import_("pi", old)
-        before = [(m.id, m.message.text()) for m in store.messages.records("big")]
+        before = [(m.message_id, m.message.text()) for m in store.messages.records("big")]
     counts = raw_counts(path)
     with _stalled_import(tmp_path, path, new, replace=True) as (child, _go):
         with Store(path, read_only=True) as reader:  # while the replace runs: the old session, whole
-            assert [(m.id, m.message.text()) for m in reader.messages.records("big")] == before
+            assert [(m.message_id, m.message.text()) for m in reader.messages.records("big")] == before
         child.send_signal(signal.SIGKILL)
         child.wait()
     with Store(path, read_only=True) as reader:
-        assert [(m.id, m.message.text()) for m in reader.messages.records("big")] == before
+        assert [(m.message_id, m.message.text()) for m in reader.messages.records("big")] == before
     with Store(path) as store:
-        assert [(m.id, m.message.text()) for m in store.messages.records("big")] == before
+        assert [(m.message_id, m.message.text()) for m in store.messages.records("big")] == before
         assert raw_counts(path) == counts
         assert store.import_("pi", new, replace=True).sessions_written == ["big"]
         assert [m.message.text() for m in store.messages.records("big")][::2] == [f"new {n}" for n in range(5)]

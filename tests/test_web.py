@@ -1153,6 +1153,40 @@ def test_slow_clients_cannot_hold_the_server(tmp_path: Path) -> None:
     assert all(late) and waited < 7, waited
 
 
+def test_clients_that_never_read_their_answers_cannot_hold_the_server(tmp_path: Path) -> None:
+    """Requests sent whole, two at once, by clients that never read: the first answer filled the buffers
+    and the second waited to be written for ever, a connection busy answering that no deadline closed and
+    no new connection took the place of, so past --max-connections every request got a 503. A client
+    that reads none of its answer for --request-timeout is disconnected."""
+    db = tmp_path / "big.db"
+    with Store(f"sqlite:///{db}") as writer:
+        writer.sessions.create(session_id="big")
+        loop = writer.loops.start("big")
+        picture = ImageContent(data=base64.b64encode(bytes(8_000_000)).decode(), mime_type="image/png")
+        message_id = writer.messages.append(Message.user([picture]), loop_id=loop.loop_id, turn_index=0)
+    process, port = _serve(db, "--request-timeout", "2", "--max-connections", "10")
+    request = f"GET /image?id={message_id}&block=0 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
+    held: list[socket.socket] = []
+    try:
+        for _ in range(12):
+            client = socket.socket()
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            client.connect(("127.0.0.1", port))
+            client.sendall(request * 2)
+            held.append(client)
+        time.sleep(4)  # past the timeout: the readers that read nothing are gone
+        started = time.monotonic()
+        served = _status(f"http://127.0.0.1:{port}/")
+        took = time.monotonic() - started
+    finally:
+        for client in held:
+            client.close()
+        process.terminate()
+        process.communicate(timeout=30)
+
+    assert served == 200 and took < 2, (served, took)
+
+
 def test_serve_documents_its_limits(tmp_path: Path) -> None:
     result = run_cli("serve", "--help")
 

@@ -16,6 +16,7 @@ import asyncio
 import os
 import threading
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -203,4 +204,40 @@ def test_a_pop_racing_an_add_takes_one_of_the_two_latest(url: str) -> None:
         old, new = _item(f"{round_}-old"), _item(f"{round_}-new")
         if (popped, left) not in ((old, [new]), (new, [old])):
             wrong.append((round_, popped, left))
+    assert wrong == [], f"{len(wrong)} of {rounds} rounds: {wrong[:3]}"
+
+
+def test_concurrent_pops_of_an_imported_session_return_its_items(url: str) -> None:
+    """Pops of an imported OpenAI Agents session go back through its loops and delete the ones they empty:
+    a pop that read the path before another pop deleted such a loop failed with LoopNotFound. Each pop
+    reads the path again; together they return every item once."""
+    pytest.importorskip("agents")
+    from turnstore.integrations.openai_agents import TurnstoreSession
+
+    fixture = Path(__file__).parent / "fixtures" / "openai_agents" / "sqlite_session.db"
+    rounds = ROUNDS // 4
+    stores = [Store(url) for _ in range(4)]
+    wrong = []
+    try:
+        for round_ in range(rounds):
+            stores[0].import_("openai-agents", fixture, replace=True)
+            sessions = [TurnstoreSession("chat-weather", store) for store in stores]
+            expected = asyncio.run(sessions[0].get_items())
+
+            def pops(session: Any, count: int = len(expected)) -> list[Any]:
+                async def run() -> list[Any]:
+                    return [await session.pop_item() for _ in range(count)]
+
+                return asyncio.run(run())
+
+            outcomes = _race(*(partial(pops, session) for session in sessions))
+            failed = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+            items = [item for outcome in outcomes if isinstance(outcome, list) for item in outcome if item is not None]
+            left = asyncio.run(sessions[0].get_items())
+            if failed or sorted(map(str, items)) != sorted(map(str, expected)) or left:
+                wrong.append((round_, failed[:2], len(items), left))
+            asyncio.run(sessions[0].clear_session())
+    finally:
+        for store in stores:
+            store.close()
     assert wrong == [], f"{len(wrong)} of {rounds} rounds: {wrong[:3]}"

@@ -41,7 +41,10 @@ def is_local(host: str) -> bool:
     default=REQUEST_TIMEOUT,
     show_default=True,
     type=click.FloatRange(0.1, 3600),
-    help="Seconds a request may take to arrive whole (line, headers, body); a slower client is disconnected.",
+    help=(
+        "Seconds a request may take to arrive whole (line, headers, body), and a client may leave its "
+        "answer unread; a slower client is disconnected."
+    ),
 )
 @click.option(
     "--max-connections",

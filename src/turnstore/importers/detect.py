@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..export import SESSION_KEY
+from .files import open_source
 
 __all__ = ["HEAD_BYTES", "export_format", "wrong_format"]
 
@@ -32,7 +33,7 @@ def export_format(path: Path) -> str | None:
     None for any other file, one that cannot be read, and one not told from its first :data:`HEAD_BYTES`.
     """
     try:
-        with path.open("rb") as file:
+        with open_source(path) as file:
             head = file.read(HEAD_BYTES)
     except OSError:
         return None

@@ -30,11 +30,12 @@ import os
 import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 from ..errors import ImportFailed
 from .base import Importer, RecordError, one_line
 
-__all__ = ["BLANK", "EMPTY_ARRAY", "IGNORED_SUFFIXES", "is_blank", "iter_files", "pseudo_file"]
+__all__ = ["BLANK", "EMPTY_ARRAY", "IGNORED_SUFFIXES", "is_blank", "iter_files", "open_source", "pseudo_file"]
 
 IGNORED_SUFFIXES = (".lock", ".tmp", ".bak", ".swp", ".partial")
 
@@ -108,23 +109,40 @@ def _pseudo_devices() -> list[tuple[str, int | None]]:
     return found
 
 
-def is_blank(path: Path) -> bool:
-    """Whether a regular file holds nothing but whitespace (after a UTF-8 BOM); read until its first other byte.
+def open_source(path: Path) -> BinaryIO:
+    """A source file opened for reading, once it is seen, open, to be a regular file of no pseudo filesystem.
 
-    Once open, the file is looked at again before a byte is read: it must
-    still be a regular file of no pseudo filesystem (a symbolic link may
-    have been pointed elsewhere since the file was found).
+    The file was found a regular file, but a symbolic link may have been pointed
+    elsewhere, or the file replaced, since: it is opened without blocking (a
+    FIFO put in its place would keep a plain open waiting for a writer for
+    ever) and looked at again before a byte is read.
 
     Raises:
-        OSError: the file cannot be read, or is no longer a regular file one may read.
+        OSError: the file cannot be opened, or is no longer a regular file one may read.
     """
-    with path.open("rb") as file:
-        info = os.fstat(file.fileno())
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        info = os.fstat(descriptor)
         refused = (
             pseudo_file(path, info) if stat.S_ISREG(info.st_mode) else f"not a regular file ({_kind(info.st_mode)})"
         )
         if refused is not None:
             raise OSError(errno.EINVAL, refused)
+        return os.fdopen(descriptor, "rb")  # O_NONBLOCK is no matter to a regular file
+    except BaseException:
+        os.close(descriptor)
+        raise
+
+
+def is_blank(path: Path) -> bool:
+    """Whether a regular file holds nothing but whitespace (after a UTF-8 BOM); read until its first other byte.
+
+    Opened with :func:`open_source`.
+
+    Raises:
+        OSError: the file cannot be read, or is no longer a regular file one may read.
+    """
+    with open_source(path) as file:
         chunk = file.read(_CHUNK).removeprefix(_BOM)
         while chunk:
             if chunk.strip(_WHITESPACE):

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic_core import from_json
 
 from ..errors import ImportFailed, InvalidRecord
+from .files import open_source
 
 __all__ = [
     "MAX_WHOLE_FILE_BYTES",
@@ -34,7 +35,8 @@ __all__ = [
 def read_text(path: Path) -> str:
     """A source file as text (UTF-8, a BOM allowed); undecodable bytes are an error naming the file."""
     try:
-        data = path.read_bytes()
+        with open_source(path) as file:
+            data = file.read()
     except OSError as error:
         raise ImportFailed(f"{path}: {error.strerror or error}") from None
     try:
@@ -84,7 +86,7 @@ def read_lines(path: Path) -> Iterator[tuple[int, str]]:
         InvalidRecord: a line is not UTF-8 (naming the line and the byte of the file).
     """
     try:
-        file = path.open("rb")
+        file = open_source(path)
     except OSError as error:
         raise ImportFailed(f"{path}: {error.strerror or error}") from None
     with file:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import InvalidRecord
+from .files import open_source
 from .reading import MAX_WHOLE_FILE_BYTES
 
 __all__ = [
@@ -57,7 +58,7 @@ when an error message of SQLite's quotes bytes of the file that are not UTF-8 (a
 def is_sqlite(path: Path) -> bool:
     """Whether the file starts with SQLite's header (False when it cannot be read)."""
     try:
-        with path.open("rb") as file:
+        with open_source(path) as file:
             return file.read(len(SQLITE_HEADER)) == SQLITE_HEADER
     except OSError:
         return False

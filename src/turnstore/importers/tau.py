@@ -44,6 +44,7 @@ from pydantic import ValidationError
 from ..errors import InvalidMessage, InvalidRecord
 from ..models import ExtensionMessage
 from .base import ImportOptions, RecordError, SessionBundle, parse_time
+from .files import open_source
 from .reading import json_problem, read_lines
 from .sqlite_source import SQLITE_ERRORS, SqliteSource, connect_read_only, is_sqlite
 from .tau_messages import BadRecord, convert_message, convert_usage, ms, tool_call_names
@@ -197,7 +198,7 @@ def _row_record(place: str, payload: Any, problem: str | None = None) -> _Record
 def _readable(path: Path) -> bool:
     """Whether the file can be opened for reading (it is, and stays, unread)."""
     try:
-        path.open("rb").close()
+        open_source(path).close()
     except OSError:
         return False
     return True

@@ -72,6 +72,9 @@ RUN_USAGE = "openai_agents.run_usage"
 IMPORTED = "openai-agents"
 """The source format of a session imported from the SDK's database: its sources are the SDK's items."""
 
+_LOST_LOOP_RETRIES = 8
+"""How many times a pop reads the path again after another pop removed a loop on it (each time, one loop fewer)."""
+
 MAIN_BRANCH = "main"
 """The branch of an ``AdvancedSQLiteSession`` a session opened again reads (the importer's loop ``metadata.branch_id``)."""
 
@@ -299,6 +302,7 @@ class TurnstoreSession(SessionABC):
 
     def _pop(self, store: Store) -> Any:
         tried: list[int] = []
+        lost_loops = 0
         while True:
             try:
                 return self._pop_newest(store, tried)
@@ -306,6 +310,11 @@ class TurnstoreSession(SessionABC):
                 # On PostgreSQL another pop took the newest item, or an add came after it, since it was
                 # read: read the newest again. The same newest refused twice is refused for good.
                 if len(tried) > 1 and tried[-1] == tried[-2]:
+                    raise
+            except LoopNotFound:
+                # Another pop removed a loop its pops emptied since this one read the path: read it again.
+                lost_loops += 1
+                if lost_loops > _LOST_LOOP_RETRIES:
                     raise
 
     def _pop_newest(self, store: Store, tried: list[int]) -> Any:

@@ -349,11 +349,19 @@ def check_ids(bundle: SessionBundle, limits: Limits) -> None:
 
     Raises:
         LimitExceeded: an id or name is too long (the session cannot be written).
-        InvalidMessage: the session id or a loop id is empty.
+        InvalidMessage: the session id or a loop id is empty; a loop continues one that is not the
+            session's (as ``loops.start`` refuses: it would tie another session's loop to this one).
     """
     limits.check_id("session_id", bundle.session_id)
+    own = {loop.loop_id for loop in bundle.loops}
     for loop in bundle.loops:
         limits.check_id("loop_id", loop.loop_id)
+        if loop.parent_loop_id is not None and loop.parent_loop_id not in own:
+            raise InvalidMessage(
+                f"loop {loop.loop_id!r} continues loop {loop.parent_loop_id!r}, "
+                f"which is not a loop of session {bundle.session_id!r}",
+                [("parent_loop_id", "not a loop of the session")],
+            )
         if loop.spawn_loop_id is not None:
             limits.check_id("spawn_loop_id", loop.spawn_loop_id)
         for name in ("model", "provider"):

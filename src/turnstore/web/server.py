@@ -12,6 +12,10 @@ bound on connections bounds requests too) cannot reach:
 * A request must arrive whole (line, headers and body) within
   ``request_timeout`` seconds of its first byte (of the connection, for the
   first): a client that is slower is disconnected.
+* An answer must be taken: a client that lets the server wait to write more
+  of it (the buffers full) for ``request_timeout`` seconds is disconnected. Without this, requests sent whole (pipelined, many at once)
+  by a client that never reads kept their connections busy answering for
+  ever, never the longest waiting, and every new connection got a 503.
 * At most ``max_connections`` connections are open at once. One more closes the
   connection that has waited longest for a request (a half-sent one, or an idle
   keep-alive), so a slow client's connections give way to a new one; when every
@@ -44,6 +48,8 @@ def protocol(request_timeout: float, max_connections: int) -> type[asyncio.Proto
         """When the connection began to wait for a request (its first byte, or the connection's start);
         None while one is being answered."""
         deadline: asyncio.TimerHandle | None = None
+        unread: asyncio.TimerHandle | None = None
+        """Runs while writing is paused (the client reads nothing of its answer): closes the connection."""
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
@@ -53,7 +59,22 @@ def protocol(request_timeout: float, max_connections: int) -> type[asyncio.Proto
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._stop_waiting()
+            self._answer_taken()
             super().connection_lost(exc)
+
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            if self.unread is None:
+                self.unread = self.loop.call_later(request_timeout, self.transport.abort)  # unsent data dropped
+
+        def resume_writing(self) -> None:
+            self._answer_taken()
+            super().resume_writing()
+
+        def _answer_taken(self) -> None:
+            if self.unread is not None:
+                self.unread.cancel()
+                self.unread = None
 
         def data_received(self, data: bytes) -> None:
             super().data_received(data)
