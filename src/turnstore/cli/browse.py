@@ -125,7 +125,7 @@ def _loop_json(loop: Loop, stored: list[StoredMessage], unknown: set[int]) -> di
         "reported_usage": loop.reported_usage.model_dump(mode="json") if loop.reported_usage is not None else None,
         "messages": [
             {
-                "id": m.message_id,
+                "message_id": m.message_id,
                 "turn_index": m.turn_index,
                 "seq": m.seq,
                 "message": m.message.model_dump(mode="json"),
