@@ -76,3 +76,23 @@ def test_the_command_line_synopsis_names_every_option() -> None:
 
     walk(cli, [])
     assert missing == []
+
+
+def _anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces as dashes."""
+    headings = re.findall(r"^#+\s+(.*)$", page.read_text(encoding="utf-8"), flags=re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-") for heading in headings}
+
+
+def test_every_relative_link_of_the_readme_and_docs_resolves() -> None:
+    root = README.parent
+    broken = []
+    for page in [README, *sorted((root / "docs").rglob("*.md"))]:
+        for link in re.findall(r"\]\(([^)\s]+)\)", page.read_text(encoding="utf-8")):
+            if re.match(r"[a-z]+:", link):
+                continue
+            target, _, anchor = link.partition("#")
+            path = (page.parent / target).resolve() if target else page
+            if not path.exists() or (anchor and path.suffix == ".md" and anchor not in _anchors(path)):
+                broken.append(f"{page.relative_to(root)}: {link}")
+    assert broken == []
