@@ -1109,9 +1109,15 @@ def test_python_dash_m(tmp_path: Path) -> None:
 
 
 def test_an_invalid_argument_is_one_line_naming_it(run: Any, db: Path) -> None:
-    result = run("--db", db, "sessions", "--limit", "-1")
+    result = run("--db", db, "sessions", "--offset", "-1")
     assert result.code == 1 and one_line(result.err)
-    assert result.err.startswith("error: limit: ")
+    assert result.err.startswith("error: offset: ")
+
+
+def test_sessions_limit_zero_is_refused_not_no_sessions(run: Any, db: Path) -> None:
+    # --limit 0 printed "no sessions" for a store holding some
+    result = run("--db", db, "sessions", "--limit", "0")
+    assert result.code == 2 and one_line(result.err) and "--limit" in result.err and result.out == ""
 
 
 def test_show_marks_an_assistant_message_without_usage(run: Any, tmp_path: Path) -> None:

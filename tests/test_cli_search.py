@@ -154,7 +154,8 @@ def test_a_hit_leads_to_its_turn_with_show(db: dict[str, Any]) -> None:
     )
     assert shown.code == 0, shown
     (loop,) = shown.json()["loops"]
-    assert [m["id"] for m in loop["messages"]][hit["seq"]] == hit["message_id"]
+    assert [m["message_id"] for m in loop["messages"]][hit["seq"]] == hit["message_id"]  # one name for it, as in search
+    assert all("id" not in m for m in loop["messages"])
     # The one-loop session needs no --loop.
     assert run_cli("--db", db["path"], "show", hit["session_id"], "--turn", "0", "--json").json() == shown.json()
 
@@ -166,3 +167,13 @@ def test_db_upgrade_prints_the_backfill_progress(tmp_path: Path) -> None:
     assert result.code == 0, result
     assert "indexed 57 of 57 messages" in result.err
     assert run_cli("--db", path, "search", "parser", "--json").out.count("\n") >= 2
+
+
+def test_an_exclusion_first_without_dashes_says_to_put_the_query_after_them(db: dict[str, Any]) -> None:
+    # click reads `-staging` as the short options -s -t ...: its own message names '-s' alone
+    result = run_cli("--db", db["path"], "search", "-staging", "deploy")
+    assert result.code == 2
+    line = assert_one_error_line(result, "-staging", "turnstore search -- -staging deploy")
+    assert "--help" in line
+    other = run_cli("--db", db["path"], "search", "deploy", "--bogus")  # a mistyped option stays that
+    assert other.code == 2 and "No such option '--bogus'" in other.err and " -- " not in other.err

@@ -138,6 +138,16 @@ def test_a_hand_written_dict_without_a_time_is_dated_as_it_is_appended(store: St
     assert before <= times[0] <= after and times[1:] == [7, 3]
 
 
+def test_a_hand_written_system_prompt_is_dated_too(store: Store, loop_id: str) -> None:
+    # as Message.system() dates one; it was stored at 0 (1970-01-01), a time of its own
+    before = now_ms()
+    first = store.messages.append({"role": "system", "content": "Be terse."}, loop_id=loop_id, turn_index=0)
+    given = store.messages.append({"role": "system", "content": "x"}, loop_id=loop_id, turn_index=0, timestamp=7)
+    own = store.messages.append({"role": "system", "content": "y", "timestamp": 0}, loop_id=loop_id, turn_index=0)
+    times = [store.messages.get(i).message.timestamp for i in (first, given, own)]  # type: ignore[union-attr]
+    assert before <= times[0] <= now_ms() and times[1:] == [7, 0]
+
+
 @pytest.mark.parametrize("value", ["just text", 42, None, ["role", "user"]])
 def test_append_non_message_raises_invalid_message(store: Store, loop_id: str, value: object) -> None:
     with pytest.raises(InvalidMessage):

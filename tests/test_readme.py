@@ -1,5 +1,6 @@
 """The README's Quick start runs as written: each of its Python blocks is a whole program (the PostgreSQL
-one-liner, which needs a server, excepted), run as a new process in an empty folder."""
+one-liner, which needs a server, excepted), run as a new process in an empty folder; its Command line synopsis
+names every option of every command."""
 
 from __future__ import annotations
 
@@ -51,3 +52,47 @@ def test_the_first_block_prints_what_its_comments_say(tmp_path: Path) -> None:
     assert roles == "['user', 'assistant']"
     assert float(cost) > 0
     assert (tmp_path / "agent.db").is_file()
+
+
+def test_the_command_line_synopsis_names_every_option() -> None:
+    import click
+
+    from turnstore.cli import cli
+
+    text = README.read_text(encoding="utf-8")
+    synopsis = text.split("\n## Command line\n", 1)[1].split("```", 2)[1]
+    missing = []
+
+    def walk(command: click.Command, path: list[str]) -> None:
+        if isinstance(command, click.Group):
+            for name, sub in command.commands.items():
+                walk(sub, [*path, name])
+            return
+        for param in command.params:
+            shared = param.name in ("db", "json", "help")
+            named = any(f"[{opt}" in synopsis or f" {opt}" in synopsis for opt in param.opts)
+            if isinstance(param, click.Option) and not shared and not named:
+                missing.append(f"{' '.join(path)} {param.opts[0]}")
+
+    walk(cli, [])
+    assert missing == []
+
+
+def _anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces as dashes."""
+    headings = re.findall(r"^#+\s+(.*)$", page.read_text(encoding="utf-8"), flags=re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-") for heading in headings}
+
+
+def test_every_relative_link_of_the_readme_and_docs_resolves() -> None:
+    root = README.parent
+    broken = []
+    for page in [README, *sorted((root / "docs").rglob("*.md"))]:
+        for link in re.findall(r"\]\(([^)\s]+)\)", page.read_text(encoding="utf-8")):
+            if re.match(r"[a-z]+:", link):
+                continue
+            target, _, anchor = link.partition("#")
+            path = (page.parent / target).resolve() if target else page
+            if not path.exists() or (anchor and path.suffix == ".md" and anchor not in _anchors(path)):
+                broken.append(f"{page.relative_to(root)}: {link}")
+    assert broken == []

@@ -9,6 +9,8 @@ after the command name. Errors print one line (stored text in it escaped) and ex
 from __future__ import annotations
 
 import os
+import shlex
+import sys
 
 import click
 
@@ -30,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Exit as done:
         return done.exit_code
     except click.ClickException as error:
-        _fail(error.format_message() + _help_hint(error))
+        hint = _query_hint(error, sys.argv[1:] if argv is None else argv)
+        _fail((error.format_message().rstrip(".") + hint if hint else error.format_message()) + _help_hint(error))
         return error.exit_code
     except click.Abort:
         _fail("aborted")
@@ -59,6 +62,23 @@ def main(argv: list[str] | None = None) -> int:
 def _fail(message: str) -> None:
     """The one line a failure prints: ``error: ...`` on stderr, escaped."""
     click.echo(f"error: {visible(message)}", err=True)
+
+
+def _query_hint(error: click.ClickException, argv: list[str]) -> str:
+    """For ``search -draft report``: click reads ``-draft`` as the short options ``-d -r ...`` and names ``-d``
+    alone; say which argument it was and that a query starting with an exclusion goes after ``--``."""
+    context = getattr(error, "ctx", None)
+    if not isinstance(error, click.NoSuchOption) or context is None or context.command.name != "search":
+        return ""
+    name = error.option_name
+    if name.startswith("--") or "search" not in argv:
+        return ""
+    args = argv[argv.index("search") + 1 :]
+    first = next((arg for arg in args if arg.startswith(name) and not arg.startswith("--")), None)
+    if first is None:
+        return ""
+    words = [first, *(arg for arg in args[args.index(first) + 1 :] if not arg.startswith("-"))]
+    return f" (from {first}): a query that starts with an exclusion goes after --, as in turnstore search -- {shlex.join(words)}"
 
 
 def _help_hint(error: click.ClickException) -> str:

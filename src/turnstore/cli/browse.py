@@ -26,7 +26,7 @@ from .output import console, json_time, print_json, short, text
 
 
 @cli.command()
-@click.option("--limit", default=100, show_default=True, help="At most this many sessions.")
+@click.option("--limit", type=click.IntRange(1), default=100, show_default=True, help="At most this many sessions.")
 @click.option("--offset", default=0, show_default=True, help="Skip this many first.")
 @click.option("--agent", "agent_id", default=None, help="Only this agent's sessions.")
 @shared_options
@@ -125,7 +125,7 @@ def _loop_json(loop: Loop, stored: list[StoredMessage], unknown: set[int]) -> di
         "reported_usage": loop.reported_usage.model_dump(mode="json") if loop.reported_usage is not None else None,
         "messages": [
             {
-                "id": m.message_id,
+                "message_id": m.message_id,
                 "turn_index": m.turn_index,
                 "seq": m.seq,
                 "message": m.message.model_dump(mode="json"),

@@ -28,16 +28,21 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from langchain_core.chat_history import BaseChatMessageHistory
-from langchain_core.messages import (
-    AIMessage,
-    BaseMessage,
-    HumanMessage,
-    SystemMessage,
-    ToolMessage,
-    message_to_dict,
-    messages_from_dict,
-)
+from ._extras import missing_extra
+
+try:
+    from langchain_core.chat_history import BaseChatMessageHistory
+    from langchain_core.messages import (
+        AIMessage,
+        BaseMessage,
+        HumanMessage,
+        SystemMessage,
+        ToolMessage,
+        message_to_dict,
+        messages_from_dict,
+    )
+except ModuleNotFoundError as error:
+    raise missing_extra(error, "langchain") from error
 
 from ..aio import AsyncStore
 from ..errors import SessionNotFound

@@ -40,8 +40,13 @@ import asyncio
 import json
 from typing import TYPE_CHECKING, Any, cast
 
-from agents.memory import SessionABC
-from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
+from ._extras import missing_extra
+
+try:
+    from agents.memory import SessionABC
+    from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
+except ModuleNotFoundError as error:
+    raise missing_extra(error, "openai-agents") from error
 
 from ..aio import AsyncStore
 from ..errors import AlreadyExists, InvalidArgument, LimitExceeded, LoopNotFound, MessageNotFound, SessionNotFound

@@ -33,22 +33,28 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, overload
 
-import pydantic_ai.messages as _messages
-from pydantic_ai.messages import (
-    BinaryContent,
-    FileUrl,
-    ModelMessage,
-    ModelMessagesTypeAdapter,
-    ModelRequest,
-    ModelResponse,
-    RetryPromptPart,
-    SystemPromptPart,
-    TextPart,
-    ThinkingPart,
-    ToolCallPart,
-    ToolReturnPart,
-    UserPromptPart,
-)
+from ._extras import missing_extra
+
+try:
+    import pydantic_ai.messages as _messages
+    from pydantic_ai.messages import (
+        BinaryContent,
+        FileUrl,
+        ModelMessage,
+        ModelMessagesTypeAdapter,
+        ModelRequest,
+        ModelResponse,
+        RetryPromptPart,
+        SystemPromptPart,
+        TextPart,
+        ThinkingPart,
+        ToolCallPart,
+        ToolReturnPart,
+        UserPromptPart,
+    )
+except ModuleNotFoundError as error:
+    raise missing_extra(error, "pydantic-ai") from error
+
 from typing_extensions import deprecated
 
 from ..aio import AsyncStore

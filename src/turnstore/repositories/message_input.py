@@ -85,8 +85,9 @@ def check_messages(messages: object) -> None:
         raise InvalidArgument("messages", f"must be a list of messages, not {type(messages).__name__}")
 
 
-_DATED_ROLES = frozenset({"user", "assistant", "toolResult"})
-"""Roles whose messages carry a ``timestamp`` phi-core requires (a system prompt's defaults to 0)."""
+_DATED_ROLES = frozenset({"user", "assistant", "toolResult", "system"})
+"""Roles whose messages carry a ``timestamp`` (a system prompt's is optional, 0 when absent: dated like the
+others, as ``Message.system()`` dates one)."""
 
 
 def _dated_role(role: object) -> bool:
