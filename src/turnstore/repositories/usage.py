@@ -8,6 +8,7 @@ from .. import queries as q
 from .. import usage_queries as uq
 from ..database import Database
 from ..errors import InvalidMessage
+from ..schema import USAGE_COLUMNS
 from ..usage import PriceTable, Tally, UsageRow, UsageTotals
 from ._shared import Settings, require_loop, require_session
 from .staging import any_staged
@@ -16,8 +17,9 @@ __all__ = ["UsageRepository"]
 
 Prices = PriceTable | dict[str, Any] | None
 
-_OVERFLOWED = ("integer overflow", "value out of range: overflow")
-"""How SQLite (a 64-bit integer sum) and PostgreSQL (a float sum) say that a sum overflowed."""
+_OVERFLOWED = ("integer overflow", "value out of range: overflow", "bigint out of range")
+"""How SQLite (a 64-bit integer sum) and PostgreSQL (a float sum; a row's derived token total,
+see ``usage_queries._token_total``) say that a sum overflowed."""
 
 
 class UsageRepository:
@@ -130,11 +132,13 @@ class UsageRepository:
         """The usage rows, with exact sums whatever the stored values.
 
         SQLite's ``sum()`` fails past a 64-bit integer, PostgreSQL's past the largest
-        float (a cost); then the same rows are read again with sums that cannot
-        overflow (``uq.usage_rows(..., split=True)``), rejoined here. Reads whose
-        sums fit pay nothing for this.
+        float (a cost); a row's derived token total past 64 bits fails on PostgreSQL
+        and is a float on SQLite. Then the same rows are read again with sums that
+        cannot overflow (``uq.usage_rows(..., split=True)``), rejoined here. Reads
+        whose sums fit pay nothing for this.
         """
         start = 2 if group == "none" else 3  # the sums follow the group key, model and provider
+        total = start + len(USAGE_COLUMNS) - 1
         for split in (False, True):
             try:
                 rows = self._fetch(level, group, params, split)
@@ -144,6 +148,8 @@ class UsageRepository:
                 if split or not any(words in str(error) for words in _OVERFLOWED):
                     raise
                 continue
+            if not split and any(isinstance(row[total], float) for row in rows):
+                continue  # SQLite: a derived token total passed 64 bits and became a float
             return [uq.joined(row, start) for row in rows] if split else rows
         raise AssertionError("unreachable")
 
