@@ -2,8 +2,9 @@
 
 Totals are summed in SQL (see :mod:`turnstore.usage_queries`), grouped by model and
 provider so each group can be priced; this module prices the groups and adds
-them up. Cost is additive, record by record, so the total of a store is the
-sum of its sessions' totals and a session's total the sum of its loops':
+them up. Cost is additive, record by record, and added up exactly (see
+:class:`Tally`), so the total of a store is the sum of its sessions' totals
+and a session's total the sum of its loops' and of its models':
 
 1. a usage record whose source reported a cost (pi, Tau and appam do) costs
    that: an imported session costs what its source says it cost;
@@ -17,16 +18,18 @@ sum of its sessions' totals and a session's total the sum of its loops':
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 from collections.abc import Iterable, Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import InvalidPrices
 from .models import CostConfig, Usage
-from .usage_queries import USAGE_PART_LOOP, USAGE_PART_REPORTED
+from .usage_queries import COST_DECIMALS, USAGE_PART_LOOP, USAGE_PART_REPORTED
 
 __all__ = ["DEFAULT_PRICES", "PriceTable", "UsageRow", "UsageTotals"]
 
@@ -157,6 +160,8 @@ def _parse_prices(prices: Mapping[Any, Any], where: str) -> dict[str, CostConfig
     for model, price in prices.items():
         if not isinstance(model, str):
             raise InvalidPrices(f"{where}a model name must be a string, not {_shown(model)}")
+        if not _normal(model):  # every name starts with "": it would price every model
+            raise InvalidPrices(f"{where}a model name must not be empty, got {_shown(model)}")
         parsed[_normal(model)] = _cost_config(price, f"{where}model {_shown(model)}")
     return parsed
 
@@ -301,6 +306,51 @@ class UsageRow(UsageTotals):
     day: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
+_REPORTED_UNIT: int = 10 ** (18 - COST_DECIMALS)
+"""A unit of a reported cost (10**-COST_DECIMALS USD) in :data:`_UNITS_PER_DOLLAR` units."""
+_RATE_SCALE = 10**12
+"""A rate (USD per million tokens) is held as a whole number of 10**-12 of a unit, so a token at it costs a
+whole number of 10**-18 USD (:data:`_UNITS_PER_DOLLAR`)."""
+_UNITS_PER_DOLLAR = 10**18
+
+
+def _reported_units(cost: Any) -> int | None:
+    """A sum of reported costs (see :class:`~turnstore.usage_queries.reported_cost_sum`) as units of 10**-18 USD;
+    None for infinity.
+
+    An integer or a ``Decimal`` counts whole units of 10**-COST_DECIMALS USD; a float (SQLite's second try) is USD.
+    """
+    if isinstance(cost, float):
+        if math.isinf(cost):
+            return None
+        if cost >= 2.0**52:  # a whole number of dollars (and the product below could overflow)
+            return int(cost) * _UNITS_PER_DOLLAR
+        return round(cost * float(10**COST_DECIMALS)) * _REPORTED_UNIT
+    if isinstance(cost, Decimal) and not cost.is_finite():
+        return None
+    return int(cost) * _REPORTED_UNIT
+
+
+def _rate_units(price: CostConfig) -> tuple[int, int, int, int]:
+    """``price``'s four rates, each a whole number of 10**-12 USD per million tokens."""
+    return (
+        round(price.input_per_million * _RATE_SCALE),
+        round(price.output_per_million * _RATE_SCALE),
+        round(price.cache_read_per_million * _RATE_SCALE),
+        round(price.cache_write_per_million * _RATE_SCALE),
+    )
+
+
+def _dollars(units: int | None) -> float:
+    """Units as USD, correctly rounded (infinity for None, or past the largest float)."""
+    if units is None:
+        return math.inf
+    try:
+        return units / _UNITS_PER_DOLLAR
+    except OverflowError:
+        return math.inf
+
+
 class Tally:
     """Adds up the rows of :func:`turnstore.usage_queries.usage_rows` into one priced total.
 
@@ -309,13 +359,23 @@ class Tally:
     reported a cost; LOOP rows, loops' own reported usage. :meth:`add` keeps
     exact integer sums per (model, provider); :meth:`fields` prices the records
     without a reported cost once per model.
+
+    Costs add up exactly, so a total's cost is the sum of its groups' in every
+    breakdown (a session's, of its loops' and of its models'): they are summed
+    as integers of 10**-18 USD, and nothing is rounded per group. A priced cost
+    is linear in the exact token sums (each rate is held to 10**-12 USD per
+    million tokens, far below any price's precision); a reported cost is
+    rounded to :data:`COST_DECIMALS` decimals record by record, in SQL. Only
+    the result is rounded, to the nearest float.
     """
 
-    __slots__ = ("_groups", "reported", "requests", "sums")
+    __slots__ = ("_groups", "_reported", "_reported_rows", "requests", "sums")
 
     def __init__(self) -> None:
         self.sums = [0, 0, 0, 0, 0, 0]
-        self.reported: float | None = None
+        self._reported: int | None = 0
+        """The reported costs, in units (None: infinite)."""
+        self._reported_rows = 0
         self.requests = 0
         # (model, provider) -> [input, output, cache_read, cache_write, records] not reported
         self._groups: dict[tuple[str | None, str | None], list[int]] = {}
@@ -331,7 +391,9 @@ class Tally:
                 self.sums[index] += value
             self.requests += int(values[9] or 0)
         if cost is not None:
-            self.reported = (self.reported or 0.0) + float(cost)
+            units = _reported_units(cost)
+            self._reported = None if self._reported is None or units is None else self._reported + units
+            self._reported_rows += 1
             if part == USAGE_PART_LOOP:
                 return
         unpriced = self._groups.setdefault((model, provider), [0, 0, 0, 0, 0])
@@ -340,13 +402,15 @@ class Tally:
 
     def cost(self, prices: PriceTable) -> float | None:
         """Reported costs plus the price-table cost of the other records; None if nothing is priced."""
-        total, priced = self.reported or 0.0, self.reported is not None
+        total, priced = self._reported, self._reported_rows > 0
         for (model, provider), (input, output, cache_read, cache_write, records) in self._groups.items():
             price = prices.for_model(model, provider) if records else None
             if price is not None:
-                total += price.price(input, output, cache_read, cache_write)
+                rate_in, rate_out, rate_read, rate_write = _rate_units(price)
+                units = input * rate_in + output * rate_out + cache_read * rate_read + cache_write * rate_write
+                total = None if total is None else total + units
                 priced = True
-        return round(total, 10) if priced else None
+        return _dollars(total) if priced else None
 
     def fields(self, prices: PriceTable) -> dict[str, Any]:
         """The tally as :class:`UsageTotals` keyword arguments, priced with ``prices``."""
@@ -360,7 +424,7 @@ class Tally:
             "cache_write": cache_write,
             "total_tokens": total,
             "cost": self.cost(prices),
-            "reported_cost": None if self.reported is None else round(self.reported, 10),
+            "reported_cost": _dollars(self._reported) if self._reported_rows else None,
             "requests": self.requests,
             "cache_hit_rate": cache_read / prompt if prompt else 0.0,
         }

@@ -131,11 +131,11 @@ class UsageRepository:
     def _rows(self, level: str, group: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         """The usage rows, with exact sums whatever the stored values.
 
-        SQLite's ``sum()`` fails past a 64-bit integer, PostgreSQL's past the largest
-        float (a cost); a row's derived token total past 64 bits fails on PostgreSQL
-        and is a float on SQLite. Then the same rows are read again with sums that
-        cannot overflow (``uq.usage_rows(..., split=True)``), rejoined here. Reads
-        whose sums fit pay nothing for this.
+        SQLite's ``sum()`` fails past a 64-bit integer (or, for costs, counts no
+        further than ``uq.COST_UNITS_LIMIT``); a row's derived token total past 64
+        bits fails on PostgreSQL and is a float on SQLite. Then the same rows are
+        read again with sums that cannot overflow (``uq.usage_rows(..., split=True)``),
+        rejoined here. Reads whose sums fit pay nothing for this.
         """
         start = 2 if group == "none" else 3  # the sums follow the group key, model and provider
         total = start + len(USAGE_COLUMNS) - 1
@@ -148,9 +148,14 @@ class UsageRepository:
                 if split or not any(words in str(error) for words in _OVERFLOWED):
                     raise
                 continue
-            if not split and any(isinstance(row[total], float) for row in rows):
+            if split:
+                return [uq.joined(row, start) for row in rows]
+            cost = start + len(USAGE_COLUMNS)
+            if any(isinstance(row[total], float) for row in rows):
                 continue  # SQLite: a derived token total passed 64 bits and became a float
-            return [uq.joined(row, start) for row in rows] if split else rows
+            if not any(isinstance(row[cost], int) and row[cost] >= uq.COST_UNITS_LIMIT for row in rows):
+                return rows
+            # SQLite: a reported cost sum past what its integer units hold (see uq.reported_cost_sum).
         raise AssertionError("unreachable")
 
     def _fetch(self, level: str, group: str, params: dict[str, Any], split: bool) -> list[tuple[Any, ...]]:
