@@ -267,7 +267,7 @@ def conversation(store: Any) -> tuple[str, list[str], str, str]:
         chain.append(store.loops.start(session_id, parent_loop_id=chain[-1]).loop_id)
         for t in range(2):
             store.messages.append_turn(chain[-1], t, [user(f"p{k}.{t}"), assistant(f"a{k}.{t}")])
-    fork = store.messages.path(chain[1])[-1].id
+    fork = store.messages.path(chain[1])[-1].message_id
     branch = store.loops.start(session_id, parent_loop_id=chain[1], continuation_kind="branch", fork_after=fork)
     store.messages.append_turn(branch.loop_id, 0, [user("branch prompt"), assistant("branch answer")])
     return session_id, chain, child.loop_id, branch.loop_id
