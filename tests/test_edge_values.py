@@ -135,6 +135,29 @@ def test_a_total_of_exactly_the_largest_count_is_exact(store: Store, loop_id: st
     assert store.usage.loop(loop_id).input == MAX_INT + 1
 
 
+def test_a_derived_token_total_past_64_bits_is_exact(
+    store: Store, session_id: str, loop_id: str, capsys: pytest.CaptureFixture[str], store_url: str
+) -> None:
+    """A record that reports no total counts input + output + cache read + cache write, which for one
+    record of counts near ``2**63`` passes 64 bits (each column's own sum does not): still exact."""
+    derived = Usage(input=MAX_INT, output=MAX_INT - 1, cache_read=MAX_INT - 2, cache_write=MAX_INT - 3)
+    store.messages.append_turn(loop_id, 0, [user(), assistant(u=derived)])
+    store.messages.append_turn(loop_id, 1, [user(), assistant(u=Usage(input=1, output=1, total_tokens=5))])
+    own = store.loops.start(session_id, config={"model": "o3", "provider": "openai"}).loop_id
+    store.loops.end(own, usage=derived)
+    one = 4 * MAX_INT - 6
+    assert derived.total == one
+    assert store.usage.turn(loop_id, 0).total_tokens == one
+    assert store.usage.loop(loop_id).total_tokens == one + 5
+    assert store.usage.loop(own).total_tokens == one
+    for totals in (store.usage.session(session_id), store.usage.total()):
+        assert totals.total_tokens == 2 * one + 5
+        assert totals.input == 2 * MAX_INT + 1
+    assert sorted(row.total_tokens for row in store.usage.by_model()) == sorted([one + 5, one])
+    assert [row.total_tokens for row in store.usage.by_loop(session_id)] == [one + 5, one]
+    assert json.loads(_cli(capsys, store_url, "usage", "--json"))["total_tokens"] == 2 * one + 5
+
+
 def test_reported_costs_past_the_largest_float_do_not_break_a_read(
     store: Store, session_id: str, loop_id: str, capsys: pytest.CaptureFixture[str], store_url: str
 ) -> None:

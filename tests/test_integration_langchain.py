@@ -116,6 +116,20 @@ def test_cached_tokens_are_priced_once(sync_store: Store) -> None:
     assert totals.cost == pytest.approx(price.price(200, 10, 800, 0))
 
 
+def test_a_total_the_model_did_not_report_is_stored_as_zero_and_counted_by_the_rule(sync_store: Store) -> None:
+    """``total_tokens`` is kept as LangChain gave it: 0 (none reported) stays 0 in the stored message (not
+    a sum made up on the way in), and the totals count input + output + cache read + cache write for it."""
+    absent = {"input_tokens": 100, "output_tokens": 20, "total_tokens": 0, "input_token_details": {"cache_read": 30}}
+    reported = {"input_tokens": 10, "output_tokens": 5, "total_tokens": 99}
+    history = TurnstoreChatMessageHistory("totals", sync_store)
+    history.add_messages(
+        [HumanMessage("q"), AIMessage("a", usage_metadata=absent), AIMessage("b", usage_metadata=reported)]
+    )
+    replies = [r.message for r in sync_store.messages.records("totals") if r.message.role == "assistant"]
+    assert [reply.usage.total_tokens for reply in replies] == [0, 99]  # type: ignore[union-attr]
+    assert sync_store.usage.session("totals").total_tokens == 120 + 99
+
+
 def test_clear_and_add_again(sync_store: Store) -> None:
     history = TurnstoreChatMessageHistory("c", sync_store)
     history.add_user_message("one")

@@ -863,16 +863,169 @@ def test_request_usage_is_kept_as_extension_messages(tmp_path: Path) -> None:
                 model=app["ScriptedModel"](app["script"]()),
                 tools=[app["add"]],
             )
-            result = await Runner.run(
-                agent,
-                "2 + 3?",
-                session=session,
-                run_config=RunConfig(tracing_disabled=True),
-            )
+            # A run that kept its items elsewhere: its responses have no messages here to carry their usage.
+            result = await Runner.run(agent, "2 + 3?", run_config=RunConfig(tracing_disabled=True))
             loop_id = await session.record_usage(result)
+            assert loop_id != session.loop_id
             kept = [message async for message in store.messages.records(loop_id=loop_id)]
             assert [message.message.kind for message in kept] == [REQUEST_USAGE] * 2  # type: ignore[union-attr]
             assert kept[0].message.data["input_tokens"] == 101  # type: ignore[union-attr]
+
+    run(scenario())
+
+
+class NamedModel(Model):
+    """A model that plays back canned responses with their usage, and names itself as
+    ``OpenAIResponsesModel`` does (``model``); no network."""
+
+    def __init__(self, name: str, responses: list[list[Any]], base: int) -> None:
+        self.model = name
+        self.responses = list(responses)
+        self.base = base
+        self.calls = 0
+        self.usages: list[Usage] = []
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        from agents.usage import InputTokensDetails, OutputTokensDetails
+
+        output = self.responses[self.calls % len(self.responses)]
+        self.calls += 1
+        n = self.base + self.calls
+        usage = Usage(
+            requests=1,
+            input_tokens=1_000 * n,
+            input_tokens_details=InputTokensDetails(cached_tokens=100 * n, cache_write_tokens=10 * n),
+            output_tokens=50 * n,
+            output_tokens_details=OutputTokensDetails(reasoning_tokens=5 * n),
+            total_tokens=1_050 * n,
+        )
+        self.usages.append(usage)
+        return ModelResponse(output=output, usage=usage, response_id=f"resp_{n}")
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        raise NotImplementedError("not streamed")
+
+
+def sdk_tokens(usages: list[Any]) -> tuple[int, ...]:
+    """What turnstore's totals of these SDK usages must read: input, cache read, cache write, output,
+    reasoning, total tokens and requests."""
+    cached = sum(u.input_tokens_details.cached_tokens for u in usages)
+    written = sum(u.input_tokens_details.cache_write_tokens for u in usages)
+    return (
+        sum(u.input_tokens for u in usages) - cached - written,
+        cached,
+        written,
+        sum(u.output_tokens for u in usages),
+        sum(u.output_tokens_details.reasoning_tokens for u in usages),
+        sum(u.total_tokens for u in usages),
+        sum(u.requests for u in usages),
+    )
+
+
+def our_tokens(totals: Any) -> tuple[int, ...]:
+    return (
+        totals.input,
+        totals.cache_read,
+        totals.cache_write,
+        totals.output,
+        totals.reasoning,
+        totals.total_tokens,
+        totals.requests,
+    )
+
+
+def test_each_model_response_s_usage_is_recorded_on_its_turn_with_its_model(url: str) -> None:
+    """Two model calls per turn (a tool call, then the answer, from different agents after a handoff),
+    two turns: each response's usage lands on an assistant message of its turn with the model of the
+    agent that ran it, and the session's usage is the SDK's, requests included."""
+    app = example()
+    call = app["script"]()[0][0]
+    answer = ResponseOutputMessage(
+        type="message",
+        id="msg_answer",
+        role="assistant",
+        status="completed",
+        content=[ResponseOutputText(type="output_text", text="5", annotations=[])],
+    )
+    from openai.types.responses import ResponseFunctionToolCall
+
+    handoff = ResponseFunctionToolCall(
+        type="function_call", call_id="call_h", name="transfer_to_finisher", arguments="{}"
+    )
+    from openai.types.responses import ResponseReasoningItem
+
+    thought = ResponseReasoningItem(type="reasoning", id="rs_1", summary=[])
+    finisher_model = NamedModel("o3", [[thought, answer]], base=100)
+    finisher = Agent(name="finisher", model=finisher_model)
+    first_model = NamedModel("gpt-4o", [[call], [handoff]], base=0)
+    starter = Agent(name="starter", model=first_model, tools=[app["add"]], handoffs=[finisher])
+
+    async def scenario() -> None:
+        async with await AsyncStore.open(url) as store:
+            session = TurnstoreSession("per-turn", store)
+            config = RunConfig(tracing_disabled=True)
+            results, recorded = [], []
+            for prompt in ("What is 2 + 3?", "And again?"):
+                result = await Runner.run(starter, prompt, session=session, run_config=config)
+                assert len(result.raw_responses) == 3
+                recorded.append(await session.record_usage(result))
+                results.append(result)
+            sdk = [result.context_wrapper.usage for result in results]
+
+            for k, usage in enumerate(sdk):
+                turn = await store.usage.turn(session.loop_id, k)
+                assert turn.requests == 3 and our_tokens(turn) == sdk_tokens([usage])
+            assert our_tokens(await store.usage.session("per-turn")) == sdk_tokens(sdk)
+            assert recorded == [session.loop_id] * 2
+            by_model = {row.model: row for row in await store.usage.by_model("per-turn")}
+            assert sorted(by_model) == ["gpt-4o", "o3"]
+            assert our_tokens(by_model["gpt-4o"]) == sdk_tokens(first_model.usages)
+            assert our_tokens(by_model["o3"]) == sdk_tokens(finisher_model.usages)
+            totals = await store.usage.session("per-turn")
+            assert totals.cost is not None and totals.cost > 0
+            assert [loop.loop_id for loop in await store.loops.list("per-turn")] == [session.loop_id]
+            records = [record async for record in store.messages.records(loop_id=session.loop_id)]
+            answers = [r.message_id for r in records if r.message.role == "assistant" and r.message.text() == "5"]  # type: ignore[union-attr]
+            assert await store.usage.unknown(session.loop_id) == answers  # the call's usage is on its reasoning
+
+            replies = [
+                record.message
+                async for record in store.messages.records(loop_id=session.loop_id)
+                if record.message.role == "assistant"
+            ]
+            assert [reply.model for reply in replies] == ["gpt-4o", "gpt-4o", "o3", "o3"] * 2  # type: ignore[union-attr]
+            first_usage = replies[0].usage  # type: ignore[union-attr]
+            assert (first_usage.input, first_usage.total_tokens) == (1_000 - 110, 1_050)
+            items = await session.get_items()
+            assert [item.get("type", "message") for item in items][:5] == [
+                "message",
+                "function_call",
+                "function_call_output",
+                "function_call",
+                "function_call_output",
+            ]
+
+    run(scenario())
+
+
+def test_usage_beyond_the_responses_placed_goes_on_a_loop_of_its_own(url: str) -> None:
+    """Usage the run counted beyond its responses' (a request whose response listed no output here)
+    still counts, so the session's usage stays the SDK's."""
+    app = example()
+
+    async def scenario() -> None:
+        async with await AsyncStore.open(url) as store:
+            session = TurnstoreSession("beyond", store)
+            agent = Agent(name="calc", model=NamedModel("gpt-4o", app["script"](), base=0), tools=[app["add"]])
+            result = await Runner.run(agent, "2 + 3?", session=session, run_config=RunConfig(tracing_disabled=True))
+            usage = result.context_wrapper.usage
+            extra = Usage(requests=1, input_tokens=7, output_tokens=3, total_tokens=10)
+            usage.add(extra)
+            loop_id = await session.record_usage(result)
+            assert loop_id != session.loop_id
+            assert our_tokens(await store.usage.session("beyond")) == sdk_tokens([usage])
+            assert our_tokens(await store.usage.loop(loop_id)) == sdk_tokens([extra])
+            assert (await store.usage.turn(session.loop_id, 0)).requests == 2
 
     run(scenario())
 

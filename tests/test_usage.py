@@ -20,11 +20,13 @@ from hypothesis import strategies as st
 
 from turnstore import (
     DEFAULT_PRICES,
+    AssistantMessage,
     CostConfig,
     InvalidArgument,
     InvalidPrices,
     LoopNotFound,
     Message,
+    MessageNotFound,
     PriceTable,
     SessionNotFound,
     Store,
@@ -144,6 +146,46 @@ def test_unknown_lists_the_replies_stored_without_usage(store: Store, session_id
     assert store.usage.unknown(other) == []
     with pytest.raises(LoopNotFound):
         store.usage.unknown("no-such-loop")
+
+
+def test_usage_learnt_later_is_set_on_a_reply_stored_without_it(store: Store, loop_id: str) -> None:
+    """``messages.set_usage`` gives a reply stored with unknown usage its usage and model: its JSON and
+    the totals agree; its text, turn and place are unchanged; nothing else can be given usage twice."""
+    ids = store.messages.append_turn(
+        loop_id, 0, [user(), assistant("answer", model="unknown", u=usage(0, 0)), tool_result("x")], usage_known=False
+    )
+    learnt = Usage(input=900, output=40, cache_read=100, total_tokens=1_040)
+    store.messages.set_usage(ids[1], learnt, model="gpt-5", provider="openai")
+
+    stored = store.messages.get(ids[1])
+    assert isinstance(stored.message, AssistantMessage)
+    assert (stored.message.usage, stored.message.model, stored.message.provider) == (learnt, "gpt-5", "openai")
+    assert (stored.message.text(), stored.turn_index, stored.seq) == ("answer", 0, 1)
+    [row] = [row for row in store.messages.rows(store.loops.get(loop_id).session_id) if row.id == ids[1]]
+    assert json.loads(row.message)["usage"]["total_tokens"] == 1_040
+    turn = store.usage.turn(loop_id, 0)
+    assert (turn.input, turn.cache_read, turn.total_tokens, turn.requests) == (900, 100, 1_040, 1)
+    assert [(r.model, r.provider) for r in store.usage.by_model(loop_id=loop_id)] == [("gpt-5", "openai")]
+    assert store.usage.unknown(loop_id) == []
+
+    with pytest.raises(InvalidArgument, match="already has its usage"):
+        store.messages.set_usage(ids[1], learnt)
+    with pytest.raises(InvalidArgument, match="is a toolResult message, not an assistant message"):
+        store.messages.set_usage(ids[2], learnt)
+    with pytest.raises(InvalidArgument, match="^usage: "):
+        store.messages.set_usage(ids[1], {"input_tokens": 1})
+    with pytest.raises(MessageNotFound):
+        store.messages.set_usage(10**9, learnt)
+    with pytest.raises(InvalidArgument, match="give a usage, or a model or provider"):
+        store.messages.set_usage(ids[1], None)
+    assert store.usage.turn(loop_id, 0).requests == 1
+
+    # Another reply of the same model call: its model, its usage still unknown.
+    [sibling] = store.messages.append_turn(loop_id, 1, [assistant("more", model="unknown")], usage_known=False)
+    store.messages.set_usage(sibling, None, model="gpt-5")
+    assert getattr(store.messages.get(sibling).message, "model", None) == "gpt-5"
+    assert store.usage.unknown(loop_id) == [sibling]
+    assert store.usage.turn(loop_id, 1).requests == 0
 
 
 def test_reasoning_is_not_charged_twice(store: Store, loop_id: str) -> None:
@@ -295,7 +337,7 @@ def test_costs_add_up_exactly_to_every_total(store: Store) -> None:
     for number in range(2):
         session_id = store.sessions.create(f"s{number}").session_id
         for loop_number in range(3):
-            loop_id = store.loops.start(session_id, continuation="initial").loop_id
+            loop_id = store.loops.start(session_id, continuation_kind="initial").loop_id
             turn: list[Any] = []
             for index, (model, provider) in enumerate(models):
                 seed = 7 * number + 3 * loop_number + index

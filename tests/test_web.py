@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 import re
 import socket
 import subprocess
@@ -36,7 +37,16 @@ from viewer_data import (
 pytest.importorskip("starlette", reason="the serve extra is not installed")
 from starlette.testclient import TestClient
 
-from turnstore import ImageContent, InvalidQuery, Message, SearchUnavailable, Store, TextContent, UserMessage
+from turnstore import (
+    ImageContent,
+    InvalidQuery,
+    Message,
+    SearchUnavailable,
+    Store,
+    TextContent,
+    Usage,
+    UserMessage,
+)
 from turnstore.cli.serve import LOCAL_HOSTS
 from turnstore.web import create_app
 from turnstore.web.security import CONTENT_SECURITY_POLICY
@@ -257,7 +267,7 @@ def conversation(store: Any) -> tuple[str, list[str], str, str]:
         chain.append(store.loops.start(session_id, parent_loop_id=chain[-1]).loop_id)
         for t in range(2):
             store.messages.append_turn(chain[-1], t, [user(f"p{k}.{t}"), assistant(f"a{k}.{t}")])
-    fork = store.messages.path(chain[1])[-1].id
+    fork = store.messages.path(chain[1])[-1].message_id
     branch = store.loops.start(session_id, parent_loop_id=chain[1], continuation_kind="branch", fork_after=fork)
     store.messages.append_turn(branch.loop_id, 0, [user("branch prompt"), assistant("branch answer")])
     return session_id, chain, child.loop_id, branch.loop_id
@@ -357,6 +367,62 @@ def test_session_page_errors(viewer: TestClient, params: dict[str, str], status:
 
     assert response.status_code == status
     assert said in html.unescape(response.text)
+
+
+# --- one token total -------------------------------------------------------------------------
+
+UNREPORTED = Usage(input=100_000_000, output=12_500_000, cache_read=15_000)
+"""A reply whose provider reported no total: its total is input + output + cache read + cache write."""
+REPORTED = Usage(input=10, output=5, cache_read=3, cache_write=2, total_tokens=1_000)
+"""A reply whose provider reported a total of its own, which is kept and counted as given."""
+ONE_TOTAL = 112_515_000 + 1_000
+
+
+def test_the_api_the_cli_its_json_and_the_viewer_show_one_token_total(store: Any, store_url: str) -> None:
+    """A session whose replies report a total and do not: every total adds the reported one and the
+    derived one row by row, and the stored messages keep what was reported (0: none)."""
+    store.sessions.create("mixed", title="Mixed totals")
+    loop_id = store.loops.start("mixed", loop_id="mixed-1").loop_id
+    store.messages.append_turn(loop_id, 0, [user(), assistant(u=UNREPORTED, timestamp=1_767_225_600_000)])
+    store.messages.append_turn(loop_id, 1, [user(), assistant(u=REPORTED, model="gpt-5", timestamp=1_767_225_600_000)])
+    reported_loop = store.loops.start("mixed", loop_id="mixed-2").loop_id
+    store.loops.end(reported_loop, usage=Usage(input=7, output=3))  # a run's own usage, no total either
+    whole = ONE_TOTAL + 10
+
+    stored = [
+        json.loads(row.message)["usage"]["total_tokens"]
+        for row in store.messages.rows("mixed")
+        if row.role == "assistant"
+    ]
+    assert stored == [0, 1_000]
+    assert store.loops.get(reported_loop).reported_usage.total_tokens == 0
+    assert [store.usage.turn(loop_id, k).total_tokens for k in (0, 1)] == [112_515_000, 1_000]
+    assert store.usage.loop(loop_id).total_tokens == ONE_TOTAL
+    assert store.usage.session("mixed").total_tokens == store.usage.total().total_tokens == whole
+    assert sorted(row.total_tokens for row in store.usage.by_model("mixed")) == [10, 1_000, 112_515_000]
+    assert [row.total_tokens for row in store.usage.by_loop("mixed")] == [ONE_TOTAL, 10]
+    assert [row.total_tokens for row in store.usage.by_session()] == [whole]
+    assert sum(row.total_tokens for row in store.usage.by_day("mixed")) == whole
+    assert (UNREPORTED + REPORTED).total_tokens == ONE_TOTAL
+    assert (UNREPORTED.total, REPORTED.total) == (112_515_000, 1_000)
+
+    as_json = run_cli("--db", store_url, "usage", "--session", "mixed", "--json")
+    table = run_cli("--db", store_url, "usage", "--session", "mixed")
+    by_model = run_cli("--db", store_url, "usage", "--by", "model", "--json")
+    assert as_json.code == table.code == by_model.code == 0, (as_json.err, table.err)
+    assert as_json.json()["total_tokens"] == whole
+    assert f"{whole:,}" in table.out
+    assert sum(row["total_tokens"] for row in by_model.json()) == whole
+
+    with Store(store_url, read_only=True) as read_only:
+        client = TestClient(create_app(read_only))
+        listing = get(client, "/").text
+        row = listing[listing.index("Mixed totals") :].split("</tr>")[0]
+        assert f"{whole:,}" in text_of(row)
+        page = text_of(get(client, "/session", id="mixed").text)
+        assert f"{whole:,} tokens" in page
+        assert f"{112_515_000:,} tokens" in page and f"{1_000:,} tokens" in page  # the turns
+        assert f"{whole:,} tokens" in text_of(get(client, "/spend").text)
 
 
 # --- context, images, spend ---------------------------------------------------------------

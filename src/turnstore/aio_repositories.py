@@ -342,6 +342,19 @@ class AsyncMessageRepository:
         """Async twin of :meth:`MessageRepository.delete <turnstore.repositories.messages.MessageRepository.delete>`."""
         return await self._workers.call(functools.partial(self._sync.delete, message_id, with_later=with_later))
 
+    async def set_usage(
+        self,
+        message_id: int,
+        usage: Usage | Mapping[str, Any] | None,
+        *,
+        model: str | None = None,
+        provider: str | None = None,
+    ) -> None:
+        """Async twin of :meth:`MessageRepository.set_usage <turnstore.repositories.messages.MessageRepository.set_usage>`."""
+        return await self._workers.call(
+            functools.partial(self._sync.set_usage, message_id, usage, model=model, provider=provider)
+        )
+
     async def turn(self, loop_id: str, turn_index: int) -> Turn:
         """Async twin of :meth:`MessageRepository.turn <turnstore.repositories.messages.MessageRepository.turn>`."""
         return await self._workers.call(functools.partial(self._sync.turn, loop_id, turn_index))

@@ -188,6 +188,9 @@ class Usage(WireModel):
     """Token counts of one model call, or a sum of them.
 
     ``reasoning`` is a subset of ``output`` and is never charged twice.
+    ``total_tokens`` is the total the provider reported, kept as given; 0 means
+    it reported none, and then :attr:`total` (what every total counts) is
+    ``input + output + cache_read + cache_write``.
     ``cost`` is the provider-reported cost in USD where a source recorded one
     (pi, Tau); phi-core has no such field, so it is omitted when unknown.
     """
@@ -200,8 +203,15 @@ class Usage(WireModel):
     total_tokens: U64 = Field(default=0, validation_alias=AliasChoices("total_tokens", "totalTokens"))
     cost: float | None = Field(default=None, ge=0, exclude_if=_omit_none)
 
+    @property
+    def total(self) -> int:
+        """The token total: ``total_tokens`` as reported, or where none was (0)
+        ``input + output + cache_read + cache_write`` (``reasoning`` is inside ``output``)."""
+        return self.total_tokens or self.input + self.output + self.cache_read + self.cache_write
+
     def combine(self, other: Usage) -> Usage:
-        """Add two usages field by field (phi-core's ``combine``)."""
+        """Add two usages field by field (phi-core's ``combine``); the sum's ``total_tokens``
+        adds each one's :attr:`total`, so a usage that reported no total counts its parts."""
         cost = None if self.cost is None and other.cost is None else (self.cost or 0.0) + (other.cost or 0.0)
         return Usage(
             input=self.input + other.input,
@@ -209,7 +219,7 @@ class Usage(WireModel):
             reasoning=self.reasoning + other.reasoning,
             cache_read=self.cache_read + other.cache_read,
             cache_write=self.cache_write + other.cache_write,
-            total_tokens=self.total_tokens + other.total_tokens,
+            total_tokens=self.total + other.total,
             cost=cost,
         )
 

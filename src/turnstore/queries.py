@@ -647,6 +647,21 @@ def get_message() -> sa.Select[Any]:
 
 
 @cache
+def message_usage_state() -> sa.Select[Any]:
+    """A message's JSON, role and whether its usage is known (``input_tokens`` not NULL), by id."""
+    return sa.select(
+        messages.c.message, messages.c.role, messages.c.loop_id, messages.c.turn_index, messages.c.input_tokens
+    ).where(messages.c.id == bp("id"), visible(messages.c.session_id))
+
+
+@cache
+def set_message_usage() -> sa.Update:
+    """Give a message new JSON, model, provider and usage columns (``messages.set_usage``)."""
+    columns = ("message", "model", "provider", *USAGE_COLUMNS, "cost")
+    return sa.update(messages).where(messages.c.id == bp("id")).values({name: bp(name) for name in columns})
+
+
+@cache
 def session_message_ids() -> sa.Select[Any]:
     return sa.select(messages.c.id).where(messages.c.session_id == bp("session_id")).order_by(messages.c.id)
 

@@ -266,6 +266,8 @@ class UsageTotals(BaseModel):
     cache_read: int = 0
     cache_write: int = 0
     total_tokens: int = 0
+    """Each record's :attr:`~turnstore.models.Usage.total`, summed: the total its provider reported,
+    or where it reported none, ``input + output + cache_read + cache_write``."""
     cost: float | None = None
     """USD: priced from the price table, or as reported by the source; None when neither is known."""
     reported_cost: float | None = None

@@ -8,7 +8,7 @@ total is one ``UNION ALL`` of parts (``USAGE_PART_*``) that
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any
 
@@ -115,8 +115,8 @@ SPLIT_BITS = 32
 
 
 def _sums(table: sa.Table, cost: ColumnElement[Any], part: int, split: bool) -> list[ColumnElement[Any]]:
-    """Six token sums (each as a high and a low half when ``split``), a cost, the record count, the
-    row's part (see USAGE_PART_*) and the requests.
+    """Six token sums (each as a high and a low half when ``split``; the total by :func:`_token_total`),
+    a cost, the record count, the row's part (see USAGE_PART_*) and the requests.
 
     A message's usage record is one model call. A loop's reported usage is as many as
     its ``requests`` column says (the source's or app's count), or one when it says none.
@@ -126,11 +126,39 @@ def _sums(table: sa.Table, cost: ColumnElement[Any], part: int, split: bool) -> 
     mask: ColumnElement[int] = sa.literal_column(str(2**SPLIT_BITS - 1), sa.BigInteger)
     sums: list[ColumnElement[Any]] = []
     for name in USAGE_COLUMNS:
-        column = table.c[name]
-        halves = [column.op(">>")(shift), column.op("&")(mask)] if split else [column]
-        sums.extend(sa.func.coalesce(sa.func.sum(half), 0) for half in halves)
+        for half in _halves(split, shift, mask):
+            value = _token_total(table, half) if name == "total_tokens" else half(table.c[name])
+            sums.append(sa.func.coalesce(sa.func.sum(value), 0))
     requests = sa.func.count() if table is messages else sa.func.sum(sa.func.coalesce(table.c.requests, 1))
     return [*sums, cost, sa.func.count(), sa.literal(part, sa.Integer), requests]
+
+
+TOKEN_PARTS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+"""The columns a row's token total adds up where its source reported none (``reasoning`` is inside output)."""
+
+
+Half = Callable[[ColumnElement[Any]], ColumnElement[Any]]
+
+
+def _halves(split: bool, shift: ColumnElement[int], mask: ColumnElement[int]) -> list[Half]:
+    """How a column is summed: whole, or as its high and its low half (``split``)."""
+    if not split:
+        return [lambda column: column]
+    return [lambda column: column.op(">>")(shift), lambda column: column.op("&")(mask)]
+
+
+def _token_total(table: sa.Table, half: Half) -> ColumnElement[Any]:
+    """A row's token total (or one half of it): ``total_tokens`` as the source reported it, or where it
+    reported none (stored as 0) the sum of :data:`TOKEN_PARTS` — decided row by row, so a total over
+    rows that report one and rows that do not adds reported and derived totals.
+
+    Split into halves, the parts are added half by half, which cannot pass 64 bits; whole, four counts
+    near ``2**63`` can: PostgreSQL then fails the statement ("bigint out of range") and SQLite gives a
+    float, and the repository reads the rows again split (see ``UsageRepository._rows``).
+    """
+    parts = [half(table.c[name]) for name in TOKEN_PARTS]
+    derived = parts[0] + parts[1] + parts[2] + parts[3]
+    return sa.func.coalesce(half(sa.func.nullif(table.c.total_tokens, 0)), derived)
 
 
 def _cost(table: sa.Table, split: bool) -> ColumnElement[Any]:

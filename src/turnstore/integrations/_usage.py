@@ -22,8 +22,9 @@ def inclusive_usage(
     """The usage of counts whose ``input_tokens`` include ``cache_read`` and ``cache_write``.
 
     ``input`` is what is left of ``input_tokens`` (0 when the cache parts exceed
-    it), ``reasoning`` at most ``output_tokens``, a missing ``total_tokens`` (0)
-    is input plus output.
+    it), ``reasoning`` at most ``output_tokens``; ``total_tokens`` is kept as the
+    framework reported it, 0 where it reported none (totals then count
+    :attr:`~turnstore.models.Usage.total`).
 
     Raises:
         InvalidArgument: a count is negative or over 64 bits (one line naming it).
@@ -35,7 +36,7 @@ def inclusive_usage(
             reasoning=min(reasoning, output_tokens),
             cache_read=cache_read,
             cache_write=cache_write,
-            total_tokens=total_tokens or input_tokens + output_tokens,
+            total_tokens=total_tokens,
         )
     except ValidationError as error:
         raise InvalidArgument(

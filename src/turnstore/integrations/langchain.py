@@ -170,8 +170,8 @@ def to_turnstore_usage(usage: Any) -> Usage:
     LangChain's ``input_tokens`` sum every input token type, the cache reads
     and writes of ``input_token_details`` included; canonical ``input`` leaves
     those out (they are priced apart), so they are subtracted, as the LangChain
-    importer does. Reasoning comes from ``output_token_details``; a missing
-    ``total_tokens`` is input plus output.
+    importer does. Reasoning comes from ``output_token_details``; ``total_tokens``
+    is kept as reported (0 when missing).
     """
     inputs = usage.get("input_token_details") or {}
     return inclusive_usage(

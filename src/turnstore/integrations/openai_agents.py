@@ -20,13 +20,17 @@ keeps its history in turnstore:
   ones (an imported model response's items, one per line of its source, in
   the SDK's order: hosted tool items too, whose extension messages hold no
   source of their own), and the items loop continues its last loop.
-* ``await session.record_usage(result)`` stores what a run cost in a loop of
-  its own (``continuation_kind="initial"``, so it is no part of the items'
-  context): one ``openai_agents.request_usage`` extension message per model
-  request where the SDK lists them (``request_usage_entries``), else the
-  run's usage on the loop (``store.loops.end(usage=..., requests=...)``).
-  Items carry no usage, so their assistant messages are stored with unknown
-  usage; ``store.usage.session(session_id)`` then holds the SDK's totals.
+* Items carry no usage, so their assistant messages are stored with unknown
+  usage. ``await session.record_usage(result)`` gives each model response of
+  the run (``raw_responses``) its usage on the first assistant message of its
+  items, with the model it ran on, so each turn holds its own model calls.
+  What the run's usage holds beyond those (all of it, when no response's
+  items are in the session) goes in a loop of its own
+  (``continuation_kind="initial"``, so it is no part of the items' context): one
+  ``openai_agents.request_usage`` extension message per model request where
+  the SDK lists them (``request_usage_entries``), else the run's usage on the
+  loop (``store.loops.end(usage=..., requests=...)``).
+  ``store.usage.session(session_id)`` then holds the SDK's totals.
 
 Database calls run on an :class:`~turnstore.aio.AsyncStore`'s worker threads, or
 for a :class:`~turnstore.store.Store` in the event loop's default executor (as the
@@ -38,7 +42,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import TYPE_CHECKING, Any, cast
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from ._extras import missing_extra
 
@@ -376,13 +381,19 @@ class TurnstoreSession(SessionABC):
     # --- usage -------------------------------------------------------------------------
 
     async def record_usage(self, result: Any, *, model: str | None = None) -> str:
-        """Store the usage of a run (a ``RunResult``, or anything with ``context_wrapper.usage``); returns its loop id.
+        """Store the usage of a run (a ``RunResult``, or anything with ``context_wrapper.usage``); returns the
+        loop holding it: the items loop, or where some usage could not be placed there, a loop of its own.
 
-        One extension message of kind :data:`REQUEST_USAGE` per model request where
-        the SDK lists them, else the run's totals on the loop. ``model`` (what the
-        usage is priced as) defaults to the model the run's last agent names: its
-        ``model`` when that is a string, or a model object's ``model`` string. A run
-        whose model is named nowhere has usage but no cost.
+        Each model response of the run (``result.raw_responses``) has its usage recorded on
+        the first assistant message of its items in the items loop (stored with unknown
+        usage), with the model that response ran on: ``model`` where given, else the
+        model the response names, else the model of the agent that produced its items.
+        So ``store.usage.turn`` and ``by_model`` hold each turn's model calls. What the
+        run's usage (``context_wrapper.usage``) holds beyond the responses placed — all
+        of it when none could be, as for a run that kept no items in this session — goes
+        on a loop of its own: one :data:`REQUEST_USAGE` extension message per model
+        request where nothing was placed and the SDK lists them, else loop-reported
+        usage; the session's usage then equals the SDK's, requests included.
 
         Raises:
             InvalidArgument: ``model`` is not a string, or a token count is negative.
@@ -393,14 +404,29 @@ class TurnstoreSession(SessionABC):
         entries = list(getattr(usage, "request_usage_entries", None) or [])
         totals = _usage(usage)
         counted = [(entry, _usage(entry)) for entry in entries]
-        return cast(str, await self._call(self._record, usage, totals, counted, model or _run_model(result)))
+        run_model = model or _run_model(result)
+        responses = _responses(result, model, run_model)
+        return cast(str, await self._call(self._record, usage, totals, counted, run_model, responses))
 
     def _record(
-        self, store: Store, usage: Any, totals: Usage, entries: list[tuple[Any, Usage]], model: str | None
+        self,
+        store: Store,
+        usage: Any,
+        totals: Usage,
+        entries: list[tuple[Any, Usage]],
+        model: str | None,
+        responses: list[_Response],
     ) -> str:
         self._started = False
         self._start(store)
         with store.transaction():
+            placed = self._place(store, responses)
+            if placed:
+                rest = _remainder(usage, [response.usage for response in placed])
+                if rest is None:
+                    return self.loop_id
+                totals, entries = _usage(rest), []
+                usage = rest
             loop = store.loops.start(
                 self.session_id,
                 parent_loop_id=None,
@@ -427,8 +453,38 @@ class TurnstoreSession(SessionABC):
                     )
                 store.loops.end(loop.loop_id)
             else:
-                store.loops.end(loop.loop_id, usage=totals, requests=int(usage.requests))
+                store.loops.end(loop.loop_id, usage=totals, requests=max(int(usage.requests or 0), 0))
         return loop.loop_id
+
+    def _place(self, store: Store, responses: list[_Response]) -> list[_Response]:
+        """Record each response's usage on the first of its assistant messages in the items loop that is
+        stored with unknown usage, and its model on them all; returns the responses placed.
+
+        A response's items are found among the loop's latest messages by their type, ``id`` and
+        ``call_id``, the run's items matched from the end (the SDK adds a run's items as it goes,
+        so they are the latest the session holds; ids repeat across runs, and a matching from the
+        end takes the latest).
+        """
+        wanted = [(n, key) for n, response in enumerate(responses) for key in response.keys]
+        if not wanted:
+            return []
+        try:
+            unknown = set(store.usage.unknown(self.loop_id))
+        except LoopNotFound:
+            return []
+        rows = store.messages.sources(self.loop_id, last=4 * len(wanted) + 64)
+        found = _match(wanted, rows)
+        if len(found) < len(wanted) and len(rows) == 4 * len(wanted) + 64:
+            found = _match(wanted, store.messages.sources(self.loop_id))
+        placed = []
+        for n, response in enumerate(responses):
+            ids = sorted(message_id for (m, message_id) in found if m == n and message_id in unknown)
+            if ids:
+                store.messages.set_usage(ids[0], response.counts, model=response.model)
+                for other in ids[1:] if response.model else []:  # the call's other replies: its model only
+                    store.messages.set_usage(other, None, model=response.model)
+                placed.append(response)
+        return placed
 
     async def close(self) -> None:
         """Close the store if the session opened it."""
@@ -469,11 +525,123 @@ def _on_main_line(loop: Loop) -> bool:
 
 
 def _run_model(result: Any) -> str | None:
-    """The model a run's last agent names: ``Agent.model`` as a string, or a ``Model`` object's ``model``."""
-    named = getattr(getattr(result, "last_agent", None), "model", None)
+    """The model a run's last agent names (see :func:`_agent_model`)."""
+    return _agent_model(getattr(result, "last_agent", None))
+
+
+def _agent_model(agent: Any) -> str | None:
+    """The model an agent names: ``Agent.model`` as a string, or a ``Model`` object's ``model``."""
+    named = getattr(agent, "model", None)
     if not isinstance(named, str):
         named = getattr(named, "model", None)
     return named if isinstance(named, str) and named else None
+
+
+class _Response(NamedTuple):
+    """One model response of a run: its usage (the SDK's and as turnstore counts it), the model it is
+    priced as, and the match keys of its output items."""
+
+    usage: Any
+    counts: Usage
+    model: str | None
+    keys: list[tuple[str, str | None, str | None]]
+
+
+def _responses(result: Any, model: str | None, run_model: str | None) -> list[_Response]:
+    """The run's model responses that reported usage (a response of no request and no tokens is none)."""
+    agents = {id(item.raw_item): getattr(item, "agent", None) for item in getattr(result, "new_items", None) or []}
+    responses = []
+    for response in getattr(result, "raw_responses", None) or []:
+        usage = getattr(response, "usage", None)
+        if usage is None or not (usage.requests or usage.input_tokens or usage.output_tokens or usage.total_tokens):
+            continue
+        outputs = list(getattr(response, "output", None) or [])
+        named = getattr(response, "model", None)
+        agent = next((agents[id(item)] for item in outputs if agents.get(id(item)) is not None), None)
+        chosen = model or (named if isinstance(named, str) and named else None) or _agent_model(agent) or run_model
+        responses.append(_Response(usage, _usage(usage), chosen, [_key(_as_dict(item)) for item in outputs]))
+    return responses
+
+
+def _as_dict(item: Any) -> dict[str, Any]:
+    if isinstance(item, dict):
+        return item
+    dump = getattr(item, "model_dump", None)
+    return cast("dict[str, Any]", dump(exclude_unset=True, mode="json")) if dump is not None else {}
+
+
+def _key(item: Any) -> tuple[str, str | None, str | None]:
+    """What identifies an item among a session's: its type, ``id`` and ``call_id``."""
+    if not isinstance(item, dict):
+        return ("", None, None)
+    kind, ident, call = item.get("type", "message"), item.get("id"), item.get("call_id")
+    return (
+        str(kind),
+        ident if isinstance(ident, str) else None,
+        call if isinstance(call, str) else None,
+    )
+
+
+def _same(output: tuple[str, str | None, str | None], stored: tuple[str, str | None, str | None]) -> bool:
+    """Whether a stored item is a response's output item (an id the SDK left out of the stored one still matches)."""
+    return (
+        output[0] == stored[0]
+        and output[2] == stored[2]
+        and (output[1] == stored[1] or output[1] is None or stored[1] is None)
+    )
+
+
+def _match(wanted: list[tuple[int, tuple[str, str | None, str | None]]], rows: list[Any]) -> list[tuple[int, int]]:
+    """(response number, message id) of each output item found among ``rows``, matched in order from the end;
+    an item not found (one the SDK did not add to the session) is passed over."""
+    keys = []
+    for row in rows:
+        try:
+            keys.append(_key(json.loads(row.source)) if row.source is not None else None)
+        except ValueError:
+            keys.append(None)
+    found = []
+    end = len(rows)
+    for n, key in reversed(wanted):
+        at = next((j for j in range(end - 1, -1, -1) if (seen := keys[j]) is not None and _same(key, seen)), None)
+        if at is not None:
+            found.append((n, rows[at].id))
+            end = at
+    return found
+
+
+def _remainder(usage: Any, parts: list[Any]) -> Any:
+    """The usage ``usage`` holds beyond ``parts`` (an object with the SDK ``Usage``'s fields, each count at
+    least 0), or None when nothing is left."""
+
+    def counts(value: Any) -> list[int]:
+        inputs = getattr(value, "input_tokens_details", None)
+        outputs = getattr(value, "output_tokens_details", None)
+        return [
+            int(value.requests or 0),
+            int(value.input_tokens or 0),
+            int(value.output_tokens or 0),
+            int(value.total_tokens or 0),
+            int(getattr(inputs, "cached_tokens", 0) or 0),
+            int(getattr(inputs, "cache_write_tokens", 0) or 0),
+            int(getattr(outputs, "reasoning_tokens", 0) or 0),
+        ]
+
+    left = counts(usage)
+    for part in parts:
+        left = [whole - some for whole, some in zip(left, counts(part))]
+    left = [max(value, 0) for value in left]
+    if not any(left):
+        return None
+    requests, input_tokens, output_tokens, total_tokens, cached, written, reasoning = left
+    return SimpleNamespace(
+        requests=requests,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        total_tokens=total_tokens,
+        input_tokens_details=SimpleNamespace(cached_tokens=cached, cache_write_tokens=written),
+        output_tokens_details=SimpleNamespace(reasoning_tokens=reasoning),
+    )
 
 
 def _usage(usage: Any) -> Usage:

@@ -209,7 +209,8 @@ def to_turnstore_usage(usage: Any) -> Usage:
     pydantic-ai's ``input_tokens`` count every input token once, cache reads
     and writes included; canonical ``input`` leaves those out (they are priced
     apart), so they are subtracted. ``reasoning`` is its
-    ``output_reasoning_tokens``; a missing ``total_tokens`` is input plus output.
+    ``output_reasoning_tokens``; ``total_tokens`` is kept as reported
+    (0 when missing).
     """
     return inclusive_usage(
         input_tokens=int(getattr(usage, "input_tokens", 0) or 0),

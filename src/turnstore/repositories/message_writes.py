@@ -12,15 +12,17 @@ from typing import Any
 from .. import context as ctx
 from .. import queries as q
 from ..errors import InvalidArgument, LoopNotFound, MessageNotFound, TurnstoreError
-from ..models import TurnId, Usage
+from ..models import AGENT_MESSAGE, AssistantMessage, TurnId, Usage
 from ..records import ContinuationKind, Loop, LoopConfig
+from ..schema import USAGE_COLUMNS
 from . import media as out_of_line
 from . import search_index
-from ._shared import require_loop, utcnow
+from ._shared import require_loop, usage_argument, utcnow
 from .loops import is_message_id
 from .message_common import MessageRepositoryBase, check_loop_id
 from .message_input import MessageInput, check_messages, prepare_row
-from .rows import MAX_TURN_INDEX
+from .message_json import dump_message
+from .rows import MAX_TURN_INDEX, row_params
 
 __all__ = ["MessageWrites"]
 
@@ -300,6 +302,61 @@ class MessageWrites(MessageRepositoryBase):
             out_of_line.release_unreferenced(self._db, session_id, held)
             self._db.execute(q.touch_session(), {"session_id": session_id, "updated_at": self._db.bind_time(utcnow())})
         return ids
+
+    def set_usage(
+        self,
+        message_id: int,
+        usage: Usage | Mapping[str, Any] | None,
+        *,
+        model: str | None = None,
+        provider: str | None = None,
+    ) -> None:
+        """Give an assistant message stored with unknown usage (``usage_known=False``) its usage, once known.
+
+        For a framework that reports what each model call cost only after the
+        items it produced were stored (an OpenAI Agents run's ``raw_responses``):
+        the message's JSON and its usage columns get ``usage``, and its ``model``
+        and ``provider`` when given (what the usage is priced as), in one
+        transaction. Its text, turn and place are unchanged. ``usage=None`` sets
+        only the model and provider, its usage staying unknown: another message of
+        the same model call (its reasoning, say) carries that call's usage.
+
+        Raises:
+            MessageNotFound: no such message.
+            InvalidArgument: it is not an assistant message, or its usage is already
+                known; ``usage``, ``model`` or ``provider`` is malformed, or nothing is
+                given to set. Nothing is written.
+        """
+        if not is_message_id(message_id):
+            raise InvalidArgument("message_id", f"must be a message id (an integer), got {message_id!r}")
+        counted = usage_argument(usage)
+        if counted is None and model is None and provider is None:
+            raise InvalidArgument("usage", "give a usage, or a model or provider to set")
+        for name, value in (("model", model), ("provider", provider)):
+            if value is not None and not isinstance(value, str):
+                raise InvalidArgument(name, f"must be a string, got {type(value).__name__}")
+        with self._db.write():
+            row = self._db.fetchone(q.message_usage_state(), {"id": message_id})
+            if row is None:
+                raise MessageNotFound(f"message {message_id} not found")
+            text, role, loop_id, turn_index, input_tokens = row
+            if role != "assistant":
+                raise InvalidArgument(
+                    "message_id", f"message {message_id} is a {role} message, not an assistant message"
+                )
+            if input_tokens is not None:
+                raise InvalidArgument("message_id", f"message {message_id} already has its usage")
+            reply = AGENT_MESSAGE.validate_json(text)
+            assert isinstance(reply, AssistantMessage)
+            changes: dict[str, Any] = {} if counted is None else {"usage": counted}
+            if model is not None:
+                changes["model"] = model
+            if provider is not None:
+                changes["provider"] = provider
+            updated = reply.model_copy(update=changes)
+            params = row_params(updated, dump_message(updated), loop_id, turn_index, usage_known=counted is not None)
+            columns = ("message", "model", "provider", *USAGE_COLUMNS, "cost")
+            self._db.execute(q.set_message_usage(), {"id": message_id, **{name: params[name] for name in columns}})
 
     def _hold_for_delete(self, message_id: int, session_id: str, loop_id: str) -> bool:
         """PostgreSQL: hold the message's loop and session rows; whether the message is still there.

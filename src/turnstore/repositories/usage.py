@@ -17,8 +17,9 @@ __all__ = ["UsageRepository"]
 
 Prices = PriceTable | dict[str, Any] | None
 
-_OVERFLOWED = ("integer overflow", "value out of range: overflow")
-"""How SQLite (a 64-bit integer sum) and PostgreSQL (a float sum) say that a sum overflowed."""
+_OVERFLOWED = ("integer overflow", "value out of range: overflow", "bigint out of range")
+"""How SQLite (a 64-bit integer sum) and PostgreSQL (a float sum; a row's derived token total,
+see ``usage_queries._token_total``) say that a sum overflowed."""
 
 
 class UsageRepository:
@@ -131,11 +132,13 @@ class UsageRepository:
         """The usage rows, with exact sums whatever the stored values.
 
         SQLite's ``sum()`` fails past a 64-bit integer (or, for costs, counts no
-        further than ``uq.COST_UNITS_LIMIT``); then the same rows are read again with
-        sums that cannot overflow (``uq.usage_rows(..., split=True)``), rejoined here.
-        Reads whose sums fit pay nothing for this.
+        further than ``uq.COST_UNITS_LIMIT``); a row's derived token total past 64
+        bits fails on PostgreSQL and is a float on SQLite. Then the same rows are
+        read again with sums that cannot overflow (``uq.usage_rows(..., split=True)``),
+        rejoined here. Reads whose sums fit pay nothing for this.
         """
         start = 2 if group == "none" else 3  # the sums follow the group key, model and provider
+        total = start + len(USAGE_COLUMNS) - 1
         for split in (False, True):
             try:
                 rows = self._fetch(level, group, params, split)
@@ -148,6 +151,8 @@ class UsageRepository:
             if split:
                 return [uq.joined(row, start) for row in rows]
             cost = start + len(USAGE_COLUMNS)
+            if any(isinstance(row[total], float) for row in rows):
+                continue  # SQLite: a derived token total passed 64 bits and became a float
             if not any(isinstance(row[cost], int) and row[cost] >= uq.COST_UNITS_LIMIT for row in rows):
                 return rows
             # SQLite: a reported cost sum past what its integer units hold (see uq.reported_cost_sum).

@@ -46,7 +46,6 @@ from .views import (
     next_in_conversation,
     pair_in_order,
     session_rows,
-    token_count,
     tree_items,
     turn_views,
 )
@@ -237,7 +236,7 @@ def create_app(store: Store, *, token: str | None = None, hosts: Iterable[str] |
     def spend(request: Request) -> Response:
         days = store.usage.by_day()
         models = store.usage.by_model()
-        top = sorted(store.usage.by_session(), key=lambda row: (row.cost or 0.0, token_count(row)), reverse=True)
+        top = sorted(store.usage.by_session(), key=lambda row: (row.cost or 0.0, row.total_tokens), reverse=True)
         top = top[:SPEND_SESSIONS]
         titles = {}
         for row in top:
@@ -251,13 +250,13 @@ def create_app(store: Store, *, token: str | None = None, hosts: Iterable[str] |
             total=store.usage.total(),
             undated=_total(undated),
             charts=[
-                charts.columns("Tokens by day", [(d, token_count(r) if r else 0) for d, r in day_items], _tokens),
+                charts.columns("Tokens by day", [(d, r.total_tokens if r else 0) for d, r in day_items], _tokens),
                 charts.columns("Cost by day (USD)", [(d, (r.cost or 0.0) if r else 0.0) for d, r in day_items], _cost),
                 charts.line(
                     "Cache-hit rate by day", [(d, r.cache_hit_rate if r else None) for d, r in day_items], _rate
                 ),
                 charts.rows("Cost by model (USD)", [(_model(r), r.cost or 0.0) for r in models], _cost),
-                charts.rows("Tokens by model", [(_model(r), token_count(r)) for r in models], _tokens),
+                charts.rows("Tokens by model", [(_model(r), r.total_tokens) for r in models], _tokens),
                 charts.rows(
                     "Cost by session (USD), the costliest",
                     [(titles[r.session_id or ""], r.cost or 0.0) for r in top],
@@ -265,7 +264,7 @@ def create_app(store: Store, *, token: str | None = None, hosts: Iterable[str] |
                 ),
                 charts.rows(
                     "Tokens by session, the costliest",
-                    [(titles[r.session_id or ""], token_count(r)) for r in top],
+                    [(titles[r.session_id or ""], r.total_tokens) for r in top],
                     _tokens,
                 ),
             ],
@@ -365,7 +364,7 @@ def _by_usage(store: Store, order: str, filters: dict[str, Any]) -> list[Session
         row = usage.get(summary.session_id)
         if row is None:
             return None
-        return row.cost if key == "cost" else float(token_count(row))
+        return row.cost if key == "cost" else float(row.total_tokens)
 
     known = [s for s in summaries if value(s) is not None]
     known.sort(key=lambda s: value(s) or 0.0, reverse=descending)  # stable: ties keep the newest first
@@ -402,7 +401,7 @@ def _total(rows: list[Any]) -> Any:
     if not rows:
         return None
     costs = [row.cost for row in rows if row.cost is not None]
-    return {"tokens": sum(token_count(row) for row in rows), "cost": sum(costs) if costs else None}
+    return {"tokens": sum(row.total_tokens for row in rows), "cost": sum(costs) if costs else None}
 
 
 def _no_icon(_request: Request) -> Response:

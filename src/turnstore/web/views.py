@@ -55,7 +55,6 @@ __all__ = [
     "pair_in_order",
     "session_rows",
     "snippet_pieces",
-    "token_count",
     "tree_items",
     "turn_views",
 ]
@@ -75,12 +74,7 @@ class SessionRow:
 
     @property
     def tokens(self) -> int:
-        return token_count(self.usage)
-
-
-def token_count(usage: UsageTotals) -> int:
-    """Tokens a usage total counts: input, output and cache reads and writes (reasoning is inside output)."""
-    return usage.input + usage.output + usage.cache_read + usage.cache_write
+        return self.usage.total_tokens
 
 
 def session_rows(store: Store, summaries: list[SessionSummary]) -> list[SessionRow]:
