@@ -155,7 +155,7 @@ def test_a_hit_leads_to_its_turn_with_show(db: dict[str, Any]) -> None:
     assert shown.code == 0, shown
     (loop,) = shown.json()["loops"]
     assert [m["message_id"] for m in loop["messages"]][hit["seq"]] == hit["message_id"]  # one name for it, as in search
-    assert all("id" not in m for m in loop["messages"])
+    assert all(m["id"] == m["message_id"] for m in loop["messages"])  # the old key, kept for one release
     # The one-loop session needs no --loop.
     assert run_cli("--db", db["path"], "show", hit["session_id"], "--turn", "0", "--json").json() == shown.json()
 

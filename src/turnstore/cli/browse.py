@@ -126,6 +126,7 @@ def _loop_json(loop: Loop, stored: list[StoredMessage], unknown: set[int]) -> di
         "messages": [
             {
                 "message_id": m.message_id,
+                "id": m.message_id,  # the key's old name, kept for one release (docs/design.md)
                 "turn_index": m.turn_index,
                 "seq": m.seq,
                 "message": m.message.model_dump(mode="json"),
