@@ -14,7 +14,8 @@ from ..database import Database
 from ..errors import InvalidArgument, LoopNotFound, SessionNotFound
 from ..limits import Limits
 from ..models import Usage
-from ..usage import DEFAULT_PRICES, PriceTable
+from ..pricing import Pricing
+from ..usage import PriceTable
 
 
 def dumps(value: Any) -> str | None:
@@ -55,12 +56,13 @@ def require_session(db: Database, session_id: str) -> None:
 
 
 class Settings:
-    """What every repository of one store shares: its price table and limits."""
+    """What every repository of one store shares: its price overrides, the pricing of new records, and limits."""
 
-    __slots__ = ("limits", "prices")
+    __slots__ = ("limits", "prices", "pricing")
 
     def __init__(self, prices: PriceTable | None = None, limits: Limits | None = None) -> None:
-        self.prices = prices if prices is not None else DEFAULT_PRICES
+        self.prices = prices if prices is not None else PriceTable()
+        self.pricing = Pricing(self.prices)
         self.limits = limits or Limits()
 
 

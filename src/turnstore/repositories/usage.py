@@ -21,7 +21,11 @@ _OVERFLOWED = ("integer overflow", "value out of range: overflow")
 
 
 class UsageRepository:
-    """Usage totals of one store. ``prices`` on any method adds to (and overrides) the store's table."""
+    """Usage totals of one store: sums of the costs stored with each record (see :mod:`turnstore.pricing`).
+
+    ``prices`` on any method prices the records of the models it names at read time instead
+    (all but those whose source reported a cost), without changing what is stored.
+    """
 
     def __init__(self, db: Database, settings: Settings) -> None:
         self._db = db
@@ -72,14 +76,15 @@ class UsageRepository:
     def by_model(
         self, session_id: str | None = None, *, loop_id: str | None = None, prices: Prices = None
     ) -> list[UsageRow]:
-        """Usage per (model, provider): across the store, or within a session or a loop."""
+        """Usage per (model, provider): across the store, or within a session or a loop; those with
+        unpriced records first (then by model and provider)."""
         level, params = self._scope(session_id, loop_id)
         table = self._prices(prices)
         rows: dict[tuple[Any, ...], Tally] = {}
-        for model, provider, *sums in self._rows(level, "none", params):
-            rows.setdefault((model, provider), Tally()).add(model, provider, sums)
+        for model, provider, source, *sums in self._rows(level, "none", params):
+            rows.setdefault((model, provider), Tally()).add(model, provider, source, sums, table)
         return [
-            UsageRow(model=model, provider=provider, **tally.fields(table))
+            UsageRow(model=model, provider=provider, **tally.fields())
             for (model, provider), tally in sorted(rows.items(), key=_model_key)
         ]
 
@@ -123,8 +128,9 @@ class UsageRepository:
             require_loop(self._db, loop_id)
         return ids
 
-    def _prices(self, prices: Prices) -> PriceTable:
-        return self._settings.prices.merged(prices) if prices is not None else self._settings.prices
+    @staticmethod
+    def _prices(prices: Prices) -> PriceTable | None:
+        return PriceTable().merged(prices) if prices is not None else None
 
     def _rows(self, level: str, group: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         """The usage rows, with exact sums whatever the stored values.
@@ -134,7 +140,7 @@ class UsageRepository:
         overflow (``uq.usage_rows(..., split=True)``), rejoined here. Reads whose
         sums fit pay nothing for this.
         """
-        start = 2 if group == "none" else 3  # the sums follow the group key, model and provider
+        start = 3 if group == "none" else 4  # the sums follow the group key, model, provider and cost source
         for split in (False, True):
             try:
                 rows = self._fetch(level, group, params, split)
@@ -160,18 +166,16 @@ class UsageRepository:
     def _total(self, level: str, params: dict[str, Any], prices: Prices) -> UsageTotals:
         table = self._prices(prices)
         tally = Tally()
-        for model, provider, *sums in self._rows(level, "none", params):
-            tally.add(model, provider, sums)
-        return UsageTotals(**tally.fields(table))
+        for model, provider, source, *sums in self._rows(level, "none", params):
+            tally.add(model, provider, source, sums, table)
+        return UsageTotals(**tally.fields())
 
     def _grouped(self, level: str, group: str, params: dict[str, Any], key: str, prices: Prices) -> list[UsageRow]:
         table = self._prices(prices)
         tallies: dict[Any, Tally] = {}
-        for group_key, model, provider, *sums in self._rows(level, group, params):
-            tallies.setdefault(group_key, Tally()).add(model, provider, sums)
-        return [
-            UsageRow(**{key: name}, **tally.fields(table)) for name, tally in sorted(tallies.items(), key=_sort_key)
-        ]
+        for group_key, model, provider, source, *sums in self._rows(level, group, params):
+            tallies.setdefault(group_key, Tally()).add(model, provider, source, sums, table)
+        return [UsageRow(**{key: name}, **tally.fields()) for name, tally in sorted(tallies.items(), key=_sort_key)]
 
     def _scope(self, session_id: str | None, loop_id: str | None) -> tuple[str, dict[str, Any]]:
         if loop_id is not None:
@@ -188,7 +192,7 @@ def _sort_key(item: tuple[Any, Tally]) -> tuple[str]:
     return (str(key or ""),)
 
 
-def _model_key(item: tuple[tuple[Any, ...], Tally]) -> tuple[str, str]:
-    """Sort key of a (model, provider) group: by model, then provider (None first, as "")."""
-    (model, provider), _tally = item
-    return (model or "", provider or "")
+def _model_key(item: tuple[tuple[Any, ...], Tally]) -> tuple[bool, str, str]:
+    """Sort key of a (model, provider) group: unpriced first, then by model, then provider (None first, as "")."""
+    (model, provider), tally = item
+    return (not tally.unpriced_records, model or "", provider or "")
