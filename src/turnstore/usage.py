@@ -278,6 +278,17 @@ class UsageTotals(BaseModel):
     cache_hit_rate: float = 0.0
     """``cache_read / (input + cache_read + cache_write)``."""
 
+    def unpriced_note(self, names: int = 3) -> str:
+        """What the total leaves unpriced, for people: ``110,000 tokens unpriced (model-a, model-b)``;
+        empty when every record is priced. At most ``names`` models are named, the rest counted."""
+        if not self.unpriced_records:
+            return ""
+        models = [name or "(no model)" for name in self.unpriced_models]
+        named = ", ".join(models[:names])
+        if len(models) > names:
+            named += f", {len(models) - names:,} more"
+        return f"{self.unpriced_tokens:,} tokens unpriced ({named})"
+
     @property
     def usage(self) -> Usage:
         """The token counts as a :class:`~turnstore.models.Usage`.

@@ -98,21 +98,13 @@ def number(value: int) -> str:
     return f"{value:,}"
 
 
-MAX_MODELS_SHOWN = 3
-"""Unpriced models named in a cost cell; more are counted (``--json`` lists them all)."""
-
-
 def priced(totals: UsageTotals) -> str:
-    """A total's cost and what it leaves unpriced: ``$0.2250 + 110,000 tokens unpriced (model)``."""
-    cost = money(totals.cost)
-    if not totals.unpriced_records:
-        return cost
-    models = [name or "(no model)" for name in totals.unpriced_models]
-    named = ", ".join(short(name, 60) for name in models[:MAX_MODELS_SHOWN])
-    if len(models) > MAX_MODELS_SHOWN:
-        named += f", {len(models) - MAX_MODELS_SHOWN:,} more"
-    unpriced = f"{number(totals.unpriced_tokens)} tokens unpriced ({named})"
-    return unpriced if totals.cost is None else f"{cost} + {unpriced}"
+    """A total's cost and what it leaves unpriced: ``$0.2250 + 110,000 tokens unpriced (model)``, escaped."""
+    unpriced = totals.unpriced_note()
+    if not unpriced:
+        return money(totals.cost)
+    unpriced = visible(unpriced)  # model names are stored text
+    return unpriced if totals.cost is None else f"{money(totals.cost)} + {unpriced}"
 
 
 def usage_table(title: str, key_label: str, rows: Iterable[tuple[str, UsageTotals]]) -> Table:
