@@ -283,3 +283,54 @@ def test_0010_on_postgresql_up_and_down(postgres: Any) -> None:
         engine.dispose()
     with Store(url, auto_upgrade=False) as store:
         assert store.usage.loop(loop_id).cost == pytest.approx(0.125)
+
+
+# --- reprice ----------------------------------------------------------------------------------------
+
+
+def test_reprice_after_an_override_changes_only_what_it_covers(store_url: str, backend: str) -> None:
+    if backend.endswith("async"):
+        pytest.skip("the sync API is enough: the async one is generated from it")
+    with Store(store_url) as store:
+        first = store.sessions.create("first").session_id
+        second = store.sessions.create("second").session_id
+        one = store.loops.start(first).loop_id
+        two = store.loops.start(second, config={"model": "gpt-5", "provider": "openai"}).loop_id
+        reported = usage(100_000, 0).model_copy(update={"cost": 9.0})
+        store.messages.append_turn(one, 0, [assistant(model="gpt-5", provider="openai", u=usage(100_000, 0))])
+        store.messages.append_turn(one, 1, [assistant(model="gpt-5", provider="openai", u=reported)])
+        store.messages.append_turn(one, 2, [assistant(model="house-model", provider="acme", u=usage(100_000, 0))])
+        store.messages.append_turn(two, 0, [assistant(model="gpt-5", provider="openai", u=usage(100_000, 0))])
+        store.loops.end(two, usage=usage(0, 0))  # a loop's reported usage (not counted: its messages carry usage)
+        assert store.usage.session(first).cost == pytest.approx(0.125 + 9.0)
+    prices = {"gpt-5": {"input": 10}, "house-model": {"input": 1}}
+    with Store(store_url, prices=prices) as store:
+        assert store.usage.reprice(first, model="gpt-5") == 1  # the reported one is kept
+        assert store.usage.session(first).cost == pytest.approx(1.0 + 9.0)
+        assert store.usage.session(first).unpriced_models == ["house-model"]
+        assert store.usage.session(second).cost == pytest.approx(0.125)  # another session: untouched
+        assert store.usage.reprice() == 3  # house-model (now priced), second's gpt-5, second's loop usage
+        assert store.usage.session(first).cost == pytest.approx(1.0 + 9.0 + 0.1)
+        assert store.usage.session(second).cost == pytest.approx(1.0)
+        assert store.usage.reprice() == 0  # nothing left to change
+    with Store(store_url) as store:  # without the overrides: back to the catalog, and unpriced
+        # The messages are dated 1970 (their timestamps); the loop's usage by its end, now.
+        assert store.usage.reprice(since=datetime(2000, 1, 1, tzinfo=timezone.utc)) == 1
+        assert store.usage.reprice() == 3
+        assert store.usage.session(first).cost == pytest.approx(0.125 + 9.0)
+        assert store.usage.session(first).unpriced_records == 1
+
+
+def test_turnstore_reprice_restores_catalog_prices(tmp_path: Path) -> None:
+    path = tmp_path / "r.db"
+    with Store(path) as store:
+        loop_id = store.loops.start(store.sessions.create().session_id).loop_id
+        store.messages.append_turn(loop_id, 0, [assistant(model="gpt-5", provider="openai", u=usage(100_000, 0))])
+        with store._db.write():  # as if priced by older price data
+            store._db.execute(sa.text("UPDATE messages SET priced_cost = 5, price_version = 'old'"))
+        assert store.usage.loop(loop_id).cost == 5
+    result = run_cli("--db", path, "reprice", "--model", "gpt-5")
+    assert (result.code, result.out) == (0, "repriced 1 usage records\n"), result.err
+    with Store(path) as store:
+        assert store.usage.loop(loop_id).cost == pytest.approx(0.125)
+    assert run_cli("--db", path, "reprice", "--json").json() == {"repriced": 0}

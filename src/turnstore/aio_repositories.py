@@ -550,6 +550,12 @@ class AsyncUsageRepository:
             functools.partial(self._sync.by_day, session_id, loop_id=loop_id, prices=prices)
         )
 
+    async def reprice(
+        self, session_id: str | None = None, *, since: datetime | None = None, model: str | None = None
+    ) -> int:
+        """Async twin of :meth:`UsageRepository.reprice <turnstore.repositories.usage.UsageRepository.reprice>`."""
+        return await self._workers.call(functools.partial(self._sync.reprice, session_id, since=since, model=model))
+
     async def unknown(self, loop_id: str) -> list[int]:
         """Async twin of :meth:`UsageRepository.unknown <turnstore.repositories.usage.UsageRepository.unknown>`."""
         return await self._workers.call(functools.partial(self._sync.unknown, loop_id))

@@ -263,3 +263,52 @@ def usage_rows(level: str, group: str, split: bool = False) -> sa.CompoundSelect
     if level != "turn":
         parts.append(loop_reported_usage(level, group, split))
     return sa.union_all(*parts)
+
+
+REPRICE_BATCH = 2000
+"""Usage records read and rewritten per transaction by a reprice: memory and lock time stay bounded."""
+
+
+@cache
+def reprice_batch(table_name: str, session: bool, since: bool, model: bool) -> sa.Select[Any]:
+    """The next usage records a reprice looks at, by key after ``:after``: all but those with a reported cost,
+    optionally of one session (``:session_id``), from a time on (``:since``) and of one model (``:model``)."""
+    table = messages if table_name == "messages" else loops
+    key = table.c.id if table is messages else table.c.loop_id
+    when = table.c.timestamp if table is messages else table.c.ended_at
+    statement = sa.select(
+        key,
+        table.c.model,
+        table.c.provider,
+        when,
+        table.c.input_tokens,
+        table.c.output_tokens,
+        table.c.cache_read_tokens,
+        table.c.cache_write_tokens,
+        table.c.priced_cost,
+        table.c.cost_source,
+        table.c.price_version,
+    ).where(
+        table.c.input_tokens.is_not(None),
+        table.c.cost.is_(None),  # a reported cost stays what the source said
+        key > bp("after"),
+    )
+    if session:
+        statement = statement.where(table.c.session_id == bp("session_id"))
+    if since:
+        statement = statement.where(when >= bp("since"))
+    if model:
+        statement = statement.where(table.c.model == bp("model"))
+    return statement.order_by(key).limit(REPRICE_BATCH)
+
+
+@cache
+def set_price(table_name: str) -> sa.Update:
+    """Store one usage record's new cost, source and price version (``:key``)."""
+    table = messages if table_name == "messages" else loops
+    key = table.c.id if table is messages else table.c.loop_id
+    return (
+        sa.update(table)
+        .where(key == bp("key"))
+        .values(priced_cost=bp("priced_cost"), cost_source=bp("cost_source"), price_version=bp("price_version"))
+    )

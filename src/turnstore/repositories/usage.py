@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from .. import queries as q
@@ -108,7 +109,56 @@ class UsageRepository:
         level, params = self._scope(session_id, loop_id)
         return self._grouped(level, "day", params, "day", prices)
 
-    # --- helpers ------------------------------------------------------------------
+    # --- prices after they change ---------------------------------------------------
+
+    def reprice(self, session_id: str | None = None, *, since: datetime | None = None, model: str | None = None) -> int:
+        """Price stored usage records again, with the store's prices now; returns how many changed.
+
+        Costs are fixed when records are written; after an override is set or
+        the price data is updated, this recomputes the ``override``, ``catalog``
+        and unpriced records (a reported cost is never changed): all of the
+        store's, or one session's, those from ``since`` on (a record's
+        timestamp; a loop's reported usage by its end), of one ``model``. Each
+        record is priced at its own time and tier, as when it was written. It
+        goes :data:`~turnstore.usage_queries.REPRICE_BATCH` records per
+        transaction, so memory stays bounded and writers wait little; a reprice
+        stopped part way leaves every record priced one way or the other.
+
+        Raises:
+            SessionNotFound: no such session.
+        """
+        if session_id is not None:
+            require_session(self._db, session_id)
+        changed = 0
+        for table in ("messages", "loops"):
+            params: dict[str, Any] = {"session_id": session_id, "model": model}
+            if since is not None:
+                params["since"] = int(since.timestamp() * 1000) if table == "messages" else self._db.bind_time(since)
+            statement = uq.reprice_batch(table, session_id is not None, since is not None, model is not None)
+            params["after"] = -(2**63) if table == "messages" else ""
+            while True:
+                with self._db.write():
+                    rows = self._db.fetchall(statement, params)
+                    updates = self._repriced(rows, table)
+                    if updates:
+                        self._db.executemany(uq.set_price(table), updates)
+                changed += len(updates)
+                if len(rows) < uq.REPRICE_BATCH:
+                    break
+                params["after"] = rows[-1][0]
+        return changed
+
+    def _repriced(self, rows: list[tuple[Any, ...]], table: str) -> list[dict[str, Any]]:
+        """The new prices of the records among ``rows`` whose price changes."""
+        pricing = self._settings.pricing
+        updates = []
+        for key, model, provider, when, *tokens, cost, source, version in rows:
+            stamp = when if table == "messages" else _ms(self._db.load_time(when))
+            input, output, cache_read, cache_write = (int(value or 0) for value in tokens)
+            new = pricing.cost(model, provider, (input, output, cache_read, cache_write), stamp)
+            if new != (cost, source, version):
+                updates.append({"key": key, "priced_cost": new[0], "cost_source": new[1], "price_version": new[2]})
+        return updates
 
     # --- what is not known -------------------------------------------------------
 
@@ -185,6 +235,10 @@ class UsageRepository:
             require_session(self._db, session_id)
             return "session", {"session_id": session_id}
         return "all", {}
+
+
+def _ms(when: datetime | None) -> int | None:
+    return None if when is None else int(when.timestamp() * 1000)
 
 
 def _sort_key(item: tuple[Any, Tally]) -> tuple[str]:
