@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 try:
     import genai_prices
     from genai_prices import data_snapshot
+    from genai_prices.types import ModelPrice as ModelPriceType
     from genai_prices.types import TieredPrices
 except ImportError:  # Python 3.10, which genai-prices does not support: no catalog
     genai_prices = None  # type: ignore[assignment]
@@ -117,12 +118,36 @@ def _rates_of(price: ModelPrice) -> Rates:
     return rates
 
 
-def catalog_rates(model: str, provider: str | None, when: datetime) -> Rates | None:
-    """The catalog's rates for a model at a time, or None when the catalog has no price for it."""
+@lru_cache(maxsize=4096)
+def _catalog_entry(model: str, provider: str | None) -> tuple[ModelInfo, Rates | None] | None:
+    """The catalog's model and, when its price never changes with time, its rates (no date to work out)."""
     info = _catalog_model(model, provider)
     if info is None:
         return None
-    return _rates_of(info.get_prices(when))
+    fixed = isinstance(info.prices, ModelPriceType) and not info.price_variants
+    return info, (_rates_of(info.prices) if fixed else None)  # type: ignore[arg-type]
+
+
+def catalog_rates(model: str, provider: str | None, when: datetime | int | None) -> Rates | None:
+    """The catalog's rates for a model at a time (a datetime, or unix milliseconds; None: now), or None
+    when the catalog has no price for it."""
+    entry = _catalog_entry(model, provider)
+    if entry is None:
+        return None
+    info, fixed = entry
+    if fixed is not None:
+        return fixed
+    return _rates_of(info.get_prices(when if isinstance(when, datetime) else _when(when)))
+
+
+def _when(timestamp_ms: int | None) -> datetime:
+    """The datetime of a record (now, for one without a timestamp or with one no datetime holds)."""
+    if timestamp_ms is not None:
+        try:
+            return datetime.fromtimestamp(timestamp_ms / 1000, timezone.utc)
+        except (OverflowError, OSError, ValueError):
+            pass
+    return datetime.now(timezone.utc)
 
 
 def _at(rate: Rate, prompt: int) -> float:
@@ -178,7 +203,7 @@ class Pricing:
         input, output, cache_read, cache_write = tokens
         if override is not None:
             return override.price(input, output, cache_read, cache_write), SOURCE_OVERRIDE, None
-        rates = catalog_rates(model, provider, self._when(timestamp_ms))
+        rates = catalog_rates(model, provider, timestamp_ms)
         if rates is None:
             return _UNPRICED
         cost = catalog_cost(rates, input, output, cache_read, cache_write)
@@ -202,13 +227,3 @@ class Pricing:
             stamp if stamp is not None else timestamp_ms,
             params["cost"],
         )
-
-    @staticmethod
-    def _when(timestamp_ms: int | None) -> datetime:
-        """The datetime of a record (now, for one without a timestamp or with one no datetime holds)."""
-        if timestamp_ms is not None:
-            try:
-                return datetime.fromtimestamp(timestamp_ms / 1000, timezone.utc)
-            except (OverflowError, OSError, ValueError):
-                pass
-        return datetime.now(timezone.utc)
