@@ -334,3 +334,102 @@ def test_turnstore_reprice_restores_catalog_prices(tmp_path: Path) -> None:
     with Store(path) as store:
         assert store.usage.loop(loop_id).cost == pytest.approx(0.125)
     assert run_cli("--db", path, "reprice", "--json").json() == {"repriced": 0}
+
+
+# --- overrides saved in the store -----------------------------------------------------------------
+
+
+def test_a_saved_price_is_used_by_usage_and_serve_in_another_process(tmp_path: Path) -> None:
+    path = tmp_path / "saved.db"
+    with Store(path) as store:
+        loop_id = store.loops.start(store.sessions.create("s").session_id).loop_id
+        store.messages.append_turn(loop_id, 0, [assistant(model="house-model", provider="acme", u=usage(100_000, 0))])
+        assert store.usage.loop(loop_id).cost is None
+    # Another process saves a price: the stored record is repriced.
+    result = run_cli("--db", path, "prices", "set", "house-model", "--input", "2")
+    assert (result.code, result.out) == (0, "saved; repriced 1 usage records\n"), result.err
+    assert run_cli("--db", path, "usage", "--json").json()["cost"] == pytest.approx(0.2)
+    listed = run_cli("--db", path, "prices", "list", "--json").json()
+    assert [(p["model"], p["provider"], p["since"], p["input"]) for p in listed] == [("house-model", None, None, 2.0)]
+    # A third process writes with it; the viewer shows it.
+    with Store(path) as store:
+        store.messages.append_turn(loop_id, 1, [assistant(model="house-model", provider="acme", u=usage(100_000, 0))])
+        assert _priced(store, loop_id, 1) == (pytest.approx(0.2), "override", None)
+    pytest.importorskip("starlette", reason="the serve extra is not installed")
+    from starlette.testclient import TestClient
+
+    from turnstore.web import create_app
+
+    with Store(path, read_only=True) as read_only:
+        assert "$0.4000" in TestClient(create_app(read_only)).get("/spend").text
+    deleted = run_cli("--db", path, "prices", "delete", "house-model")
+    assert (deleted.code, deleted.out) == (0, "deleted; repriced 2 usage records\n"), deleted.err
+    assert run_cli("--db", path, "usage", "--json").json()["unpriced_records"] == 2
+
+
+def test_a_saved_price_since_a_date_covers_the_records_from_then_on(store: Any, loop_id: str) -> None:
+    store.messages.append_turn(loop_id, 0, [assistant(model="gpt-5", provider="openai", u=usage(100_000, 0))])
+    store.messages.append_turn(
+        loop_id, 1, [assistant(model="gpt-5", provider="openai", u=usage(100_000, 0), timestamp=JAN_2026)]
+    )
+    repriced = store.prices.set("gpt-5", "openai", input=10, since=datetime(2025, 1, 1, tzinfo=timezone.utc))
+    assert repriced == 1
+    assert store.usage.turn(loop_id, 0).cost == pytest.approx(0.125)  # 1970: the catalog's price
+    assert store.usage.turn(loop_id, 1).cost == pytest.approx(1.0)
+    (saved,) = store.prices.list()
+    assert (saved.model, saved.provider, saved.since) == ("gpt-5", "openai", datetime(2025, 1, 1, tzinfo=timezone.utc))
+
+
+@pytest.mark.parametrize(
+    ("rates", "words"),
+    [
+        ({"input": -1.0}, "input is -1.0"),
+        ({"output": float("nan")}, "output is nan"),
+        ({"cache_read": float("inf")}, "cache_read is inf"),
+        ({"cache_write": 1e12}, "not a price from 0 to 1,000,000"),
+    ],
+)
+def test_a_bad_rate_is_refused_and_nothing_changes(store: Any, rates: dict[str, float], words: str) -> None:
+    from turnstore import InvalidPrices
+
+    with pytest.raises(InvalidPrices, match=words):
+        store.prices.set("gpt-5", **rates)
+    assert store.prices.list() == []
+
+
+def test_a_model_name_of_megabytes_is_refused(store: Any) -> None:
+    from turnstore import InvalidPrices
+
+    with pytest.raises(InvalidPrices) as raised:
+        store.prices.set("m" * 2_000_000, input=1)
+    assert len(str(raised.value)) < 200 and "\n" not in str(raised.value)
+    assert store.prices.list() == []
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        ('{"house-model": {"input": -3}}', "input is -3"),
+        ('{"house-model": {"input": 1, "colour": 2}}', "unknown rate 'colour'"),
+        ('{"house-model": {"input": 1e400}}', "input is inf"),
+    ],
+)
+def test_a_bad_price_file_is_refused_in_one_line_and_nothing_changes(tmp_path: Path, content: str, words: str) -> None:
+    path, prices = tmp_path / "p.db", tmp_path / "prices.json"
+    prices.write_text('{"ok-model": {"input": 1}, ' + content[1:], encoding="utf-8")
+    with Store(path):
+        pass
+    result = run_cli("--db", path, "prices", "import", prices)
+    assert result.code == 1 and result.out == "" and len(result.err.splitlines()) == 1, result
+    assert words in result.err and "prices.json" in result.err
+    assert run_cli("--db", path, "prices", "list", "--json").json() == []
+
+
+def test_prices_set_on_the_command_line_refuses_nan(tmp_path: Path) -> None:
+    path = tmp_path / "p.db"
+    with Store(path):
+        pass
+    result = run_cli("--db", path, "prices", "set", "gpt-5", "--input", "nan")
+    assert result.code == 1 and result.out == "" and len(result.err.splitlines()) == 1, result
+    assert "input is nan" in result.err
+    assert run_cli("--db", path, "prices", "list", "--json").json() == []

@@ -16,6 +16,9 @@ usage), holds what it cost:
   or NULL;
 * ``price_version``: the catalog data a ``catalog`` cost came from.
 
+The new table ``prices`` holds overrides saved in the store (``store.prices``,
+``turnstore prices``), which every process that opens the store prices with.
+
 Totals are SQL sums of ``priced_cost``. The three usage indexes gain
 ``cost_source`` (after ``provider``: a group by source is read in index order)
 and ``priced_cost`` (covered); ``ix_messages_cost``, which served the reported
@@ -29,7 +32,7 @@ with later code. Overrides a process passed as ``Store(prices=...)`` are not
 known here; ``turnstore reprice`` applies them. Messages are read and updated a
 batch of ids at a time, so memory stays bounded whatever the store's size.
 
-Rollback: downgrade() drops the three columns and puts 0009's indexes back;
+Rollback: downgrade() drops the three columns and the ``prices`` table (its overrides are lost) and puts 0009's indexes back;
 ``cost`` (the reported costs) was never changed.
 """
 
@@ -181,6 +184,17 @@ def _price_table(name: str, key: str, when_column: str, when: Any) -> None:
 
 
 def upgrade() -> None:
+    op.create_table(
+        "prices",
+        sa.Column("model", sa.String, nullable=False),
+        sa.Column("provider", sa.String, nullable=False),
+        sa.Column("since", sa.BigInteger, nullable=False),
+        sa.Column("input", sa.Float, nullable=False),
+        sa.Column("output", sa.Float, nullable=False),
+        sa.Column("cache_read", sa.Float, nullable=False),
+        sa.Column("cache_write", sa.Float, nullable=False),
+        sa.PrimaryKeyConstraint("model", "provider", "since", name="pk_prices"),
+    )
     for name in ("messages", "loops"):
         for column in COLUMNS:
             op.add_column(name, sa.Column(column, sa.Float if column == "priced_cost" else sa.String, nullable=True))
@@ -206,3 +220,4 @@ def downgrade() -> None:
     for name in ("messages", "loops"):
         for column in reversed(COLUMNS):
             op.drop_column(name, column)
+    op.drop_table("prices")

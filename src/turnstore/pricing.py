@@ -24,11 +24,13 @@ stored catalog, override and unknown records again after prices change.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from .usage import PriceTable
+from .models import CostConfig
+from .usage import PriceTable, _normal, _undated
 
 if TYPE_CHECKING:
     from genai_prices.types import ModelInfo, ModelPrice
@@ -172,6 +174,46 @@ def catalog_cost(rates: Rates, input: int, output: int, cache_read: int, cache_w
     ) / 1_000_000 + per_request
 
 
+class SavedPrices:
+    """Overrides saved in the store (``store.prices``): per model, each in force from a time on.
+
+    A model matches as in :class:`~turnstore.usage.PriceTable` (its name, or its name without a date
+    or ``-latest`` suffix); a price for one provider goes before one for any; the latest ``since`` at
+    or before a record's time wins.
+    """
+
+    __slots__ = ("_by_name",)
+
+    def __init__(self, rows: Iterable[Sequence[Any]] = ()) -> None:
+        self._by_name: dict[str, list[tuple[int, str, CostConfig]]] = {}
+        for model, provider, since, input, output, cache_read, cache_write in rows:
+            price = CostConfig(
+                input_per_million=input,
+                output_per_million=output,
+                cache_read_per_million=cache_read,
+                cache_write_per_million=cache_write,
+            )
+            self._by_name.setdefault(_normal(model), []).append((int(since), _normal(provider or ""), price))
+        for entries in self._by_name.values():
+            entries.sort(key=lambda entry: (entry[0], entry[1] != ""), reverse=True)
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+    def for_model(self, model: str, provider: str | None, timestamp_ms: int | None) -> CostConfig | None:
+        """The saved price of ``model`` at a record's time, or None."""
+        name = _normal(model)
+        entries = self._by_name.get(name) or self._by_name.get(_undated(name))
+        if not entries:
+            return None
+        stamp = timestamp_ms if timestamp_ms is not None else int(datetime.now(timezone.utc).timestamp() * 1000)
+        wanted = _normal(provider) if provider else ""
+        for since, saved_provider, price in entries:
+            if since <= stamp and saved_provider in ("", wanted):
+                return price
+        return None
+
+
 Priced = tuple[float | None, str | None, str | None]
 """(cost, source, price version) of one usage record."""
 
@@ -179,12 +221,14 @@ _UNPRICED: Priced = (None, None, None)
 
 
 class Pricing:
-    """Prices usage records as they are written: a reported cost, else an override, else the catalog."""
+    """Prices usage records as they are written: a reported cost, else an override (the process's
+    ``Store(prices=...)``, then the store's saved ones), else the catalog."""
 
-    __slots__ = ("overrides",)
+    __slots__ = ("overrides", "saved")
 
-    def __init__(self, overrides: PriceTable | None = None) -> None:
+    def __init__(self, overrides: PriceTable | None = None, saved: SavedPrices | None = None) -> None:
         self.overrides = overrides if overrides is not None else PriceTable()
+        self.saved = saved if saved is not None else SavedPrices()
 
     def cost(
         self,
@@ -201,6 +245,8 @@ class Pricing:
             return _UNPRICED
         override = self.overrides.for_model(model, provider) if len(self.overrides) else None
         input, output, cache_read, cache_write = tokens
+        if override is None and len(self.saved):
+            override = self.saved.for_model(model, provider, timestamp_ms)
         if override is not None:
             return override.price(input, output, cache_read, cache_write), SOURCE_OVERRIDE, None
         rates = catalog_rates(model, provider, timestamp_ms)

@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-from .schema import PRICED_COLUMNS, USAGE_COLUMNS, imports, loops, messages, sessions, staging
+from .schema import PRICED_COLUMNS, USAGE_COLUMNS, imports, loops, messages, prices, sessions, staging
 
 bp = sa.bindparam
 
@@ -319,6 +319,20 @@ def count_assistant_messages() -> sa.Select[Any]:
 def loop_model() -> sa.Select[Any]:
     """A loop's model and provider, which price its reported usage."""
     return sa.select(loops.c.model, loops.c.provider).where(loops.c.loop_id == bp("loop_id"))
+
+
+@cache
+def saved_prices() -> sa.Select[Any]:
+    """The price overrides saved in the store."""
+    return sa.select(
+        prices.c.model,
+        prices.c.provider,
+        prices.c.since,
+        prices.c.input,
+        prices.c.output,
+        prices.c.cache_read,
+        prices.c.cache_write,
+    ).order_by(prices.c.model, prices.c.provider, prices.c.since)
 
 
 @cache

@@ -26,7 +26,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-__all__ = ["imports", "loops", "media", "messages", "metadata", "session_media", "sessions", "staging"]
+__all__ = ["imports", "loops", "media", "messages", "metadata", "prices", "session_media", "sessions", "staging"]
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -264,6 +264,26 @@ staging = sa.Table(
     sa.Column("heartbeat_at", Timestamp, nullable=False),
 )
 """Sessions being written in batches and not yet published (see :mod:`turnstore.repositories.staging`)."""
+
+ALWAYS = -(2**63)
+"""``prices.since`` of a price in force for records of any time."""
+
+prices = sa.Table(
+    "prices",
+    metadata,
+    # A store's own price of a model (migration 0010), over the catalog's, for every process that opens it:
+    # the model as given (matched as turnstore.usage.PriceTable matches), "" for any provider, and the unix
+    # milliseconds from which it is in force (ALWAYS: for records of any time).
+    sa.Column("model", sa.String, primary_key=True),
+    sa.Column("provider", sa.String, primary_key=True),
+    sa.Column("since", sa.BigInteger, primary_key=True),
+    # USD per million tokens.
+    sa.Column("input", sa.Float, nullable=False),
+    sa.Column("output", sa.Float, nullable=False),
+    sa.Column("cache_read", sa.Float, nullable=False),
+    sa.Column("cache_write", sa.Float, nullable=False),
+)
+"""Price overrides saved in the store (see :mod:`turnstore.repositories.prices`)."""
 
 media = sa.Table(
     "media",

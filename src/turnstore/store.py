@@ -19,6 +19,7 @@ from .limits import Limits
 from .repositories import (
     LoopRepository,
     MessageRepository,
+    PriceRepository,
     SessionRepository,
     UsageRepository,
     staging,
@@ -104,6 +105,8 @@ class Store:
         self.loops = LoopRepository(self._db, self.settings)
         self.messages = MessageRepository(self._db, self.settings)
         self.usage = UsageRepository(self._db, self.settings)
+        self.prices = PriceRepository(self._db, self.settings, self.usage)
+        self.settings.load_saved_prices(self._db)
         self.loops._messages = self.messages
         self.messages._loops = self.loops
 

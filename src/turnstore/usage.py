@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .errors import InvalidPrices
 from .models import CostConfig, Usage
 
-__all__ = ["DEFAULT_PRICES", "CatalogPrices", "PriceTable", "UsageRow", "UsageTotals"]
+__all__ = ["DEFAULT_PRICES", "CatalogPrices", "PriceTable", "SavedPrice", "UsageRow", "UsageTotals"]
 
 
 MAX_PRICE_FILE_BYTES = 1 << 20
@@ -247,6 +247,22 @@ class CatalogPrices(PriceTable):
 DEFAULT_PRICES: PriceTable = CatalogPrices()
 """The genai-prices catalog as a price table. Stored costs come from it unless an override
 (``Store(prices=...)``) or the source's reported cost wins."""
+
+
+class SavedPrice(BaseModel):
+    """A price override saved in the store (``store.prices``): USD per million tokens."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    provider: str | None = None
+    """None: for any provider."""
+    since: datetime | None = None
+    """In force for records from this time on; None: of any time."""
+    input: float = 0.0
+    output: float = 0.0
+    cache_read: float = 0.0
+    cache_write: float = 0.0
 
 
 class UsageTotals(BaseModel):

@@ -14,7 +14,7 @@ from ..database import Database
 from ..errors import InvalidArgument, LoopNotFound, SessionNotFound
 from ..limits import Limits
 from ..models import Usage
-from ..pricing import Pricing
+from ..pricing import Pricing, SavedPrices
 from ..usage import PriceTable
 
 
@@ -64,6 +64,10 @@ class Settings:
         self.prices = prices if prices is not None else PriceTable()
         self.pricing = Pricing(self.prices)
         self.limits = limits or Limits()
+
+    def load_saved_prices(self, db: Database) -> None:
+        """Price new records with the overrides saved in the store, as they are now."""
+        self.pricing.saved = SavedPrices(db.fetchall(q.saved_prices()))
 
 
 _USAGE_FIELDS = tuple(Usage.model_fields)
