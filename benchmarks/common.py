@@ -184,7 +184,7 @@ def populate(store: Store, works: list[workload.Workload]) -> None:
                     plan.session_id,
                     loop_id=plan.loop_id,
                     parent_loop_id=plan.parent_loop_id,
-                    continuation="default" if plan.parent_loop_id else "initial",
+                    continuation_kind="default" if plan.parent_loop_id else "initial",
                     config={"model": plan.model, "provider": plan.provider},
                 )
 

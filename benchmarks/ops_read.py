@@ -239,7 +239,7 @@ def check_reads(db: ReadDb, n: int) -> str:
         if not typed or plain[-len(typed) :] != typed:
             raise SystemExit(f"last(): turnstore and {name} returned different messages")
         mine = [
-            (r.id, r.session_id, r.loop_id, r.turn_index, r.seq, r.message.model_dump(mode="json"), r.source)
+            (r.message_id, r.session_id, r.loop_id, r.turn_index, r.seq, r.message.model_dump(mode="json"), r.source)
             for r in store.messages.records(sid)
         ]
         if mine != rs.session(sid):

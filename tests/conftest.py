@@ -95,3 +95,15 @@ def session_id(store: Store) -> str:
 def loop_id(store: Store, session_id: str) -> str:
     """A new loop of ``session_id`` on claude-sonnet-4-5."""
     return store.loops.start(session_id, config={"model": "claude-sonnet-4-5", "provider": "anthropic"}).loop_id
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Say loudly, last, that the browser tests were skipped and why (tests/test_browser.py: Chromium missing)."""
+    reasons = set()
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = getattr(report, "longrepr", None)
+        reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else ""
+        if "BROWSER TESTS NOT RUN" in reason:
+            reasons.add(reason.removeprefix("Skipped: "))
+    for reason in sorted(reasons):
+        terminalreporter.write_sep("!", reason, red=True, bold=True)

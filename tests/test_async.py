@@ -245,7 +245,7 @@ def test_records_read_a_small_batch_per_thread_hop(url: str, monkeypatch: pytest
             stream = store.messages.records("s")
             first = await anext(stream)
             assert len(built) == aio.STREAM_BATCH < 300
-            assert built[0] == first.id
+            assert built[0] == first.message_id
             await stream.aclose()
         finally:
             await store.close()
@@ -273,13 +273,13 @@ def test_a_corrupt_stored_row_fails_after_the_rows_before_it_sync_and_async(url:
             seen: list[int] = []
             with pytest.raises(StorageError, match=f"stored message {ids[100]} cannot be read: .*content"):
                 async for stored in store.messages.records("s"):
-                    seen.append(stored.id)
+                    seen.append(stored.message_id)
             assert seen == ids[:100]
             with Store(url) as sync:
                 seen = []
                 with pytest.raises(StorageError, match=f"stored message {ids[100]} cannot be read"):
                     for record in sync.messages.records("s"):
-                        seen.append(record.id)
+                        seen.append(record.message_id)
                 assert seen == ids[:100]
                 with pytest.raises(StorageError, match=f"stored message {ids[100]} cannot be read: user.content"):
                     sync.messages.last("s", 60)

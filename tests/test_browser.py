@@ -25,12 +25,14 @@ from viewer_data import ANSI, IMG, SCRIPT, build_viewer_store
 from turnstore import Store
 
 CHROMIUM = os.environ.get("TURNSTORE_CHROMIUM", "/usr/bin/chromium")
+NOT_RUN = "BROWSER TESTS NOT RUN"
+"""How a skip of these tests begins: ``conftest.py`` repeats such a reason at the end of the run, in red."""
 
 
 def _missing() -> str | None:
     """Why the browser tests cannot run here, or None."""
     if not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
-        return f"Chromium not found at {CHROMIUM} (apt-get install chromium)"
+        return f"Chromium not found at {CHROMIUM}: apt-get install chromium (or set TURNSTORE_CHROMIUM to a Chromium)"
     for module in ("playwright", "uvicorn", "starlette", "jinja2"):
         try:
             __import__(module)
@@ -45,7 +47,7 @@ def browser() -> Iterator[Any]:
     if reason is not None:
         if os.environ.get("CI") == "true":
             pytest.fail(f"{reason} (CI=true: the browser tests may not be skipped)")
-        pytest.skip(reason)
+        pytest.skip(f"{NOT_RUN}, the viewer is untested in a browser: {reason}")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:

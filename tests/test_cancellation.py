@@ -201,7 +201,7 @@ def write_session_file(path: Path, session_id: str, messages: int) -> None:
 def stored_texts(store: Store, session_id: str) -> dict[str, int]:
     """Text -> message id of every message of a session (none when the session does not exist)."""
     try:
-        return {stored.message.content[0].text: stored.id for stored in store.messages.records(session_id)}
+        return {stored.message.content[0].text: stored.message_id for stored in store.messages.records(session_id)}
     except SessionNotFound:
         return {}
 

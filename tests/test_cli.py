@@ -265,7 +265,7 @@ def test_db_upgrade_current_check(run: Any, tmp_path: Path) -> None:
 
 
 def test_db_downgrade_base_then_check_fails_naming_the_upgrade_command(run: Any, db: Path) -> None:
-    down = run("--db", db, "db", "downgrade", "base")
+    down = run("--db", db, "db", "downgrade", "base", "--yes")
     assert down.code == 0 and "base" in down.out
 
     current = run("--db", db, "db", "current", "--json")
@@ -281,8 +281,41 @@ def test_db_downgrade_base_then_check_fails_naming_the_upgrade_command(run: Any,
     assert run("--db", db, "db", "check").code == 0
 
 
+def test_db_downgrade_without_a_terminal_needs_yes(run: Any, db: Path) -> None:
+    for revision in ("base", "-1"):
+        result = run("--db", db, "db", "downgrade", revision)
+        assert result.code == 2 and result.out == "" and one_line(result.err), result
+        assert "pass --yes" in result.err and revision in result.err
+    assert "drops every table" in run("--db", db, "db", "downgrade", "base").err
+    assert run("--db", db, "db", "current", "--json").json()["current"] == head()
+    with Store(db) as store:
+        assert store.sessions.list()  # nothing dropped
+
+
+@pytest.mark.parametrize(("answer", "dropped"), [("n\n", False), ("y\n", True)])
+def test_db_downgrade_on_a_terminal_asks(monkeypatch: pytest.MonkeyPatch, db: Path, answer: str, dropped: bool) -> None:
+    from click.testing import CliRunner
+
+    from turnstore.cli import db as db_command
+    from turnstore.cli import main
+
+    monkeypatch.setattr(db_command, "_interactive", lambda: True)
+    with CliRunner().isolation(input=answer) as (out, err, _):
+        code = main(["--db", str(db), "db", "downgrade", "base"])
+    asked = err.getvalue().decode()
+    assert f"downgrade {db} from {head()} to base? It drops every table and all data [y/N]:" in asked
+    assert code == (0 if dropped else 130)
+    assert (b"downgraded" in out.getvalue()) == dropped
+    connection = sqlite3.connect(db)
+    try:
+        tables = {name for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    finally:
+        connection.close()
+    assert ("sessions" in tables) != dropped
+
+
 def test_db_downgrade_to_a_named_revision(run: Any, db: Path) -> None:
-    result = run("db", "downgrade", head(), "--db", db)
+    result = run("db", "downgrade", head(), "--db", db, "-y")
 
     assert result.code == 0
     assert run("--db", db, "db", "current", "--json").json()["current"] == head()
@@ -290,14 +323,14 @@ def test_db_downgrade_to_a_named_revision(run: Any, db: Path) -> None:
 
 def test_db_downgrade_relative_revision(run: Any, db: Path) -> None:
     script = ScriptDirectory.from_config(migrate.alembic_config()).get_revision(head())
-    result = run("--db", db, "db", "downgrade", "-1")
+    result = run("--db", db, "db", "downgrade", "-1", "--yes")
 
     assert result.code == 0
     assert run("--db", db, "db", "current", "--json").json()["current"] == script.down_revision
 
 
 def test_db_downgrade_unknown_revision_is_one_line_error(run: Any, db: Path) -> None:
-    result = run("--db", db, "db", "downgrade", "no-such-rev")
+    result = run("--db", db, "db", "downgrade", "no-such-rev", "--yes")
 
     assert result.code != 0
     assert one_line(result.err)
@@ -618,13 +651,19 @@ def test_export_to_stdout_matches_the_library(run: Any, db: Path, fmt: str) -> N
         assert result.out == store.export(ONE, fmt)
 
 
-def test_export_default_format_is_phi_core_array(run: Any, db: Path) -> None:
+def test_export_default_format_is_the_library_s_lossless_one(run: Any, db: Path, tmp_path: Path) -> None:
     result = run("--db", db, "export", ONE)
 
     assert result.code == 0
-    messages = result.json()
-    assert isinstance(messages, list) and len(messages) == 5
-    assert messages[0]["role"] == "user" and messages[0]["turnId"]["turnIndex"] == 0
+    with Store(db) as store:
+        assert result.out == store.export(ONE)
+    assert [json.loads(line)["type"] for line in result.out.splitlines()] == ["session", "loop"] + ["message"] * 5
+    target = tmp_path / "s.jsonl"
+    assert run("--db", db, "export", ONE, "-o", target).code == 0
+    imported = run("--db", tmp_path / "other.db", "import", "turnstore", target)
+    assert imported.code == 0, imported
+    with Store(db) as store, Store(tmp_path / "other.db") as other:
+        assert other.export(ONE) == store.export(ONE)
 
 
 def test_export_phi_core_session_form(run: Any, db: Path) -> None:
@@ -966,6 +1005,43 @@ def test_demo_twice_gives_the_same_sessions(run: Any, tmp_path: Path) -> None:
 
     assert state() == first
     assert sorted(row[0] for row in first[0]) == sorted(DEMO_SESSIONS)
+
+
+def test_demo_screenshot_is_a_real_size_png_the_same_every_time(tmp_path: Path) -> None:
+    import base64
+    import struct
+    import zlib
+
+    from turnstore.demo import build_demo
+
+    images = []
+    for name in ("one.db", "two.db"):
+        with Store(tmp_path / name) as store:
+            build_demo(store)
+            images += [
+                block.data
+                for sid in DEMO_SESSIONS
+                for record in store.messages.records(sid)
+                for block in getattr(record.message, "content", [])
+                if getattr(block, "type", None) == "image"
+            ]
+    assert len(images) == 2 and images[0] == images[1]  # one screenshot per demo, the same bytes each time
+    png = base64.b64decode(images[0])
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) < 16_384  # small on disk
+    chunks, at = {}, 8
+    while at < len(png):
+        (length,) = struct.unpack(">I", png[at : at + 4])
+        kind, data = png[at + 4 : at + 8], png[at + 8 : at + 8 + length]
+        assert struct.unpack(">I", png[at + 8 + length : at + 12 + length])[0] == zlib.crc32(kind + data)
+        chunks[kind] = data
+        at += 12 + length
+    width, height, depth, colour = struct.unpack(">IIBB", chunks[b"IHDR"][:10])
+    assert (width, height, depth, colour) == (480, 270, 8, 2) and width >= 300
+    rows = zlib.decompress(chunks[b"IDAT"])
+    assert len(rows) == height * (1 + 3 * width)
+    stride = 1 + 3 * width
+    colours = {rows[y * stride + 1 + 3 * x : y * stride + 4 + 3 * x] for y in range(height) for x in range(width)}
+    assert len(colours) > 4  # a picture, not a flat fill
 
 
 def test_demo_leaves_other_sessions_alone(run: Any, db: Path) -> None:

@@ -81,6 +81,24 @@ def test_filters_reach_the_search(db: dict[str, Any]) -> None:
     assert roles("nothing-like-this") == []
 
 
+def test_the_words_after_the_options_are_the_query(db: dict[str, Any]) -> None:
+    def roles(*args: str) -> list[str]:
+        result = run_cli("--db", db["path"], "--json", "search", *args)
+        assert result.code == 0, result
+        return sorted(hit["role"] for hit in lines_of_json(result.out))
+
+    assert roles("deploy", "log") == roles("deploy log") == ["assistant"]
+    assert roles("--session", db["first"], "deploy", "staging") == ["user"]
+    assert roles("deploy", "--role", "assistant", "log") == ["assistant"]  # options may come between the words
+    assert roles("--session", db["first"], "--", "-staging", "deploy") == ["assistant", "toolResult"]
+    assert roles("--any", "staging", "permission") == ["toolResult", "user"]
+
+
+def test_search_needs_a_query(db: dict[str, Any]) -> None:
+    result = run_cli("--db", db["path"], "search")
+    assert result.code == 2 and "QUERY" in result.err and result.out == ""
+
+
 def test_the_table_highlights_snippets_and_escapes_stored_text(db: dict[str, Any]) -> None:
     result = run_cli("--db", db["path"], "search", "deploy")
     assert result.code == 0, result

@@ -195,9 +195,9 @@ def import_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
                     reply = assistant(text, model="gpt-5", provider="openai", u=usage(10 + turn, 2))
                     store.messages.append_turn(loop_id, turn, [user(f"{session_id} {n} prompt {turn}"), reply])
             if i % 4 == 0:
-                message_id = next(iter(store.messages.records(loop_id=loop_id))).id
+                message_id = next(iter(store.messages.records(loop_id=loop_id))).message_id
                 branch = store.loops.start(
-                    session_id, parent_loop_id=loop_id, continuation="branch", fork_after=message_id
+                    session_id, parent_loop_id=loop_id, continuation_kind="branch", fork_after=message_id
                 ).loop_id
                 store.messages.append_turn(branch, 0, [user("instead"), assistant("branched")])
             store.export(session_id, "turnstore", folder / f"{session_id}.jsonl")

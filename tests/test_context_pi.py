@@ -237,7 +237,7 @@ def test_path_traces_every_context_message_to_its_row(imported: Store) -> None:
             assert message == row.message
     assert {r.session_id for r in path} == {SESSION_ID}
     assert any(r.message.role == "extension" and r.message.kind == "model_change" for r in path)
-    assert len({r.id for r in path}) == len(path)
+    assert len({r.message_id for r in path}) == len(path)
 
 
 @pytest.mark.parametrize(("model", "provider"), [("gpt-5", "openai"), ("claude-sonnet-4-5", "anthropic")])

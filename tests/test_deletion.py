@@ -109,7 +109,7 @@ def build_api_session(store: Any, session_id: str, model: str = "claude-sonnet-4
     store.loops.start(
         session_id,
         parent_loop_id=first.loop_id,
-        continuation="branch",
+        continuation_kind="branch",
         fork_after=ids[1],
         loop_id=f"{session_id}.branch",
     )
@@ -119,7 +119,7 @@ def build_api_session(store: Any, session_id: str, model: str = "claude-sonnet-4
     compacted = store.loops.compact(first.loop_id, "summary", keep_from=ids[0], usage=usage(40, 4))
     store.messages.append_turn(compacted.loop_id, 0, [user("next"), assistant("done", u=usage(200, 20), model=model)])
     # A loop whose usage is only reported at loop level (no message carries usage).
-    reported = store.loops.start(session_id, continuation="initial", loop_id=f"{session_id}.reported")
+    reported = store.loops.start(session_id, continuation_kind="initial", loop_id=f"{session_id}.reported")
     store.messages.append(user("hello"), loop_id=reported.loop_id, turn_index=0)
     store.loops.end(reported.loop_id, usage=Usage(input=70, output=7, total_tokens=77, cost=0.25))
 

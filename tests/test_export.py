@@ -122,7 +122,7 @@ def build_session(store: Store) -> dict[str, Any]:
         sid,
         config={"model": "gpt-5", "provider": "openai"},
         parent_loop_id=second.loop_id,
-        continuation="branch",
+        continuation_kind="branch",
         fork_after=prompt,
     )
     store.messages.append_turn(branch.loop_id, 0, [assistant("No.", model="gpt-5", provider="openai", timestamp=7_000)])
@@ -305,7 +305,7 @@ def test_turnstore_export_lines(store: Store, api_session: dict[str, Any]) -> No
 
     message_lines = records[1 + len(loops) :]
     assert [(r["id"], r["loop_id"], r["turn_index"], r["seq"]) for r in message_lines] == [
-        (m.id, m.loop_id, m.turn_index, m.seq) for m in stored
+        (m.message_id, m.loop_id, m.turn_index, m.seq) for m in stored
     ]
     assert [r["message"] for r in message_lines] == [m.message.model_dump(mode="json") for m in stored]
     # the refusal stays a refusal in the lossless format
@@ -794,7 +794,7 @@ def test_rows_are_the_stored_text_and_columns_by_name(sqlite_store: Store) -> No
     built = build_session(sqlite_store)
     rows = list(sqlite_store.messages.rows(built["sid"]))
     records = list(sqlite_store.messages.records(built["sid"]))
-    assert [row.id for row in rows] == [record.id for record in records]
+    assert [row.id for row in rows] == [record.message_id for record in records]
     for row, record in zip(rows, records):
         assert (row.session_id, row.loop_id, row.turn_index, row.seq) == (
             record.session_id, record.loop_id, record.turn_index, record.seq,

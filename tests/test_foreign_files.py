@@ -98,7 +98,13 @@ READ_ONLY_COMMANDS = [
     ["db", "current"],
     ["db", "check"],
 ]
-WRITING_COMMANDS = [["import", "phi-core", str(ARRAY)], ["demo"], ["db", "upgrade"], ["db", "downgrade", "base"]]
+WRITING_COMMANDS = [
+    ["import", "phi-core", str(ARRAY)],
+    ["demo"],
+    ["db", "upgrade"],
+    ["db", "downgrade", "base", "--yes"],
+    ["db", "downgrade", "base"],
+]
 
 
 def _ids(args: list[str]) -> str:

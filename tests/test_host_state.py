@@ -185,7 +185,7 @@ def _sources(folder: Path) -> dict[str, list[Path]]:
 
 def _sync_calls(store: Store, folder: Path) -> dict[str, Callable[[], Any]]:
     session_id, loop_id = _fill(store)
-    first = next(iter(store.messages.records(session_id))).id
+    first = next(iter(store.messages.records(session_id))).message_id
     return {
         "sessions": lambda: (
             store.sessions.create(title="x"),

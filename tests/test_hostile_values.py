@@ -251,7 +251,7 @@ def test_compaction_and_branch_with_hostile_values(store: Any, value: str) -> No
     loop_id = written["loop"].loop_id
     fork_at = written["ids"][1]
     branch = store.loops.start(
-        value, parent_loop_id=loop_id, continuation="branch", fork_after=fork_at, loop_id=value + "/branch"
+        value, parent_loop_id=loop_id, continuation_kind="branch", fork_after=fork_at, loop_id=value + "/branch"
     )
     assert store.loops.get(branch.loop_id).fork_after == fork_at
     compacted = store.loops.compact(loop_id, value, keep_from=written["ids"][0], usage=usage(7, 3))

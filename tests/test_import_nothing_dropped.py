@@ -514,11 +514,10 @@ PSEUDO_TARGETS = {
 }
 PROC = "skipped: a file of the kernel's /proc filesystem, whose size is not its content: never read"
 _IMPORT_FOLDER = """
-import json, sys, time
+import json, sys
 from turnstore.cli import main
-start = time.monotonic()
 code = main(["--db", sys.argv[2], "import", "yoagent", sys.argv[1], "--json"])
-print(json.dumps({"code": code, "seconds": time.monotonic() - start}))
+print(json.dumps({"code": code}))
 """
 
 
@@ -548,7 +547,6 @@ def test_pseudo_files_and_devices_behind_symbolic_links_are_refused_unread(tmp_p
     assert sorted((Path(error["place"]).name, error["reason"]) for error in report["errors"]) == sorted(expected)
     assert report["sessions"]["written"] == [good.stem] and report["files"] == 1
     assert outcome["code"] == 1  # the exit code says something was not imported
-    assert outcome["seconds"] < 10
 
 
 @pytest.mark.parametrize("target", ["/proc/self/status", "/proc/self/pagemap", "/proc/kmsg"])

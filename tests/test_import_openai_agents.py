@@ -161,6 +161,9 @@ def test_hosted_tool_item_kept_as_extension_in_its_response_turn(store: Store) -
     assert search.message.data == item(PLAIN, 7)
     assert isinstance(answer.message, AssistantMessage)
     assert (search.loop_id, search.turn_index) == (answer.loop_id, answer.turn_index)
+    # the SDK's items of the response, in its order, are the assistant message's source; the search has none
+    assert [json.loads(line) for line in answer.source.split("\n")] == [item(PLAIN, 7), item(PLAIN, 8)]
+    assert search.source is None
 
 
 def test_plain_loops_are_derived(store: Store) -> None:
@@ -188,9 +191,12 @@ def test_every_row_is_kept_verbatim_exactly_once(store: Store, path: Path) -> No
     source_rows = sorted(text for (text,) in query(path, "SELECT message_data FROM agent_messages"))
 
     sessions = [summary.session_id for summary in store.sessions.list()]
-    kept = sorted(line for sid in sessions for row in records(store, sid) for line in row.source.split("\n"))
+    rows = [row for sid in sessions for row in records(store, sid)]
+    kept = sorted(line for row in rows if row.source is not None for line in row.source.split("\n"))
 
     assert kept == source_rows
+    # only the hosted tool items of a response, kept in its assistant message's source, have none of their own
+    assert all(row.message.role == "extension" for row in rows if row.source is None)
 
 
 # --- AdvancedSQLiteSession: user turns, branches, turn_usage ---------------------------------
@@ -215,7 +221,7 @@ def test_branch_forks_after_the_last_shared_message(store: Store) -> None:
     store.import_("openai-agents", ADVANCED)
     last_shared = [row for row in records(store, TRIP) if row.loop_id == TRIP_MAIN_1][-1]
 
-    assert store.loops.get(TRIP_SHORTER).fork_after == last_shared.id
+    assert store.loops.get(TRIP_SHORTER).fork_after == last_shared.message_id
     assert [m.text() for m in store.messages.context(TRIP_SHORTER) if m.role == "user"] == [
         "Plan a trip to Lisbon",
         "Make it 1 day",
@@ -240,7 +246,7 @@ def test_branch_made_after_main_rewrote_a_response_forks_inside_it(store: Store)
 
     assert report.ok
     retry = [loop for loop in loops.values() if loop.metadata["branch_id"] == "retry"]
-    assert retry[0].continuation_kind.value == "branch" and retry[0].fork_after == thinking.id
+    assert retry[0].continuation_kind.value == "branch" and retry[0].fork_after == thinking.message_id
     context = store.messages.context(retry[-1].loop_id)
     assert [m.text() for m in context if m.role in ("user", "assistant")] == ["u1", "", "one", "u3", "three"]
 

@@ -306,7 +306,7 @@ def test_thinking_signatures_and_block_extras_are_byte_exact(store: Store) -> No
             message = json.loads(line).get("message", {})
             if message.get("role") != "assistant":
                 continue
-            stored_text = store.messages.get(stored[line].id).message.model_dump_json()
+            stored_text = store.messages.get(stored[line].message_id).message.model_dump_json()
             blocks = json.loads(stored_text)["content"]
             raw_blocks = message["content"]
             assert len(blocks) == len(raw_blocks)

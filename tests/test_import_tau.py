@@ -161,7 +161,7 @@ def build_sessions_db(path: Path, files: Iterable[Path]) -> Path:
 def comparable(store: Store, session_id: str) -> dict[str, Any]:
     """A session's stored content with message ids replaced by positions (ids depend on import order)."""
     records = list(store.messages.records(session_id))
-    position = {row.id: index for index, row in enumerate(records)}
+    position = {row.message_id: index for index, row in enumerate(records)}
     session = store.sessions.get(session_id)
     return {
         "session": (session.title, session.metadata, session.created_at, session.updated_at),
@@ -290,9 +290,9 @@ def test_entry_tree_becomes_a_loop_tree(tau: Store) -> None:
         (L3, L2, "compaction"),
         (L4, L1, "branch"),  # the branch summary goes back to the first answer
     ]
-    assert loops[L3].fork_after == rows["e2f3a4b5"][0].id  # the compaction's parent (a label)
-    assert loops[L3].keep_from == rows["e6f7a8b9"][0].id  # first_kept_entry_id
-    assert loops[L4].fork_after == rows["d5e6f7a8"][0].id
+    assert loops[L3].fork_after == rows["e2f3a4b5"][0].message_id  # the compaction's parent (a label)
+    assert loops[L3].keep_from == rows["e6f7a8b9"][0].message_id  # first_kept_entry_id
+    assert loops[L4].fork_after == rows["d5e6f7a8"][0].message_id
 
 
 def test_session_info_is_transparent_in_the_tree(tau: Store) -> None:

@@ -63,7 +63,7 @@ def build_rich_session(store: Store, *, prelude: bool = False) -> str:
     sub = store.loops.start(
         sid,
         config={"model": "gpt-5-mini", "provider": "openai"},
-        continuation="initial",
+        continuation_kind="initial",
         spawn_loop_id=second.loop_id,
         spawn_tool_call_id="s1",
     )
@@ -84,7 +84,7 @@ def build_rich_session(store: Store, *, prelude: bool = False) -> str:
         sid,
         config={"model": "gpt-5", "provider": "openai"},
         parent_loop_id=second.loop_id,
-        continuation="branch",
+        continuation_kind="branch",
         fork_after=prompt,
     )
     store.messages.append_turn(
@@ -351,3 +351,61 @@ def test_reimporting_the_stores_own_export_is_unchanged(store: Store, tmp_path: 
     changed = store.import_("turnstore", path, dry_run=dry_run)
     assert changed.sessions_failed == ["own"] and "with other content" in changed.errors[0].reason
     assert store.messages.last(session_id, 1)[0].text() == "later"
+
+
+# --- an export given to another format's importer ------------------------------------------
+
+EXPORT_READER = {"turnstore": "turnstore", "phi-core": "phi-core", "phi-core-session": "phi-core"}
+
+
+@pytest.fixture
+def exports(tmp_path: Path) -> dict[str, Path]:
+    """One session exported in every format, each in a file named as the CLI's users name them."""
+    with Store(tmp_path / "source.db") as source:
+        sid = build_rich_session(source)
+        files = {
+            "turnstore": tmp_path / "s.jsonl",
+            "phi-core": tmp_path / "s.json",
+            "phi-core-session": tmp_path / "ss.json",
+        }
+        for fmt, path in files.items():
+            source.export(sid, fmt, path)
+    return files
+
+
+@pytest.mark.parametrize("export_format", sorted(EXPORT_READER))
+def test_an_export_given_to_another_importer_says_which_format_it_is(
+    store: Any, exports: dict[str, Path], export_format: str
+) -> None:
+    from turnstore.importers import FORMATS
+
+    reader = EXPORT_READER[export_format]
+    for fmt in sorted(set(FORMATS) - {reader}):
+        report = store.import_(fmt, exports[export_format])
+        assert [str(error) for error in report.errors] == [
+            f"{exports[export_format]}: this is a {export_format} export; use `turnstore import {reader}`"
+        ], fmt
+        assert report.records == 0 and report.sessions_written == [] and not report.ok
+    assert store.sessions.list() == []
+    assert store.import_(reader, exports[export_format]).ok
+
+
+def test_the_cli_says_so_too(tmp_path: Path, exports: dict[str, Path]) -> None:
+    from cli_runner import run_cli
+
+    result = run_cli("--db", tmp_path / "new.db", "import", "turnstore", exports["phi-core"])
+    assert result.code == 1
+    assert result.err == f"  error: {exports['phi-core']}: this is a phi-core export; use `turnstore import phi-core`\n"
+
+
+def test_a_file_not_told_from_its_head_goes_to_its_importer(store: Any, tmp_path: Path) -> None:
+    from turnstore.importers.detect import HEAD_BYTES, export_format
+
+    path = tmp_path / "big.json"
+    path.write_text('[{"role":"user","content":"' + "x" * HEAD_BYTES + '","turnstoreSessionId":"s"}]', encoding="utf-8")
+    assert export_format(path) is None
+    plain = tmp_path / "plain.json"
+    plain.write_text('[{"role":"user","content":"hi"}]', encoding="utf-8")
+    assert export_format(plain) is None
+    (error,) = store.import_("turnstore", plain).errors
+    assert str(error) == f"{plain}:1: a turnstore export starts with a session line"

@@ -279,7 +279,7 @@ def test_rows_of_every_kind_are_stored_as_given_in_order(store: Any, tmp_path: P
     assert report.ok and report.sessions_written == ["big"]
     stored = list(store.messages.records("big"))
     assert [record.seq for record in stored] == list(range(messages))
-    assert [record.id for record in stored] == sorted(record.id for record in stored)
+    assert [record.message_id for record in stored] == sorted(record.message_id for record in stored)
     sources = [json.loads(line)["message"] for line in path.read_text().splitlines()[2:]]
     assert [record.message.model_dump(mode="json") for record in stored] == sources
     with store.engine.connect() as connection:

@@ -248,7 +248,7 @@ def test_a_loop_id_another_session_holds_is_never_written_to(sync_store: Store) 
     (first,) = sync_store.loops.list("chat")
     taken = first.loop_id.rsplit(".", 1)[0] + ".2"  # the id the next add would otherwise be given
     sync_store.sessions.create("other")
-    sync_store.loops.start("other", loop_id=taken, continuation="initial")
+    sync_store.loops.start("other", loop_id=taken, continuation_kind="initial")
     history.add_messages([HumanMessage("two"), AIMessage("2")])
     assert [loop.loop_id for loop in sync_store.loops.list("chat")][-1] != taken
     assert list(sync_store.messages.records(loop_id=taken)) == []

@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import itertools
 import json
 import runpy
 import sqlite3
@@ -1049,7 +1050,7 @@ def test_an_items_loop_id_another_session_holds_is_refused_and_nothing_leaks(url
 
     with Store(url) as sync:
         sync.sessions.create("other")
-        sync.loops.start("other", loop_id="victim.items", continuation="initial")
+        sync.loops.start("other", loop_id="victim.items", continuation_kind="initial")
         sync.messages.append(
             {"role": "user", "content": "injected", "timestamp": 1},
             loop_id="victim.items",
@@ -1146,12 +1147,7 @@ def test_a_session_imported_from_the_sdks_database_continues_where_it_left_off(
             assert [m.text() for m in context][-3:] == ["You're welcome.", "And tomorrow?", "Rain."]
             assert sync.loops.get(session.loop_id).parent_loop_id == "chat.openai-agents.2"
             # pop to the very first item, through the imported loops and inside the grouped response
-            while True:
-                popped, expected = await session.pop_item(), await sdk.pop_item()
-                assert popped == expected
-                assert await session.get_items() == await sdk.get_items()
-                if popped is None:
-                    break
+            await same_pops(session, sdk)
             again = [user("Hello again"), assistant("Hi.")]
             await session.add_items(again)
             assert await session.get_items() == again
@@ -1185,18 +1181,156 @@ def test_pops_that_stop_inside_an_imported_response_keep_its_other_items(url: st
     run(scenario())
 
 
-@pytest.mark.parametrize("name", ["sqlite_session", "advanced_session"])
+def reasoning(item_id: str, text: str) -> dict[str, Any]:
+    return {"type": "reasoning", "id": item_id, "summary": [{"type": "summary_text", "text": text}]}
+
+
+def function_call(call_id: str, name: str) -> dict[str, Any]:
+    return {"type": "function_call", "call_id": call_id, "name": name, "arguments": "{}", "id": f"fc_{call_id}"}
+
+
+HOSTED_ITEMS: list[Any] = [
+    user("Find the report and chart it."),
+    # one response: hosted tool items between its reasoning, text and function calls
+    {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "report"}},
+    reasoning("rs_1", "search first"),
+    {"type": "file_search_call", "id": "fs_1", "queries": ["report"], "status": "completed", "results": None},
+    reasoning("rs_2", "now fetch it"),
+    assistant("Fetching the report."),
+    {
+        "type": "code_interpreter_call",
+        "id": "ci_1",
+        "code": "print(1)",
+        "container_id": "cntr_1",
+        "outputs": [{"type": "logs", "logs": "1"}],
+        "status": "completed",
+    },
+    function_call("c1", "fetch"),
+    {"type": "mcp_list_tools", "id": "mcpl_1", "server_label": "docs", "tools": []},
+    function_call("c2", "chart"),
+    {"type": "function_call_output", "call_id": "c1", "output": "report"},
+    {"type": "function_call_output", "call_id": "c2", "output": "chart"},
+    # the next response: reasoning, an image, text, an MCP call after it
+    reasoning("rs_3", "show it"),
+    {"type": "image_generation_call", "id": "ig_1", "result": "aGk=", "status": "completed"},
+    assistant("Here is the chart."),
+    {"type": "mcp_call", "id": "mcp_1", "server_label": "docs", "name": "lookup", "arguments": "{}", "output": "ok"},
+    user("Click it."),
+    # a computer call (run by the app) between reasoning and text
+    reasoning("rs_4", "click"),
+    {
+        "type": "computer_call",
+        "id": "cu_1",
+        "call_id": "cc1",
+        "action": {"type": "click", "x": 1, "y": 2, "button": "left"},
+        "pending_safety_checks": [],
+        "status": "completed",
+    },
+    assistant("Clicking."),
+    {"type": "computer_call_output", "call_id": "cc1", "output": {"type": "computer_screenshot", "image_url": "x"}},
+    assistant("Done."),
+]
+
+
+def sdk_advanced_database(path: Path, session_id: str, items: list[Any]) -> None:
+    """An OpenAI Agents SDK database written by its ``AdvancedSQLiteSession``, a call per user turn."""
+    from agents.extensions.memory import AdvancedSQLiteSession
+
+    starts = [index for index, item in enumerate(items) if item.get("role") == "user"] + [len(items)]
+
+    async def write() -> None:
+        session = AdvancedSQLiteSession(session_id=session_id, db_path=path, create_tables=True)
+        for start, end in itertools.pairwise(starts):
+            await session.add_items(items[start:end])
+        session.close()
+
+    run(write())
+
+
+@pytest.mark.parametrize("writer", ["SQLiteSession", "AdvancedSQLiteSession"])
+def test_hosted_tool_items_of_an_imported_response_come_back_in_their_place(
+    url: str, tmp_path: Path, writer: str
+) -> None:
+    """A response's hosted tool items (web search, file search, code interpreter, MCP, image generation,
+    computer calls) between its reasoning, text and function calls: the imported session gives back the
+    SDK's items in the SDK's order, pops them in the SDK's order, and a model's context holds none of them."""
+    from agents.extensions.memory import AdvancedSQLiteSession
+
+    sdk_path = tmp_path / "app.db"
+    if writer == "SQLiteSession":
+        sdk_database(sdk_path, "hosted", HOSTED_ITEMS)
+    else:
+        sdk_advanced_database(sdk_path, "hosted", HOSTED_ITEMS)
+    with Store(url) as sync:
+        report = sync.import_("openai-agents", sdk_path)
+        assert report.ok and report.sessions_written == ["hosted"]
+        assert sync.import_("openai-agents", sdk_path).sessions_unchanged == ["hosted"]
+        rows = list(sync.messages.records("hosted"))
+        # each hosted item an extension message of its response's turn, right after its assistant message,
+        # whose source holds the response's items in the SDK's order
+        first = next(row for row in rows if row.message.role == "assistant")
+        assert [json.loads(line) for line in (first.source or "").split("\n")] == HOSTED_ITEMS[1:10]
+        hosted_rows = [row for row in rows if row.message.role == "extension"]
+        assert [getattr(row.message, "kind", None) for row in hosted_rows] == [
+            "web_search_call",
+            "file_search_call",
+            "code_interpreter_call",
+            "mcp_list_tools",
+            "image_generation_call",
+            "mcp_call",
+            "computer_call",
+            "computer_call_output",
+        ]
+        assert [row.source is None for row in hosted_rows] == [True] * 7 + [False]  # an input item stands alone
+        assert rows[1:6] == [first, *hosted_rows[:4]] and {row.turn_index for row in rows[1:6]} == {first.turn_index}
+        context = sync.messages.context(sync.loops.list("hosted")[-1].loop_id)
+        assert [m.role for m in context] == [
+            *("user", "assistant", "toolResult", "toolResult", "assistant"),
+            *("user", "assistant", "assistant"),
+        ]
+        assert [block.type for block in context[1].content] == ["thinking", "thinking", "text", "toolCall", "toolCall"]
+        assert context[6].stop_reason == "toolUse"  # type: ignore[union-attr]
+
+    async def scenario() -> None:
+        async with await AsyncStore.open(url) as store:
+            sdk: Any = (
+                SQLiteSession("hosted", sdk_path)
+                if writer == "SQLiteSession"
+                else AdvancedSQLiteSession(session_id="hosted", db_path=sdk_path)
+            )
+            session = TurnstoreSession("hosted", store)
+            try:
+                assert await session.get_items() == await sdk.get_items() == HOSTED_ITEMS
+                for limit in (1, 4, 9, 15):
+                    assert await session.get_items(limit=limit) == await sdk.get_items(limit=limit)
+                await same_pops(session, sdk)
+            finally:
+                sdk.close()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("name", ["sqlite_session", "advanced_session", "advanced_edited"])
 def test_every_imported_fixture_session_gives_back_the_sdks_items(tmp_path: Path, name: str) -> None:
-    """SDK-written databases, plain and advanced (a branch, per-turn usage): the items the SDK's own
-    session class reads from them (an ``AdvancedSQLiteSession``: its main branch). ``advanced_edited``
-    is left out: rows a plain session wrote into it join main by the importer's rule, which neither
-    SDK class reads so."""
+    """SDK-written databases, plain and advanced (a branch, per-turn usage, a fork inside a response): the
+    items the SDK's own session class reads from them (an ``AdvancedSQLiteSession``: its main branch), in
+    its order, and for a plain session the same items popped one by one.
+
+    ``advanced_edited`` also holds rows a plain ``SQLiteSession`` wrote into the file, which no
+    ``message_structure`` row names: ``AdvancedSQLiteSession`` reads main as the rows its structure rows
+    name, in ``sequence_number`` order, and never those; the importer places them on main at their id's
+    position. So its items are the SDK's main items with those rows merged in by id, and without them
+    exactly the SDK's. Pops are compared for plain sessions only: an ``AdvancedSQLiteSession``'s pop also
+    deletes rows no branch names, and popping main into history a branch shares is refused here.
+    """
     from agents.extensions.memory import AdvancedSQLiteSession
 
     sessions = [found.split("/", 1)[1] for found, _ in fixture_sessions() if found.startswith(name + "/")]
     assert sessions
     copy = tmp_path / f"{name}.db"
     copy.write_bytes((FIXTURES / f"{name}.db").read_bytes())
+    plain = name == "sqlite_session"
+    expected = {session_id: main_items(copy, session_id) for session_id in sessions}
 
     async def scenario() -> None:
         async with await AsyncStore.open(tmp_path / "t.db") as store:
@@ -1204,26 +1338,63 @@ def test_every_imported_fixture_session_gives_back_the_sdks_items(tmp_path: Path
             for session_id in sessions:
                 sdk: Any = (
                     SQLiteSession(session_id, copy)
-                    if name == "sqlite_session"
+                    if plain
                     else AdvancedSQLiteSession(session_id=session_id, db_path=copy)
                 )
                 try:
                     ours, theirs = await TurnstoreSession(session_id, store).get_items(), await sdk.get_items()
+                    main, orphans = expected[session_id]
+                    assert theirs == [item for _, item in main]
+                    assert ours == merged(main, orphans)
+                    assert [item for item in ours if item not in [o for _, o in orphans]] == theirs
+                    if plain:
+                        await same_pops(TurnstoreSession(session_id, store), sdk)
                 finally:
                     sdk.close()
-                if not any(hosted(item) for item in theirs):
-                    assert ours == theirs
-                else:  # the importer files a response's hosted tool items after its assistant message
-                    assert sorted(map(json.dumps, ours)) == sorted(map(json.dumps, theirs))
-                    assert [i for i in ours if not hosted(i)] == [i for i in theirs if not hosted(i)]
 
     run(scenario())
+    assert any(expected[session_id][1] for session_id in sessions) == (name == "advanced_edited")
 
 
-def hosted(item: Any) -> bool:
-    """Whether an item is a model response's item other than its reasoning, text and function calls
-    (a hosted tool's, such as a web search call)."""
-    return item.get("type") not in (None, "message", "reasoning", "function_call", "function_call_output")
+def main_items(path: Path, session_id: str) -> tuple[list[tuple[int, Any]], list[tuple[int, Any]]]:
+    """A session's main items with their row ids, as the SDK reads them (every row in id order without
+    ``message_structure``; else the rows main's structure rows name, in ``sequence_number`` order), and
+    the rows no structure row names."""
+    with sqlite3.connect(path) as connection:
+        rows = connection.execute(
+            "SELECT id, message_data FROM agent_messages WHERE session_id = ? ORDER BY id", (session_id,)
+        ).fetchall()
+        tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "message_structure" not in tables:
+            return [(row_id, json.loads(text)) for row_id, text in rows], []
+        structure = connection.execute(
+            "SELECT message_id, branch_id FROM message_structure WHERE session_id = ? ORDER BY sequence_number",
+            (session_id,),
+        ).fetchall()
+    by_id = dict(rows)
+    named = {message_id for message_id, _ in structure}
+    main = [(message_id, json.loads(by_id[message_id])) for message_id, branch in structure if branch == "main"]
+    return main, [(row_id, json.loads(text)) for row_id, text in rows if row_id not in named]
+
+
+def merged(main: list[tuple[int, Any]], orphans: list[tuple[int, Any]]) -> list[Any]:
+    """Main's items with each row no structure row names placed before the first main row of a later id."""
+    items, rest = [], list(orphans)
+    for row_id, item in main:
+        while rest and rest[0][0] < row_id:
+            items.append(rest.pop(0)[1])
+        items.append(item)
+    return items + [item for _, item in rest]
+
+
+async def same_pops(ours: TurnstoreSession, theirs: Any) -> None:
+    """Pop both sessions to empty: each pop returns the same item, and the items left are the same."""
+    while True:
+        popped, expected = await ours.pop_item(), await theirs.pop_item()
+        assert popped == expected
+        assert await ours.get_items() == await theirs.get_items()
+        if popped is None:
+            return
 
 
 def test_an_imported_session_of_many_exchanges_goes_on_from_its_last_one(url: str, tmp_path: Path) -> None:

@@ -149,7 +149,7 @@ def test_a_response_pydantic_ai_could_not_measure_has_unknown_usage_not_zeros(sy
     totals = sync_store.usage.session("unmeasured")
     assert (totals.input, totals.output, totals.requests) == (500_000, 20, 1)  # the run's usage counts
     assert totals.cost is not None and totals.cost > 1  # priced at the reply's model, not a false $0
-    reply = [r.id for r in sync_store.messages.records(loop_id=loop_id) if r.message.role == "assistant"]
+    reply = [r.message_id for r in sync_store.messages.records(loop_id=loop_id) if r.message.role == "assistant"]
     assert sync_store.usage.unknown(loop_id) == reply
     assert _json(history.load()) == _json(messages)
 
@@ -292,7 +292,7 @@ def test_a_loop_id_another_session_holds_is_never_written_to(sync_store: Store) 
     first = history.save(Agent(TestModel()).run_sync("one"))
     taken = first.rsplit(".", 1)[0] + ".2"  # the id the next save would otherwise be given
     sync_store.sessions.create("other")
-    sync_store.loops.start("other", loop_id=taken, continuation="initial")
+    sync_store.loops.start("other", loop_id=taken, continuation_kind="initial")
     second = history.save(Agent(TestModel()).run_sync("two"))
     assert second != taken and sync_store.loops.get(second).session_id == "chat"
     assert list(sync_store.messages.records(loop_id=taken)) == []

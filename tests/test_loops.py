@@ -60,7 +60,7 @@ def test_explicit_parent_defaults_to_default_continuation(store: Store, session_
 
 def test_initial_continuation_starts_a_fresh_root(store: Store, session_id: str) -> None:
     store.loops.start(session_id, config=SONNET)
-    fresh = store.loops.start(session_id, config=SONNET, continuation="initial")
+    fresh = store.loops.start(session_id, config=SONNET, continuation_kind="initial")
     assert fresh.parent_loop_id is None
     assert fresh.continuation_kind == ContinuationKind.INITIAL
 
@@ -75,24 +75,26 @@ def test_parent_none_starts_a_fresh_root(store: Store, session_id: str) -> None:
 @pytest.mark.parametrize("kind", ["default", "rerun", "branch", "compaction"])
 def test_non_initial_continuation_needs_a_parent(store: Store, session_id: str, kind: str) -> None:
     with pytest.raises(InvalidArgument):
-        store.loops.start(session_id, config=SONNET, continuation=kind)
+        store.loops.start(session_id, config=SONNET, continuation_kind=kind)
     store.loops.start(session_id, config=SONNET, loop_id="root")
     with pytest.raises(InvalidArgument):
-        store.loops.start(session_id, config=SONNET, continuation=kind, parent_loop_id=None)
+        store.loops.start(session_id, config=SONNET, continuation_kind=kind, parent_loop_id=None)
     assert [loop.loop_id for loop in store.loops.list(session_id)] == ["root"]
 
 
 @pytest.mark.parametrize("kind", ["rerun", "branch"])
 def test_continuation_kinds_are_stored(store: Store, loop_id: str, session_id: str, kind: str) -> None:
     fork = store.messages.append(user(), loop_id=loop_id, turn_index=0) if kind == "branch" else None
-    child = store.loops.start(session_id, config=SONNET, parent_loop_id=loop_id, continuation=kind, fork_after=fork)
+    child = store.loops.start(
+        session_id, config=SONNET, parent_loop_id=loop_id, continuation_kind=kind, fork_after=fork
+    )
     assert child.continuation_kind == ContinuationKind(kind)
     assert child.parent_loop_id == loop_id
     assert store.loops.get(child.loop_id).continuation_kind == ContinuationKind(kind)
 
 
 def test_continuation_accepts_the_enum(store: Store, loop_id: str, session_id: str) -> None:
-    child = store.loops.start(session_id, config=SONNET, continuation=ContinuationKind.RERUN)
+    child = store.loops.start(session_id, config=SONNET, continuation_kind=ContinuationKind.RERUN)
     assert (child.parent_loop_id, child.continuation_kind) == (loop_id, ContinuationKind.RERUN)
 
 
@@ -100,7 +102,7 @@ def test_initial_continuation_with_a_parent_raises_invalid_argument(
     store: Store, loop_id: str, session_id: str
 ) -> None:
     with pytest.raises(InvalidArgument):
-        store.loops.start(session_id, config=SONNET, parent_loop_id=loop_id, continuation="initial")
+        store.loops.start(session_id, config=SONNET, parent_loop_id=loop_id, continuation_kind="initial")
     assert len(store.loops.list(session_id)) == 1
 
 
@@ -245,7 +247,7 @@ def test_parent_from_another_session_raises_invalid_argument(store: Store, loop_
 def test_branch_with_fork_after(store: Store, session_id: str, loop_id: str) -> None:
     ids = store.messages.append_turn(loop_id, 0, [user(), assistant()])
     branch = store.loops.start(
-        session_id, config=SONNET, parent_loop_id=loop_id, continuation="branch", fork_after=ids[0]
+        session_id, config=SONNET, parent_loop_id=loop_id, continuation_kind="branch", fork_after=ids[0]
     )
     assert branch.continuation_kind == ContinuationKind.BRANCH
     assert (branch.parent_loop_id, branch.fork_after) == (loop_id, ids[0])
@@ -256,22 +258,22 @@ def test_fork_after_a_message_of_another_loop_raises_invalid_argument(
     store: Store, session_id: str, loop_id: str
 ) -> None:
     own = store.messages.append(user(), loop_id=loop_id, turn_index=0)
-    other = store.loops.start(session_id, config=SONNET, loop_id="other", continuation="initial").loop_id
+    other = store.loops.start(session_id, config=SONNET, loop_id="other", continuation_kind="initial").loop_id
     store.messages.append(user(), loop_id=other, turn_index=0)
     with pytest.raises(InvalidArgument):
-        store.loops.start(session_id, config=SONNET, parent_loop_id=other, continuation="branch", fork_after=own)
+        store.loops.start(session_id, config=SONNET, parent_loop_id=other, continuation_kind="branch", fork_after=own)
     assert len(store.loops.list(session_id)) == 2
 
 
 def test_fork_after_unknown_message_raises_invalid_argument(store: Store, session_id: str, loop_id: str) -> None:
     with pytest.raises(InvalidArgument):
-        store.loops.start(session_id, config=SONNET, parent_loop_id=loop_id, continuation="branch", fork_after=999)
+        store.loops.start(session_id, config=SONNET, parent_loop_id=loop_id, continuation_kind="branch", fork_after=999)
 
 
 def test_fork_after_without_parent_raises_invalid_argument(store: Store, session_id: str, loop_id: str) -> None:
     message = store.messages.append(user(), loop_id=loop_id, turn_index=0)
     with pytest.raises(InvalidArgument):
-        store.loops.start(session_id, config=SONNET, continuation="initial", fork_after=message)
+        store.loops.start(session_id, config=SONNET, continuation_kind="initial", fork_after=message)
 
 
 @pytest.mark.parametrize("kind", ["default", "rerun", "compaction"])
@@ -280,14 +282,14 @@ def test_fork_after_on_a_loop_that_is_not_a_branch_is_refused(
 ) -> None:
     message = store.messages.append(user(), loop_id=loop_id, turn_index=0)
     with pytest.raises(InvalidArgument, match="^fork_after: only a branch forks after a message") as raised:
-        store.loops.start(session_id, config=SONNET, parent_loop_id=loop_id, continuation=kind, fork_after=message)
+        store.loops.start(session_id, config=SONNET, parent_loop_id=loop_id, continuation_kind=kind, fork_after=message)
     assert raised.value.argument == "fork_after"
     assert [loop.loop_id for loop in store.loops.list(session_id)] == [loop_id]
 
 
 def test_keep_from_on_a_compaction_loop(store: Store, session_id: str, loop_id: str) -> None:
     ids = store.messages.append_turn(loop_id, 0, [user(), assistant()])
-    loop = store.loops.start(session_id, config=SONNET, continuation="compaction", keep_from=ids[1])
+    loop = store.loops.start(session_id, config=SONNET, continuation_kind="compaction", keep_from=ids[1])
     assert loop.continuation_kind == ContinuationKind.COMPACTION
     assert (loop.parent_loop_id, loop.keep_from) == (loop_id, ids[1])
 
@@ -298,7 +300,7 @@ def test_keep_from_on_a_non_compaction_loop_raises_invalid_argument(
 ) -> None:
     message = store.messages.append(user(), loop_id=loop_id, turn_index=0)
     with pytest.raises(InvalidArgument):
-        store.loops.start(session_id, config=SONNET, continuation=kind, keep_from=message)
+        store.loops.start(session_id, config=SONNET, continuation_kind=kind, keep_from=message)
     assert len(store.loops.list(session_id)) == 1
 
 
@@ -308,9 +310,9 @@ def test_keep_from_outside_the_session_raises_invalid_argument(store: Store, loo
     other_loop = store.loops.start("other", config=SONNET).loop_id
     store.messages.append(user(), loop_id=other_loop, turn_index=0)
     with pytest.raises(InvalidArgument):
-        store.loops.start("other", config=SONNET, continuation="compaction", keep_from=foreign)
+        store.loops.start("other", config=SONNET, continuation_kind="compaction", keep_from=foreign)
     with pytest.raises(InvalidArgument):
-        store.loops.start("other", config=SONNET, continuation="compaction", keep_from=12345)
+        store.loops.start("other", config=SONNET, continuation_kind="compaction", keep_from=12345)
     assert len(store.loops.list("other")) == 1
 
 
@@ -345,7 +347,7 @@ def test_invalid_config_raises_invalid_argument(store: Store, session_id: str, c
     assert store.loops.list(session_id) == []
 
 
-@pytest.mark.parametrize("field", ["continuation", "status"])
+@pytest.mark.parametrize("field", ["continuation_kind", "status"])
 def test_unknown_continuation_or_status_raises_invalid_argument(store: Store, session_id: str, field: str) -> None:
     with pytest.raises(InvalidArgument):
         store.loops.start(session_id, config=SONNET, **{field: "sideways"})
@@ -356,7 +358,7 @@ def test_status_metadata_started_at_and_spawn_fields(store: Store, session_id: s
     loop = store.loops.start(
         session_id,
         config=SONNET,
-        continuation="initial",
+        continuation_kind="initial",
         loop_id="sub",
         status="pending",
         metadata={"purpose": "search", "depth": 2},
@@ -514,14 +516,24 @@ def test_children_include_continuations_branches_compactions_and_spawned_loops(
     ids = store.messages.append_turn(loop_id, 0, [user(), assistant(calls=("c1",)), tool_result("c1")])
     cont = store.loops.start(session_id, config=SONNET, parent_loop_id=loop_id, loop_id="cont")
     branch = store.loops.start(
-        session_id, config=SONNET, parent_loop_id=loop_id, continuation="branch", fork_after=ids[0], loop_id="branch"
+        session_id,
+        config=SONNET,
+        parent_loop_id=loop_id,
+        continuation_kind="branch",
+        fork_after=ids[0],
+        loop_id="branch",
     )
     compaction = store.loops.compact(loop_id, "summary")
     spawned = store.loops.start(
-        session_id, config=GPT5, continuation="initial", spawn_loop_id=loop_id, spawn_tool_call_id="c1", loop_id="sub"
+        session_id,
+        config=GPT5,
+        continuation_kind="initial",
+        spawn_loop_id=loop_id,
+        spawn_tool_call_id="c1",
+        loop_id="sub",
     )
     store.loops.start(session_id, config=SONNET, parent_loop_id="cont", loop_id="grandchild")
-    store.loops.start(session_id, config=SONNET, continuation="initial", loop_id="unrelated")
+    store.loops.start(session_id, config=SONNET, continuation_kind="initial", loop_id="unrelated")
 
     children = store.loops.children(loop_id)
     assert [loop.loop_id for loop in children] == [cont.loop_id, branch.loop_id, compaction.loop_id, spawned.loop_id]
@@ -602,13 +614,13 @@ def test_store_usable_after_a_rolled_back_transaction(store: Store, session_id: 
 @pytest.mark.parametrize(
     ("kwargs", "argument"),
     [
-        pytest.param({"continuation": "branch"}, "fork_after", id="branch-without-fork-after"),
-        pytest.param({"continuation": "fork"}, "continuation", id="unknown-continuation"),
+        pytest.param({"continuation_kind": "branch"}, "fork_after", id="branch-without-fork-after"),
+        pytest.param({"continuation_kind": "fork"}, "continuation_kind", id="unknown-continuation"),
         pytest.param({"status": "done"}, "status", id="unknown-status"),
-        pytest.param({"continuation": "branch", "fork_after": "1"}, "fork_after", id="fork-after-not-an-id"),
-        pytest.param({"continuation": "branch", "fork_after": 10**30}, "fork_after", id="fork-after-over-64-bits"),
-        pytest.param({"continuation": "branch", "fork_after": 10**9}, "fork_after", id="fork-after-unknown"),
-        pytest.param({"keep_from": "x", "continuation": "compaction"}, "keep_from", id="keep-from-not-an-id"),
+        pytest.param({"continuation_kind": "branch", "fork_after": "1"}, "fork_after", id="fork-after-not-an-id"),
+        pytest.param({"continuation_kind": "branch", "fork_after": 10**30}, "fork_after", id="fork-after-over-64-bits"),
+        pytest.param({"continuation_kind": "branch", "fork_after": 10**9}, "fork_after", id="fork-after-unknown"),
+        pytest.param({"keep_from": "x", "continuation_kind": "compaction"}, "keep_from", id="keep-from-not-an-id"),
         pytest.param({"config": ["model"]}, "config", id="config-not-an-object"),
         pytest.param({"config": {"model": 5}}, "config", id="config-bad-model"),
     ],
@@ -628,7 +640,7 @@ def test_fork_after_a_message_of_the_parents_parent_is_refused(store: Store, ses
     first = store.messages.append(user("q"), loop_id=loop_id, turn_index=0)
     child = store.loops.start(session_id, config=SONNET, loop_id="child").loop_id
     with pytest.raises(InvalidArgument, match="^fork_after: .* not a message of the parent loop 'child'"):
-        store.loops.start(session_id, parent_loop_id=child, continuation="branch", fork_after=first)
+        store.loops.start(session_id, parent_loop_id=child, continuation_kind="branch", fork_after=first)
     branch = store.messages.rewind(child, after=first)  # rewind finds the loop that holds it
     assert (branch.parent_loop_id, branch.fork_after) == (loop_id, first)
 
@@ -640,7 +652,7 @@ def test_end_with_usage_and_requests_is_read_back(store: Store, loop_id: str) ->
 
 
 def test_delete_removes_an_empty_loop_nothing_depends_on_and_refuses_any_other(store: Any, session_id: str) -> None:
-    parent = store.loops.start(session_id, loop_id="parent", continuation="initial").loop_id
+    parent = store.loops.start(session_id, loop_id="parent", continuation_kind="initial").loop_id
     store.messages.append(user("hi"), loop_id=parent, turn_index=0)
     child = store.loops.start(session_id, loop_id="child", parent_loop_id=parent).loop_id
     with pytest.raises(InvalidArgument, match="^loop_id: loop 'parent' holds messages"):
@@ -651,7 +663,32 @@ def test_delete_removes_an_empty_loop_nothing_depends_on_and_refuses_any_other(s
     store.loops.delete(grandchild)
     store.loops.delete(child)
     assert [loop.loop_id for loop in store.loops.list(session_id)] == [parent]
-    (message_id,) = [row.id for row in store.messages.records(loop_id=parent)]
+    (message_id,) = [row.message_id for row in store.messages.records(loop_id=parent)]
     store.messages.delete(message_id)  # nothing continues from the parent's end any more
     with pytest.raises(LoopNotFound):
         store.loops.delete("child")
+
+
+def test_continuation_is_the_deprecated_name_of_continuation_kind(store: Store, session_id: str) -> None:
+    first = store.loops.start(session_id, config=SONNET)
+    with pytest.warns(DeprecationWarning, match=r"continuation=\.\.\.\) is deprecated; use continuation_kind"):
+        fresh = store.loops.start(session_id, config=SONNET, continuation="initial")
+    assert (fresh.parent_loop_id, fresh.continuation_kind) == (None, ContinuationKind.INITIAL)
+    with pytest.warns(DeprecationWarning):
+        branch = store.loops.start(
+            session_id, config=SONNET, parent_loop_id=first.loop_id, continuation=ContinuationKind.RERUN
+        )
+    assert branch.continuation_kind == ContinuationKind.RERUN
+    with pytest.warns(DeprecationWarning), pytest.raises(InvalidArgument) as raised:
+        store.loops.start(session_id, config=SONNET, continuation="initial", continuation_kind="initial")
+    assert raised.value.argument == "continuation"
+    assert len(store.loops.list(session_id)) == 3
+
+
+def test_the_new_name_does_not_warn(store: Store, session_id: str) -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loop = store.loops.start(session_id, config=SONNET, continuation_kind="initial")
+    assert loop.continuation_kind == ContinuationKind.INITIAL

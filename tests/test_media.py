@@ -232,6 +232,55 @@ def test_equal_data_is_stored_once_across_sessions_and_freed_with_the_last(store
         store.messages.media(digest)
 
 
+def _digest(image: str) -> str:
+    return hashlib.sha256(image.encode()).hexdigest()
+
+
+def _kept(store: Store, image: str) -> bool:
+    try:
+        return store.messages.media(_digest(image)) == image
+    except MediaNotFound:
+        return False
+
+
+def test_deleting_a_loops_tail_frees_the_media_no_message_refers_to_any_more(store: Store) -> None:
+    """Media goes with the last message that refers to it: in its loop, its session's other loops, other sessions."""
+    own, shared, in_source, elsewhere = (screenshot(seed) for seed in (10, 11, 12, 13))
+    session = store.sessions.create().session_id
+    loop = store.loops.start(session).loop_id
+    other_loop = store.loops.start(session, continuation="initial").loop_id
+    other_session = store.sessions.create().session_id
+    foreign = store.loops.start(other_session).loop_id
+    store.messages.append(image_message(foreign, shared))
+    store.messages.append(image_message(other_loop, elsewhere))
+    first = store.messages.append(image_message(loop, own))
+    second = store.messages.append(image_message(loop, own, shared, elsewhere, turn=1))
+    third = store.messages.append(user("the log"), loop_id=loop, turn_index=2, source='{"data":"' + in_source + '"}')
+
+    assert store.messages.delete(third) == [third]
+    assert not _kept(store, in_source)
+    assert all(_kept(store, image) for image in (own, shared, elsewhere))
+    assert store.messages.delete(second) == [second]
+    assert all(
+        _kept(store, image) for image in (own, shared, elsewhere)
+    )  # the first, the other session, the other loop
+    store.sessions.delete(other_session)
+    assert not _kept(store, shared)  # this session no longer refers to it
+    assert store.messages.delete(first) == [first]
+    assert not _kept(store, own) and _kept(store, elsewhere)
+    assert [m.content[1].data for m in store.messages.loop(other_loop)] == [elsewhere]  # type: ignore[union-attr]
+    assert store.messages.loop(loop) == []
+
+
+def test_deleting_a_tail_with_later_messages_frees_their_media_at_once(store: Store, loop_id: str) -> None:
+    images = [screenshot(20 + number) for number in range(3)]
+    ids = [store.messages.append(image_message(loop_id, image, turn=turn)) for turn, image in enumerate(images)]
+    last = store.messages.append(image_message(loop_id, images[0], turn=3))
+    assert store.messages.delete(ids[1], with_later=True) == [*ids[1:], last]
+    assert [_kept(store, image) for image in images] == [True, False, False]
+    assert [m.content[1].data for m in store.messages.loop(loop_id)] == images[:1]  # type: ignore[union-attr]
+
+
 def test_append_turn_moves_media_out_all_or_nothing(store: Store, loop_id: str, session_id: str) -> None:
     image = screenshot(4)
     bad = {"role": "user", "content": 5}

@@ -85,7 +85,7 @@ def test_append_stores_row_fields(store: Store, session_id: str, loop_id: str) -
     message_id = store.messages.append(assistant("hi"), loop_id=loop_id, turn_index=3)
     stored = store.messages.get(message_id)
     assert isinstance(stored, StoredMessage)
-    assert (stored.id, stored.session_id, stored.loop_id, stored.turn_index, stored.seq, stored.source) == (
+    assert (stored.message_id, stored.session_id, stored.loop_id, stored.turn_index, stored.seq, stored.source) == (
         message_id,
         session_id,
         loop_id,
@@ -288,7 +288,7 @@ def test_append_turn_returns_ids_in_order(store: Store, loop_id: str) -> None:
     ids = store.messages.append_turn(loop_id, 0, [user(), assistant(calls=("c1",)), tool_result("c1")])
     assert len(ids) == 3 and ids == sorted(ids)
     records = list(store.messages.records(loop_id=loop_id))
-    assert [r.id for r in records] == ids
+    assert [r.message_id for r in records] == ids
     assert [(r.seq, r.turn_index) for r in records] == [(0, 0), (1, 0), (2, 0)]
     assert all(r.message.turn == TurnId(loop_id=loop_id, turn_index=0) for r in records)
 
@@ -525,7 +525,9 @@ def test_last_may_hold_fewer_than_n_but_never_more(store: Store, session_id: str
 def test_last_follows_the_newest_loops_path_not_the_sessions_rows(store: Store, session_id: str, loop_id: str) -> None:
     ids = store.messages.append_turn(loop_id, 0, [user("q0"), assistant("a0")])
     store.messages.append_turn(loop_id, 1, [user("q1"), assistant("a1")])
-    branch = new_loop(store, session_id, "branch", parent_loop_id=loop_id, continuation="branch", fork_after=ids[1])
+    branch = new_loop(
+        store, session_id, "branch", parent_loop_id=loop_id, continuation_kind="branch", fork_after=ids[1]
+    )
     store.messages.append_turn(branch, 0, [user("b"), extension("ui"), assistant("b answer")])
     assert texts(store.messages.last(session_id, 10)) == [
         ("user", "q0"),
@@ -685,7 +687,7 @@ def test_path_is_the_rows_the_context_is_built_from(store: Store, session_id: st
         (compacted, "user", None),
         (compacted, "assistant", None),
     ]
-    assert [row.id for row in path][1:3] == ids[2:]
+    assert [row.message_id for row in path][1:3] == ids[2:]
     assert {row.session_id for row in path} == {session_id}
     assert [row.seq for row in path if row.loop_id == loop_id] == [store.messages.get(i).seq for i in ids[2:]]
     context = store.messages.context(compacted)
@@ -738,7 +740,7 @@ def test_context_default_continuation_includes_the_whole_parent(store: Store, se
 
 def test_context_of_a_fresh_initial_loop_ignores_earlier_loops(store: Store, session_id: str, loop_id: str) -> None:
     store.messages.append_turn(loop_id, 0, [user("old"), assistant("old answer")])
-    fresh = new_loop(store, session_id, "fresh", continuation="initial")
+    fresh = new_loop(store, session_id, "fresh", continuation_kind="initial")
     store.messages.append_turn(fresh, 0, [user("new")])
     assert texts(store.messages.context(fresh)) == [("user", "new")]
 
@@ -746,7 +748,9 @@ def test_context_of_a_fresh_initial_loop_ignores_earlier_loops(store: Store, ses
 def test_context_branch_forks_after_the_given_message(store: Store, session_id: str, loop_id: str) -> None:
     ids = store.messages.append_turn(loop_id, 0, [user("q0"), assistant("a0")])
     store.messages.append_turn(loop_id, 1, [user("q1"), assistant("a1")])
-    branch = new_loop(store, session_id, "branch", parent_loop_id=loop_id, continuation="branch", fork_after=ids[1])
+    branch = new_loop(
+        store, session_id, "branch", parent_loop_id=loop_id, continuation_kind="branch", fork_after=ids[1]
+    )
     store.messages.append_turn(branch, 0, [user("alt"), assistant("alt answer")])
     assert texts(store.messages.context(branch)) == [
         ("user", "q0"),
@@ -762,7 +766,9 @@ def test_context_branch_at_the_parents_last_message_takes_the_parent_to_its_end(
     store: Store, session_id: str, loop_id: str
 ) -> None:
     ids = store.messages.append_turn(loop_id, 0, [user("q0"), assistant("a0")])
-    branch = new_loop(store, session_id, "branch", parent_loop_id=loop_id, continuation="branch", fork_after=ids[-1])
+    branch = new_loop(
+        store, session_id, "branch", parent_loop_id=loop_id, continuation_kind="branch", fork_after=ids[-1]
+    )
     store.messages.append_turn(branch, 0, [user("b")])
     assert texts(store.messages.context(branch)) == [("user", "q0"), ("assistant", "a0"), ("user", "b")]
 
@@ -771,7 +777,9 @@ def test_context_branch_forking_between_a_call_and_its_result_answers_the_call(
     store: Store, session_id: str, loop_id: str
 ) -> None:
     ids = store.messages.append_turn(loop_id, 0, [user("q"), assistant("call", calls=("c",)), tool_result("c")])
-    branch = new_loop(store, session_id, "branch", parent_loop_id=loop_id, continuation="branch", fork_after=ids[1])
+    branch = new_loop(
+        store, session_id, "branch", parent_loop_id=loop_id, continuation_kind="branch", fork_after=ids[1]
+    )
     store.messages.append_turn(branch, 0, [user("instead")])
     assert texts(store.messages.context(branch)) == [
         ("user", "q"),
@@ -785,7 +793,7 @@ def test_context_rerun_replaces_the_parent(store: Store, session_id: str, loop_i
     store.messages.append_turn(loop_id, 0, [user("q0"), assistant("a0")])
     second = new_loop(store, session_id, "second")
     store.messages.append_turn(second, 0, [user("q1"), assistant("bad answer")])
-    rerun = new_loop(store, session_id, "rerun", parent_loop_id=second, continuation="rerun")
+    rerun = new_loop(store, session_id, "rerun", parent_loop_id=second, continuation_kind="rerun")
     store.messages.append_turn(rerun, 0, [user("q1"), assistant("better answer")])
     assert texts(store.messages.context(rerun)) == [
         ("user", "q0"),
@@ -797,7 +805,7 @@ def test_context_rerun_replaces_the_parent(store: Store, session_id: str, loop_i
 
 def test_context_rerun_of_an_initial_loop_starts_fresh(store: Store, session_id: str, loop_id: str) -> None:
     store.messages.append_turn(loop_id, 0, [user("q"), assistant("a")])
-    rerun = new_loop(store, session_id, "rerun", parent_loop_id=loop_id, continuation="rerun")
+    rerun = new_loop(store, session_id, "rerun", parent_loop_id=loop_id, continuation_kind="rerun")
     store.messages.append_turn(rerun, 0, [user("q"), assistant("again")])
     assert texts(store.messages.context(rerun)) == [("user", "q"), ("assistant", "again")]
 
@@ -878,7 +886,7 @@ def test_records_by_session_and_by_loop(store: Store, session_id: str, loop_id: 
     c = store.messages.append(extension(), loop_id=loop_id)
 
     by_session = list(store.messages.records(session_id))
-    assert [r.id for r in by_session] == [*a, *b, c]
+    assert [r.message_id for r in by_session] == [*a, *b, c]
     assert all(isinstance(r, StoredMessage) and r.session_id == session_id and r.source is None for r in by_session)
     assert [(r.loop_id, r.turn_index, r.seq) for r in by_session] == [
         (loop_id, 0, 0),
@@ -889,13 +897,13 @@ def test_records_by_session_and_by_loop(store: Store, session_id: str, loop_id: 
     assert [r.message.text() for r in by_session[:3]] == ["a0", "a1", "b0"]
 
     by_loop = list(store.messages.records(loop_id=loop_id))
-    assert [(r.id, r.seq) for r in by_loop] == [(a[0], 0), (a[1], 1), (c, 2)]
+    assert [(r.message_id, r.seq) for r in by_loop] == [(a[0], 0), (a[1], 1), (c, 2)]
     assert by_loop[0] == store.messages.get(a[0])
 
 
 def test_records_streams_many_messages(store: Store, session_id: str, loop_id: str) -> None:
     ids = store.messages.append_turn(loop_id, 0, [user(f"m{i}") for i in range(1203)])
-    assert [r.id for r in store.messages.records(session_id)] == ids
+    assert [r.message_id for r in store.messages.records(session_id)] == ids
 
 
 def test_records_builds_each_model_only_as_it_is_reached(sync_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -912,10 +920,15 @@ def test_records_builds_each_model_only_as_it_is_reached(sync_store: Store, monk
     monkeypatch.setattr(message_reads, "stored_message", lambda row: built.append(row[0]) or build(row))
     records = store.messages.records(session_id)
     first = next(records)
-    assert built == [first.id]
+    assert built == [first.message_id]
     second = next(records)
-    assert built == [first.id, second.id]
+    assert built == [first.message_id, second.message_id]
     assert len(list(records)) == 48 and len(built) == 50
+
+
+def _id(item: Any) -> int:
+    """A walked item's message id: a stored message's ``message_id``, a row's ``id``."""
+    return item.message_id if isinstance(item, StoredMessage) else int(item.id)
 
 
 @pytest.mark.parametrize("walk", ["records", "records(loop_id)", "rows"])
@@ -933,8 +946,8 @@ def test_a_walk_left_half_read_does_not_keep_the_store_from_writing(tmp_path: Pa
         first = next(started)  # type: ignore[call-overload]
         other.sessions.create("meanwhile")  # a commit by another connection
         added = store.messages.append(user("written while the walk is open"), loop_id=loop_id, turn_index=1)
-        rest = [item.id for item in started]  # type: ignore[attr-defined]
-        assert [first.id, *rest] == [*ids, added]  # pages read after the write see it
+        rest = [_id(item) for item in started]
+        assert [_id(first), *rest] == [*ids, added]  # pages read after the write see it
 
 
 def test_records_of_an_empty_session_or_loop(store: Store, session_id: str, loop_id: str) -> None:
@@ -1139,7 +1152,7 @@ def test_append_dict_with_python_names_and_string_content_is_stored_in_wire_form
     raw = {"role": "assistant", "content": "hi", "stop_reason": "stop", "model": "m", "provider": "p", "timestamp": 1}
     message_id = store.messages.append(raw, loop_id=loop_id, turn_index=0)
     (record,) = store.messages.records(loop_id=loop_id)
-    assert record.id == message_id
+    assert record.message_id == message_id
     assert record.message.model_dump(mode="json") == {
         "role": "assistant",
         "content": [{"type": "text", "text": "hi"}],
@@ -1195,7 +1208,7 @@ def test_rewind_to_a_message_outside_the_history_raises_invalid_argument(
     store: Store, session_id: str, loop_id: str
 ) -> None:
     ids = store.messages.append_turn(loop_id, 0, [user("q0"), assistant("a0")])
-    fresh = new_loop(store, session_id, "fresh", continuation="initial")
+    fresh = new_loop(store, session_id, "fresh", continuation_kind="initial")
     foreign = store.messages.append(user("other root"), loop_id=fresh, turn_index=0)
     for after in (foreign, 10**9, "x", True):
         with pytest.raises(InvalidArgument) as caught:
@@ -1228,7 +1241,7 @@ def test_delete_with_later_removes_the_tail_and_its_usage(store: Store, loop_id:
     tail = store.messages.append_turn(loop_id, 1, [user("q1"), assistant("a1")])
     assert store.usage.loop(loop_id).requests == 2
     assert store.messages.delete(tail[0], with_later=True) == tail
-    assert [m.id for m in store.messages.records(loop_id=loop_id)] == ids
+    assert [m.message_id for m in store.messages.records(loop_id=loop_id)] == ids
     assert store.usage.loop(loop_id).requests == 1
     store.messages.append(user("q1 again"), loop_id=loop_id, turn_index=1)  # the turn is free again
 
@@ -1238,7 +1251,7 @@ def test_delete_from_the_middle_raises_invalid_argument_and_deletes_nothing(stor
     with pytest.raises(InvalidArgument) as caught:
         store.messages.delete(ids[0])
     assert caught.value.argument == "message_id" and "2 later" in str(caught.value)
-    assert [m.id for m in store.messages.records(loop_id=loop_id)] == ids
+    assert [m.message_id for m in store.messages.records(loop_id=loop_id)] == ids
 
 
 @pytest.mark.parametrize("kind", ["branch", "default", "compaction"])
@@ -1254,7 +1267,7 @@ def test_delete_a_message_another_loop_continues_from_is_refused(
         store.loops.compact(loop_id, "summary", keep_from=ids[1])
     with pytest.raises(InvalidArgument, match="^message_id: loop .* continues from message"):
         store.messages.delete(ids[1])
-    assert [m.id for m in store.messages.records(loop_id=loop_id)] == ids
+    assert [m.message_id for m in store.messages.records(loop_id=loop_id)] == ids
 
 
 def test_delete_unknown_or_bad_message_id(store: Store) -> None:
@@ -1671,3 +1684,20 @@ def test_every_batch_read_names_the_stored_message_it_cannot_read(
     for read in reads:
         with pytest.raises(StorageError, match=re.escape(f"stored message {bad} cannot be read: ")):
             read()
+
+
+def test_a_stored_message_s_id_is_message_id_as_in_a_search_hit(store: Store, session_id: str, loop_id: str) -> None:
+    import warnings
+
+    message_id = store.messages.append(user("the deploy failed"), loop_id=loop_id, turn_index=0)
+    stored = store.messages.get(message_id)
+    (hit,) = store.messages.search("deploy")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert stored.message_id == hit.message_id == message_id
+    assert "message_id" in stored.model_dump() and "id" not in stored.model_dump()
+    with pytest.warns(DeprecationWarning, match=r"StoredMessage\.id is deprecated; use StoredMessage\.message_id"):
+        assert stored.id == message_id
+    with pytest.warns(DeprecationWarning, match=r"StoredMessage\(id=\.\.\.\) is deprecated"):
+        rebuilt = StoredMessage(**{**stored.model_dump(exclude={"message_id"}), "id": message_id})
+    assert rebuilt == stored

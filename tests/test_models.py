@@ -687,7 +687,10 @@ def test_parse_message_lists_every_problem() -> None:
 
 def test_parse_message_returns_models_and_parses_dicts() -> None:
     model = user()
-    assert parse_message(model) is model
+    assert parse_message(model) == model  # validated again, from its JSON: a new model
+    model.timestamp = -1  # changed after it was built
+    with pytest.raises(InvalidMessage, match="timestamp"):
+        parse_message(model)
     parsed = parse_message(json.loads(ASSISTANT))
     assert isinstance(parsed, AssistantMessage)
     assert parsed.model_dump(mode="json") == json.loads(ASSISTANT)
@@ -807,6 +810,21 @@ def test_message_assistant_defaults_its_stop_reason_from_the_content() -> None:
     assert as_dict.stop_reason == StopReason.TOOL_USE
     stopped = Message.assistant("cut", model="m", stop_reason="length", usage={"input": 3, "output": 1})
     assert (stopped.stop_reason, stopped.usage) == (StopReason.LENGTH, Usage(input=3, output=1))
+
+
+def test_message_helpers_take_strings_among_the_blocks_as_text_blocks_in_place() -> None:
+    call = ToolCallContent(id="c1", name="bash", arguments={"command": "ls"})
+    reply = Message.assistant(["let me look", call, "then report"], model="m", timestamp=1)
+    assert reply.content == [TextContent(text="let me look"), call, TextContent(text="then report")]
+    assert reply.stop_reason == StopReason.TOOL_USE
+    image = {"type": "image", "data": "eA==", "mime_type": "image/png"}
+    asked = Message.user(["what is this?", image], timestamp=2)
+    assert asked.content == [TextContent(text="what is this?"), ImageContent(data="eA==", mime_type="image/png")]
+    assert Message.system(["be brief", "be kind"], timestamp=3).text() == "be brief\nbe kind"
+    answered = Message.tool_result(call, ["3 files", TextContent(text="done")], timestamp=4)
+    assert answered.content == [TextContent(text="3 files"), TextContent(text="done")]
+    with pytest.raises(InvalidMessage):
+        Message.user(["fine", 5], timestamp=5)
 
 
 def test_message_assistant_dumps_phi_core_wire_json() -> None:

@@ -40,7 +40,7 @@ def _session(store: Store, turns: int = 3) -> tuple[str, str]:
 
 def _reads(store: Store, session_id: str, loop_id: str) -> dict[str, Callable[[], Any]]:
     """Every read of a session's messages, by name."""
-    first = next(iter(store.messages.records(session_id))).id
+    first = next(iter(store.messages.records(session_id))).message_id
     return {
         "last": lambda: store.messages.last(session_id, 50),
         "last(loop_id)": lambda: store.messages.last(session_id, 4, loop_id=loop_id),

@@ -227,7 +227,7 @@ def test_list_counts_every_stored_row_of_branches_compactions_and_imports(store:
     main = store.loops.start("tree").loop_id
     ids = store.messages.append_turn(main, 0, [user("q"), assistant("a")])
     store.messages.append_turn(main, 1, [user("q2"), assistant("a2")])
-    branch = store.loops.start("tree", parent_loop_id=main, continuation="branch", fork_after=ids[1]).loop_id
+    branch = store.loops.start("tree", parent_loop_id=main, continuation_kind="branch", fork_after=ids[1]).loop_id
     store.messages.append_turn(branch, 0, [user("other"), assistant("b")])
     store.loops.compact(main, "a summary")
     store.loops.start("tree")  # no messages yet

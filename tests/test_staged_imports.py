@@ -13,6 +13,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,25 @@ def test_a_staged_session_is_stored_as_one_written_in_one_transaction(
         assert report_of(staged_report) == report_of(one_report)
         assert staged.import_("pi", path, skip_invalid=True).sessions_unchanged == staged_report.sessions_written
     assert raw_counts(tmp_path / "staged.db")[0] == 0
+
+
+@pytest.mark.parametrize("path", PI_FILES, ids=[path.name for path in PI_FILES])
+def test_a_staged_replace_is_stored_as_a_session_written_in_one_transaction(
+    path: Path, tmp_path: Path, stage_everything: None
+) -> None:
+    """Swapped in under the stored session's id, the staged rows (their loop ids, fork points, media, usage)
+    read back as the same session imported in one transaction; the old one is gone whole."""
+    with Store(tmp_path / "one.db") as one:
+        written = one.import_("pi", path, skip_invalid=True).sessions_written
+    with Store(tmp_path / "one.db") as one:
+        one_rows = stored(one)
+    with Store(tmp_path / "staged.db") as staged:
+        for session_id in written:
+            old_loop = staged.loops.start(staged.sessions.create(session_id=session_id).session_id).loop_id
+            staged.messages.append(user("old"), loop_id=old_loop)
+        assert staged.import_("pi", path, skip_invalid=True, replace=True).sessions_written == written
+        assert stored(staged) == one_rows and one_rows
+    assert raw_counts(tmp_path / "staged.db") == raw_counts(tmp_path / "one.db")
 
 
 def test_writers_take_turns_between_batches_and_reads_do_not_see_the_staged_session(
@@ -255,6 +275,114 @@ def test_an_import_killed_mid_way_leaves_nothing_visible_and_the_next_open_remov
         assert len(list(store.messages.records("big"))) == 10
 
 
+STALLED_IMPORT = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from turnstore import Store
+    from turnstore.repositories import imports as writer
+    from turnstore.repositories import staging
+
+    staging.STAGED_SESSION_MESSAGES = 0
+    staging.BATCH_MESSAGES = 1
+    original = writer._message_batches
+    ready, go = Path(sys.argv[3]), Path(sys.argv[4])
+
+    def stalled(bundle, limits):
+        for n, batch in enumerate(row for rows in original(bundle, limits) for row in rows):
+            if n == 3:
+                ready.write_text("ready")
+                while not go.exists():
+                    time.sleep(0.02)
+            yield [batch]
+
+    writer._message_batches = stalled
+    with Store(sys.argv[1]) as store:
+        report = store.import_("pi", sys.argv[2], replace=sys.argv[5] == "replace")
+    sys.exit(0 if report.sessions_written == ["big"] else f"not written: {report.errors}")
+    """
+)
+
+
+@contextmanager
+def _stalled_import(tmp_path: Path, path: Path, source: Path, replace: bool = False) -> Iterator[tuple[Any, Path]]:
+    """A child process importing ``source`` staged, stopped after 3 messages until the yielded file exists
+    (killed on the way out if it still runs)."""
+    ready, go = tmp_path / "ready", tmp_path / "go"
+    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    arguments = [str(path), str(source), str(ready), str(go), "replace" if replace else "add"]
+    child = subprocess.Popen([sys.executable, "-c", STALLED_IMPORT, *arguments], env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists():
+            assert child.poll() is None, "the import ended before it was stopped"
+            assert time.monotonic() < deadline, "the import did not get going"
+            time.sleep(0.05)
+        yield child, go
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+
+
+def test_a_live_import_is_not_taken_over_by_a_process_that_cannot_see_its_pid(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process in another PID namespace (a container with the same host name) finds no process with the
+    importer's PID: opening the store or importing the session there must leave the live import alone."""
+    path = tmp_path / "store.db"
+    source = _pi_file(tmp_path / "big.jsonl", [f"text {n}" for n in range(5)])
+    with _stalled_import(tmp_path, path, source) as (child, go):
+        monkeypatch.setattr(staging, "_process_exists", lambda pid: False)
+        with Store(path) as other:
+            report = other.import_("pi", source)
+            assert report.sessions_failed == ["big"] and "being imported" in str(report.errors[0])
+        assert raw_counts(path)[0] == 1
+        go.write_text("go")
+        assert child.wait(timeout=120) == 0
+    with Store(path) as store:
+        assert len(list(store.messages.records("big"))) == 10
+    assert [name for name in os.listdir(tmp_path) if "staging" in name] == []
+
+
+def test_a_killed_import_is_removed_on_open_though_its_pid_now_names_another_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "store.db"
+    source = _pi_file(tmp_path / "big.jsonl", [f"text {n}" for n in range(5)])
+    with _stalled_import(tmp_path, path, source) as (child, _go):
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert raw_counts(path)[0] == 1
+    monkeypatch.setattr(staging, "_process_exists", lambda pid: True)  # the PID was reused
+    with Store(path):
+        pass
+    assert raw_counts(path) == (0, 0, 0, 0)
+    assert [name for name in os.listdir(tmp_path) if "staging" in name] == []
+
+
+def test_a_killed_staged_replace_leaves_the_old_session_whole(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    old = _pi_file(tmp_path / "old.jsonl", [f"old {n}" for n in range(4)])
+    new = _pi_file(tmp_path / "new.jsonl", [f"new {n}" for n in range(5)])
+    with Store(path) as store:
+        store.import_("pi", old)
+        before = [(m.id, m.message.text()) for m in store.messages.records("big")]
+    counts = raw_counts(path)
+    with _stalled_import(tmp_path, path, new, replace=True) as (child, _go):
+        with Store(path, read_only=True) as reader:  # while the replace runs: the old session, whole
+            assert [(m.id, m.message.text()) for m in reader.messages.records("big")] == before
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    with Store(path, read_only=True) as reader:
+        assert [(m.id, m.message.text()) for m in reader.messages.records("big")] == before
+    with Store(path) as store:
+        assert [(m.id, m.message.text()) for m in store.messages.records("big")] == before
+        assert raw_counts(path) == counts
+        assert store.import_("pi", new, replace=True).sessions_written == ["big"]
+        assert [m.message.text() for m in store.messages.records("big")][::2] == [f"new {n}" for n in range(5)]
+
+
 @pytest.mark.parametrize("large", [False, True], ids=["one-transaction", "staged-size"])
 def test_appends_of_other_sessions_go_through_while_a_session_is_imported(
     backend: str, store_url: str, large: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -302,7 +430,7 @@ def test_message_reads_of_a_staged_session_find_nothing(tmp_path: Path, stage_ev
     with Store(path) as store:
         store.import_("pi", _pi_file(tmp_path / "big.jsonl", ["one", "two"]))
         loop_id = store.loops.list("big")[0].loop_id
-        first = next(iter(store.messages.records("big"))).id
+        first = next(iter(store.messages.records("big"))).message_id
         db = store._db
         with db.write():
             staging.begin(db, "big", staging.new_owner())
@@ -328,15 +456,14 @@ def test_message_reads_of_a_staged_session_find_nothing(tmp_path: Path, stage_ev
         assert store.usage.by_session() == [] and store.usage.by_day() == []
 
 
-def test_a_large_replace_is_staged_too_and_the_old_session_goes_while_hidden(
+def test_a_large_replace_is_staged_and_the_old_session_stays_until_the_new_one_is_swapped_in(
     tmp_path: Path, stage_everything: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``--replace`` of a stored session: the old rows are removed in batches and the new ones written in
-    batches, all under the marker; an app that never waits writes between them and never sees the session
-    half replaced; afterwards only the new content is there."""
+    """``--replace`` of a stored session: the new one is written in batches under another id, hidden, and takes
+    the old one's place in the last transaction; an app that never waits writes between the batches and sees
+    the old session, whole, all along; afterwards only the new content is there."""
     path = tmp_path / "store.db"
     source = _pi_file(tmp_path / "big.jsonl", [f"text {n}" for n in range(3)])
-    monkeypatch.setattr(staging, "DELETE_BATCH_ROWS", 2)
     app = Store(path, busy_budget=0, pragmas={"busy_timeout": 0})
     old_loop = app.loops.start(app.sessions.create(session_id="big").session_id).loop_id
     for n in range(5):
@@ -351,7 +478,8 @@ def test_a_large_replace_is_staged_too_and_the_old_session_goes_while_hidden(
                 for row in batch:
                     app.messages.append(user("between"), loop_id=loop_id)
                     seen.append(raw_counts(path))
-                    assert not app.sessions.exists("big") and app.sessions.count() == 1
+                    assert [m.message.text() for m in app.messages.records("big")] == [f"old {n}" for n in range(5)]
+                    assert app.sessions.count() == 2 and app.usage.session("big").requests == 0
                     yield [row]
 
         return rows()
@@ -360,18 +488,24 @@ def test_a_large_replace_is_staged_too_and_the_old_session_goes_while_hidden(
     with Store(path) as importer:
         report = importer.import_("pi", source, replace=True)
     assert report.sessions_written == ["big"]
-    assert [counts[0] for counts in seen] == [1] * 6  # staged all along, the old rows already gone
+    assert [counts[0] for counts in seen] == [1] * 6  # staged all along, beside the old session
     texts = [m.message.text() or "" for m in app.messages.records("big")]
     assert texts[0] == "text 0" and len(texts) == 6
     assert not any(text.startswith("old") for text in texts)
-    assert app.loops.list("big")[0].loop_id != old_loop and raw_counts(path)[0] == 0
+    assert app.loops.list("big")[0].loop_id != old_loop and raw_counts(path) == (
+        0,
+        2,
+        1 + len(app.loops.list("big")),
+        6 + 6,
+    )
+    assert app.usage.session("big").requests == 3
     app.close()
 
 
-def test_a_large_replace_that_fails_midway_leaves_nothing_visible(
+def test_a_large_replace_that_fails_midway_leaves_the_old_session_as_it_was(
     tmp_path: Path, stage_everything: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """What a failed (or killed) staged replace leaves: neither the old session nor a part of the new one."""
+    """What a failed staged replace leaves: the old session as it was, and nothing of the new one."""
     path = tmp_path / "store.db"
     source = _pi_file(tmp_path / "big.jsonl", ["one", "two"])
     with Store(path) as store:
@@ -390,4 +524,6 @@ def test_a_large_replace_that_fails_midway_leaves_nothing_visible(
     monkeypatch.setattr(writer, "_message_batches", failing)
     with Store(path) as store, pytest.raises(KeyboardInterrupt):
         store.import_("pi", source, replace=True)
-    assert raw_counts(path) == (0, 0, 0, 0)
+    assert raw_counts(path) == (0, 1, 1, 1)
+    with Store(path) as store:
+        assert [m.message.text() for m in store.messages.records("big")] == ["old"]

@@ -7,6 +7,7 @@ import math
 import tempfile
 from collections import defaultdict
 from datetime import datetime, timezone
+from decimal import Decimal
 from functools import reduce
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -21,6 +22,7 @@ from turnstore import (
     DEFAULT_PRICES,
     CostConfig,
     InvalidArgument,
+    InvalidPrices,
     LoopNotFound,
     Message,
     PriceTable,
@@ -277,6 +279,50 @@ def test_breakdowns_add_up_to_the_total(store: Store, two_sessions: dict[str, An
         assert sum(row.cost or 0 for row in rows) == pytest.approx(total.cost)
 
 
+def _exact(costs: Any) -> Decimal:
+    """The exact sum of costs, each as the decimal its float stands for (what it prints as)."""
+    return sum((Decimal(repr(cost or 0.0)) for cost in costs), Decimal(0))
+
+
+def test_costs_add_up_exactly_to_every_total(store: Store) -> None:
+    """A total's cost is exactly the sum of its groups': a session's of its loops' and its models', the store's
+    of its sessions' and its models', a loop's of its models'.
+
+    Priced and reported costs with many decimals, over loops and models: each group
+    rounded on its own (to 10 decimals, as before) made a session's cost differ from
+    the sum of its loops' or models' by up to 1e-10.
+    """
+    models = [("claude-sonnet-4-5", "anthropic"), ("gpt-5", "openai"), ("claude-haiku-4-5", "anthropic")]
+    for number in range(2):
+        session_id = store.sessions.create(f"s{number}").session_id
+        for loop_number in range(3):
+            loop_id = store.loops.start(session_id, continuation_kind="initial").loop_id
+            turn: list[Any] = []
+            for index, (model, provider) in enumerate(models):
+                seed = 7 * number + 3 * loop_number + index
+                spent = usage(
+                    1_234_567 + 7_919 * seed, 89_123 + 31 * seed, cache_read=3_331 * seed, cache_write=77 * seed
+                )
+                if index == 0:  # a cost the source reported, 4e-11 past 10 decimals: three of them pass 1e-10
+                    spent = spent.model_copy(update={"cost": 0.12345678904 + seed / 10})
+                turn += [user(), assistant(model=model, provider=provider, u=spent)]
+            store.messages.append_turn(loop_id, 0, turn)
+            store.loops.end(loop_id, usage=usage(11, 13).model_copy(update={"cost": 0.3 / (loop_number + 7)}))
+            by_model = store.usage.by_model(loop_id=loop_id)
+            assert _exact([store.usage.loop(loop_id).cost]) == _exact(row.cost for row in by_model)
+        session = store.usage.session(session_id)
+        for rows in (store.usage.by_loop(session_id), store.usage.by_model(session_id)):
+            assert _exact([session.cost]) == _exact(row.cost for row in rows)
+            assert _exact([session.reported_cost]) == _exact(row.reported_cost for row in rows)
+        by_loop = {row.loop_id: row.cost for row in store.usage.by_loop(session_id)}
+        assert by_loop == {loop.loop_id: store.usage.loop(loop.loop_id).cost for loop in store.loops.list(session_id)}
+    total = store.usage.total()
+    for rows in (store.usage.by_session(), store.usage.by_model(), store.usage.by_day()):
+        assert _exact([total.cost]) == _exact(row.cost for row in rows)
+        assert _exact([total.reported_cost]) == _exact(row.reported_cost for row in rows)
+    assert [row.cost for row in store.usage.by_session()] == [store.usage.session(f"s{n}").cost for n in range(2)]
+
+
 # --- prices -----------------------------------------------------------------------------
 
 
@@ -391,6 +437,19 @@ def test_catalog_prices_a_variant_as_itself(model: str, provider: str | None, va
     own, base = DEFAULT_PRICES.for_model(model, provider), DEFAULT_PRICES.for_model(variant_of, provider)
     assert own is not None and base is not None
     assert own.input_per_million != base.input_per_million
+
+
+@pytest.mark.parametrize("name", ["", "  "])
+def test_price_table_refuses_an_empty_model_name(tmp_path: Path, name: str) -> None:
+    """Every model name starts with the empty one: as a key it would price every model."""
+    with pytest.raises(InvalidPrices, match=r"^a model name must not be empty, got '\s*'$"):
+        PriceTable({name: {"input": 1}, "acme": {"input": 2}})
+    with pytest.raises(InvalidPrices, match=r"^a model name must not be empty"):
+        DEFAULT_PRICES.merged({name: {"input": 1}})
+    path = tmp_path / "prices.json"
+    path.write_text(json.dumps({name: {"input": 1}}), encoding="utf-8")
+    with pytest.raises(InvalidPrices, match=rf"^{path}: a model name must not be empty"):
+        PriceTable.from_file(path)
 
 
 def test_price_table_merged_overrides() -> None:

@@ -257,8 +257,8 @@ def conversation(store: Any) -> tuple[str, list[str], str, str]:
         chain.append(store.loops.start(session_id, parent_loop_id=chain[-1]).loop_id)
         for t in range(2):
             store.messages.append_turn(chain[-1], t, [user(f"p{k}.{t}"), assistant(f"a{k}.{t}")])
-    fork = store.messages.path(chain[1])[-1].id
-    branch = store.loops.start(session_id, parent_loop_id=chain[1], continuation="branch", fork_after=fork)
+    fork = store.messages.path(chain[1])[-1].message_id
+    branch = store.loops.start(session_id, parent_loop_id=chain[1], continuation_kind="branch", fork_after=fork)
     store.messages.append_turn(branch.loop_id, 0, [user("branch prompt"), assistant("branch answer")])
     return session_id, chain, child.loop_id, branch.loop_id
 
@@ -325,7 +325,7 @@ def test_a_chain_of_hundreds_of_loops_renders_every_loop(store: Any, store_url: 
     for k in range(300):
         chain.append(store.loops.start(session_id).loop_id)
         store.messages.append(Message.user(f"prompt {k}"), loop_id=chain[-1], turn_index=0)
-    rerun = store.loops.start(session_id, parent_loop_id=chain[200], continuation="rerun").loop_id
+    rerun = store.loops.start(session_id, parent_loop_id=chain[200], continuation_kind="rerun").loop_id
     with Store(store_url, read_only=True) as read_only:
         page = get(TestClient(create_app(read_only)), "/session", id=session_id, loop=chain[-1]).text
 

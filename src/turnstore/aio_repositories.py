@@ -163,7 +163,7 @@ class AsyncLoopRepository:
         *,
         config: LoopConfig | Mapping[str, Any] | None = None,
         parent_loop_id: str | None = LATEST,
-        continuation: ContinuationKind | str | None = None,
+        continuation_kind: ContinuationKind | str | None = None,
         fork_after: int | None = None,
         keep_from: int | None = None,
         loop_id: str | None = None,
@@ -172,6 +172,7 @@ class AsyncLoopRepository:
         status: LoopStatus | str = LoopStatus.RUNNING,
         metadata: Mapping[str, Any] | None = None,
         started_at: datetime | None = None,
+        continuation: ContinuationKind | str | None = None,
     ) -> Loop:
         """Async twin of :meth:`LoopRepository.start <turnstore.repositories.loops.LoopRepository.start>`."""
         return await self._workers.call(
@@ -180,7 +181,7 @@ class AsyncLoopRepository:
                 session_id,
                 config=config,
                 parent_loop_id=parent_loop_id,
-                continuation=continuation,
+                continuation_kind=continuation_kind,
                 fork_after=fork_after,
                 keep_from=keep_from,
                 loop_id=loop_id,
@@ -189,6 +190,7 @@ class AsyncLoopRepository:
                 status=status,
                 metadata=metadata,
                 started_at=started_at,
+                continuation=continuation,
             )
         )
 

@@ -13,7 +13,11 @@ Three sessions with fixed ids (so building the demo again replaces them):
 from __future__ import annotations
 
 import base64
+import functools
 import json
+import math
+import struct
+import zlib
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -42,13 +46,68 @@ CLAUDE = {"model": "claude-sonnet-4-5", "provider": "anthropic", "thinking_level
 GPT = {"model": "gpt-5", "provider": "openai"}
 START = datetime(2026, 11, 2, 9, 30, tzinfo=timezone.utc)
 
-# A 1x1 PNG, as an agent app would inline a screenshot.
+# A 1x1 PNG: the smallest image a message can carry.
 PIXEL = base64.b64encode(
     bytes.fromhex(
         "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
         "1f15c4890000000d49444154789c6360000002000100e527d4a20000000049454e44ae426082"
     )
 ).decode()
+
+SCREENSHOT_SIZE = (480, 270)
+"""Width and height of the demo's screenshot, in pixels."""
+
+
+@functools.lru_cache(maxsize=1)
+def screenshot() -> str:
+    """The research session's screenshot, base64: two chart libraries' dashboards side by side, as a user
+    would paste them (a line chart with its sparkline, a bar chart), :data:`SCREENSHOT_SIZE` pixels.
+
+    Drawn here, the same bytes every time, and small on disk (flat colours compress well).
+    """
+    width, height = SCREENSHOT_SIZE
+    pixels = [[(246, 247, 249)] * width for _ in range(height)]
+
+    def fill(x0: int, y0: int, x1: int, y1: int, colour: tuple[int, int, int]) -> None:
+        for y in range(max(y0, 0), min(y1, height)):
+            pixels[y][max(x0, 0) : min(x1, width)] = [colour] * (min(x1, width) - max(x0, 0))
+
+    fill(0, 0, width, 24, (52, 58, 70))  # the window's title bar, with its three buttons
+    for n, colour in enumerate(((237, 106, 94), (245, 191, 79), (98, 197, 84))):
+        fill(10 + 16 * n, 8, 18 + 16 * n, 16, colour)
+    half = width // 2
+    for left, title in ((0, (66, 133, 244)), (half, (219, 68, 55))):
+        fill(left + 12, 36, left + half - 12, height - 12, (255, 255, 255))  # the panel
+        fill(left + 24, 46, left + 120, 54, title)  # its heading
+        fill(left + 24, height - 40, left + half - 24, height - 39, (200, 204, 210))  # the x axis
+    # Library A: a line chart and, beside its heading, a sparkline of the same series.
+    series = [0.5 + 0.3 * math.sin(n / 9) + 0.12 * math.sin(n / 2.3) for n in range(half - 48)]
+    last = None
+    for n, value in enumerate(series):
+        y = int(height - 44 - value * (height - 120))
+        top, bottom = (y, y) if last is None else (min(y, last), max(y, last))
+        fill(24 + n, top, 25 + n, bottom + 2, (66, 133, 244))  # joined to the point before: no gaps
+        last = y
+    for n, value in enumerate(series[::3]):
+        spark = int(62 - value * 12)
+        fill(132 + n, spark, 133 + n, spark + 2, (66, 133, 244))
+    # Library B: a bar chart.
+    for n in range(8):
+        bar = int((0.35 + 0.5 * abs(math.sin(n * 1.7 + 0.4))) * (height - 120))
+        x = half + 28 + n * 24
+        fill(x, height - 40 - bar, x + 18, height - 40, (219, 68, 55))
+    rows = b"".join(b"\x00" + bytes(channel for pixel in row for channel in pixel) for row in pixels)
+    return base64.b64encode(_png(width, height, rows)).decode()
+
+
+def _png(width: int, height: int, rows: bytes) -> bytes:
+    """A PNG of 8-bit RGB ``rows`` (each a filter byte, 0, then its pixels), zlib-compressed."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows, 9)) + chunk(b"IEND", b"")
 
 
 class _Clock:
@@ -119,7 +178,7 @@ def _result(clock: _Clock, call_id: str, name: str, text: str, *, error: bool = 
 def _user(clock: _Clock, text: str, image: bool = False) -> UserMessage:
     content: list[Any] = [TextContent(text=text)]
     if image:
-        content.append(ImageContent(data=PIXEL, mime_type="image/png"))
+        content.append(ImageContent(data=screenshot(), mime_type="image/png"))
     return UserMessage(content=content, timestamp=clock.tick(20))
 
 
@@ -258,7 +317,7 @@ def _coding(store: Store) -> None:
         sid,
         config=GPT,
         parent_loop_id=follow.loop_id,
-        continuation="branch",
+        continuation_kind="branch",
         fork_after=follow_ids[0],
         started_at=clock.now,
     )
@@ -334,7 +393,7 @@ def _research(store: Store) -> None:
     sub = store.loops.start(
         sid,
         config={"model": "gpt-5-mini", "provider": "openai"},
-        continuation="initial",
+        continuation_kind="initial",
         spawn_loop_id=lid,
         spawn_tool_call_id="call_r2",
         started_at=clock.now,

@@ -34,9 +34,19 @@ from .repositories.rows import USAGE_FIELDS, ExportRow
 if TYPE_CHECKING:
     from .store import Store
 
-__all__ = ["EXPORT_FORMATS", "SESSION_KEY", "TURNSTORE_FORMAT_VERSION", "iter_export", "to_phi_core", "write_export"]
+__all__ = [
+    "DEFAULT_FORMAT",
+    "EXPORT_FORMATS",
+    "SESSION_KEY",
+    "TURNSTORE_FORMAT_VERSION",
+    "iter_export",
+    "to_phi_core",
+    "write_export",
+]
 
 EXPORT_FORMATS = ("phi-core", "phi-core-session", "turnstore")
+DEFAULT_FORMAT = "turnstore"
+"""The format an export is written in when none is named (``store.export``, ``turnstore export``): the lossless one."""
 TURNSTORE_FORMAT_VERSION = 1
 
 SESSION_KEY = "turnstoreSessionId"
@@ -113,7 +123,9 @@ class _Exporter:
         return to_phi_core(stored_json(row))
 
 
-def iter_export(store: Store, session_id: str, fmt: str, *, media: MediaMode = "inline") -> Iterator[str]:
+def iter_export(
+    store: Store, session_id: str, fmt: str = DEFAULT_FORMAT, *, media: MediaMode = "inline"
+) -> Iterator[str]:
     """The export of one session as chunks of text, streamed (a session is never held whole).
 
     ``media``: how media kept out of line is written (:data:`turnstore.MediaMode`).

@@ -23,6 +23,7 @@ from .collector import collector_paused
 from .errors import AlreadyExists, ImportFailed, InvalidMessage, InvalidRecord, TurnstoreError
 from .importers import get_importer
 from .importers.base import Importer, ImportOptions, ImportReport, RecordError, SessionBundle, digest_of
+from .importers.detect import wrong_format
 from .importers.files import BLANK, is_blank, iter_files
 from .repositories.import_writes import ImportWrites
 from .repositories.imports import UNCHANGED, WRITTEN, ImportRepository, check_ids, row_values, screen_messages
@@ -105,7 +106,13 @@ class _Run:
     """Pause the cyclic collector around each file (``Store.import_(tune_process=True)``)."""
 
     def file(self, path: Path) -> RecordError | None:
-        """Import every session of one file; what failed the file as a whole, if anything did."""
+        """Import every session of one file; what failed the file as a whole, if anything did.
+
+        An export of another format than the importer's is refused whole, naming its format.
+        """
+        other = wrong_format(path, self.importer.format)
+        if other is not None:
+            return RecordError(str(path), other)
         try:
             with collector_paused() if self.tune_process else contextlib.nullcontext():
                 for bundle in self.importer.bundles(path, self.options):

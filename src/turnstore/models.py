@@ -352,7 +352,7 @@ class Message(WireModel):
 
     @staticmethod
     def user(content: str | Sequence[Any], *, timestamp: int | None = None) -> UserMessage:
-        """A user message, stamped now unless ``timestamp`` is given; a string becomes one text block."""
+        """A user message, stamped now unless ``timestamp`` is given; a string becomes one text block (in a list too)."""
         return _build(UserMessage, content=_blocks(content), timestamp=_stamp(timestamp))
 
     @staticmethod
@@ -371,7 +371,7 @@ class Message(WireModel):
         timestamp: int | None = None,
         error_message: str | None = None,
     ) -> AssistantMessage:
-        """A model response; a string becomes one text block.
+        """A model response; a string becomes one text block, in a list too (``["let me look", call]``).
 
         ``stop_reason`` defaults to ``toolUse`` when the content holds a tool
         call, else ``stop``. ``usage=None`` stores the message with unknown
@@ -404,7 +404,7 @@ class Message(WireModel):
     ) -> ToolResultMessage:
         """A tool's output answering ``call`` (the tool call block, or its id plus ``tool_name``).
 
-        A string ``content`` becomes one text block.
+        A string ``content`` becomes one text block, in a list too.
         """
         if isinstance(call, ToolCallContent):
             call_id, tool_name = call.id, call.name if tool_name is None else tool_name
@@ -564,7 +564,8 @@ AgentMessage = Annotated[
 
 
 def _blocks(content: str | Sequence[Any]) -> list[Any]:
-    """A helper's ``content``: a string as one text block, else the blocks as given (models or dicts)."""
+    """A helper's ``content``: a string as one text block, else the blocks as given (models or dicts), each
+    string among them a text block in its place (``["let me look", call]``: a reply that talks and calls a tool)."""
     if isinstance(content, str):
         return [TextContent(text=content)]
     if not isinstance(content, Sequence):
@@ -572,7 +573,7 @@ def _blocks(content: str | Sequence[Any]) -> list[Any]:
             f"content must be a string or a list of content blocks, not {type(content).__name__}",
             [("content", "wrong type")],
         )
-    return list(content)
+    return [TextContent(text=block) if isinstance(block, str) else block for block in content]
 
 
 def _build(kind: type[_M], **fields: Any) -> _M:

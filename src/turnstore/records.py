@@ -10,8 +10,9 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, JsonValue
+from pydantic import BaseModel, ConfigDict, JsonValue, model_validator
 
+from .deprecation import renamed
 from .models import AgentMessage, Message, Usage
 
 __all__ = [
@@ -140,9 +141,13 @@ class Loop(Record):
 
 
 class StoredMessage(Record):
-    """A message with where it is stored: its id, loop, turn and place in the loop."""
+    """A message with where it is stored: its id, loop, turn and place in the loop.
 
-    id: int
+    Its id is ``message_id``, as in :class:`SearchHit` (and as a session's is
+    ``session_id``, a loop's ``loop_id``); ``id`` is its deprecated old name.
+    """
+
+    message_id: int
     session_id: str
     loop_id: str
     turn_index: int | None
@@ -150,6 +155,20 @@ class StoredMessage(Record):
     message: AgentMessage
     source: str | None = None
     """The verbatim source record, for imported messages."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_id(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "id" in data and "message_id" not in data:
+            renamed("StoredMessage(id=...)", "message_id=...", stacklevel=5)
+            data = {("message_id" if key == "id" else key): value for key, value in data.items()}
+        return data
+
+    @property
+    def id(self) -> int:
+        """Deprecated: the old name of :attr:`message_id` (warns)."""
+        renamed("StoredMessage.id", "StoredMessage.message_id")
+        return self.message_id
 
 
 class SearchHit(Record):

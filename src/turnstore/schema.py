@@ -258,7 +258,8 @@ staging = sa.Table(
     # A session being written in batches (migration 0004): every read leaves it out until it is published.
     sa.Column("session_id", sa.String, primary_key=True),
     # Who writes it: ``host:pid:token``. The next writer to open the store removes a staging whose
-    # owner is gone (a process of this host that no longer runs, or a lease not renewed in time).
+    # owner is gone: nobody holds the lock file the token names (staging.OwnerLock); without one,
+    # a process of this host that no longer runs, or a lease not renewed in time.
     sa.Column("owner", sa.String, nullable=False),
     # Renewed by every batch; a staging not renewed for the lease is abandoned.
     sa.Column("heartbeat_at", Timestamp, nullable=False),

@@ -14,17 +14,20 @@ sessions' totals and a session's total the sum of its loops'. A total's
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import stat
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
+from decimal import Decimal
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import InvalidPrices
 from .models import CostConfig, Usage
+from .usage_queries import COST_DECIMALS
 
 __all__ = ["DEFAULT_PRICES", "CatalogPrices", "PriceTable", "SavedPrice", "UsageRow", "UsageTotals"]
 
@@ -153,6 +156,8 @@ def _parse_prices(prices: Mapping[Any, Any], where: str) -> dict[str, CostConfig
     for model, price in prices.items():
         if not isinstance(model, str):
             raise InvalidPrices(f"{where}a model name must be a string, not {_shown(model)}")
+        if not _normal(model):  # every name starts with "": it would price every model
+            raise InvalidPrices(f"{where}a model name must not be empty, got {_shown(model)}")
         parsed[_normal(model)] = _cost_config(price, f"{where}model {_shown(model)}")
     return parsed
 
@@ -332,6 +337,51 @@ class UsageRow(UsageTotals):
     day: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
+_REPORTED_UNIT: int = 10 ** (18 - COST_DECIMALS)
+"""A unit of a reported cost (10**-COST_DECIMALS USD) in :data:`_UNITS_PER_DOLLAR` units."""
+_RATE_SCALE = 10**12
+"""A rate (USD per million tokens) is held as a whole number of 10**-12 of a unit, so a token at it costs a
+whole number of 10**-18 USD (:data:`_UNITS_PER_DOLLAR`)."""
+_UNITS_PER_DOLLAR = 10**18
+
+
+def _reported_units(cost: Any) -> int | None:
+    """A sum of reported costs (see :class:`~turnstore.usage_queries.reported_cost_sum`) as units of 10**-18 USD;
+    None for infinity.
+
+    An integer or a ``Decimal`` counts whole units of 10**-COST_DECIMALS USD; a float (SQLite's second try) is USD.
+    """
+    if isinstance(cost, float):
+        if math.isinf(cost):
+            return None
+        if cost >= 2.0**52:  # a whole number of dollars (and the product below could overflow)
+            return int(cost) * _UNITS_PER_DOLLAR
+        return round(cost * float(10**COST_DECIMALS)) * _REPORTED_UNIT
+    if isinstance(cost, Decimal) and not cost.is_finite():
+        return None
+    return int(cost) * _REPORTED_UNIT
+
+
+def _rate_units(price: CostConfig) -> tuple[int, int, int, int]:
+    """``price``'s four rates, each a whole number of 10**-12 USD per million tokens."""
+    return (
+        round(price.input_per_million * _RATE_SCALE),
+        round(price.output_per_million * _RATE_SCALE),
+        round(price.cache_read_per_million * _RATE_SCALE),
+        round(price.cache_write_per_million * _RATE_SCALE),
+    )
+
+
+def _dollars(units: int | None) -> float:
+    """Units as USD, correctly rounded (infinity for None, or past the largest float)."""
+    if units is None:
+        return math.inf
+    try:
+        return units / _UNITS_PER_DOLLAR
+    except OverflowError:
+        return math.inf
+
+
 class Tally:
     """Adds up the rows of :func:`turnstore.usage_queries.usage_rows` into one total.
 
@@ -340,10 +390,17 @@ class Tally:
     record count. :meth:`add` keeps exact integer sums; a group without a source
     is unpriced. A read-time ``prices`` table (``usage.session(..., prices=...)``)
     prices the groups it covers that no source reported a cost for.
+
+    Costs add up exactly, so a total's cost is the sum of its groups' in every
+    breakdown: each stored cost is rounded to :data:`COST_DECIMALS` decimals
+    record by record, in SQL, and summed as integers; a read-time price is
+    linear in the exact token sums (each rate held to 10**-12 USD per million
+    tokens). Only the result is rounded, to the nearest float.
     """
 
     __slots__ = (
         "cost",
+        "has_reported",
         "priced",
         "reported",
         "requests",
@@ -355,9 +412,12 @@ class Tally:
 
     def __init__(self) -> None:
         self.sums = [0, 0, 0, 0, 0, 0]
-        self.cost = 0.0
+        self.cost: int | None = 0
+        """The priced records' cost, in units of 10**-18 USD (None: infinite)."""
         self.priced = False
-        self.reported: float | None = None
+        self.reported: int | None = 0
+        """The reported part of it, in the same units."""
+        self.has_reported = False
         self.requests = 0
         self.unpriced_records = 0
         self.unpriced_tokens = 0
@@ -377,20 +437,28 @@ class Tally:
         for index, value in enumerate(tokens):
             self.sums[index] += value
         self.requests += int(values[9] or 0)
+        units: int | None
         if source != "reported" and prices is not None and count:
             price = prices.for_model(model, provider)
             if price is not None:
-                cost, source = price.price(tokens[0], tokens[1], tokens[3], tokens[4]), "override"
+                rate_in, rate_out, rate_read, rate_write = _rate_units(price)
+                units = tokens[0] * rate_in + tokens[1] * rate_out + tokens[3] * rate_read + tokens[4] * rate_write
+                self._add(units, False)
+                return
         if source is None or cost is None:
             self.unpriced_records += count
             self.unpriced_tokens += tokens[0] + tokens[1] + tokens[3] + tokens[4]
             if count:
                 self.unpriced_models.add(model or "")
             return
-        self.cost += float(cost)
+        self._add(_reported_units(cost), source == "reported")
+
+    def _add(self, units: int | None, reported: bool) -> None:
+        self.cost = None if self.cost is None or units is None else self.cost + units
         self.priced = True
-        if source == "reported":
-            self.reported = (self.reported or 0.0) + float(cost)
+        if reported:
+            self.reported = None if self.reported is None or units is None else self.reported + units
+            self.has_reported = True
 
     def fields(self) -> dict[str, Any]:
         """The tally as :class:`UsageTotals` keyword arguments."""
@@ -403,8 +471,8 @@ class Tally:
             "cache_read": cache_read,
             "cache_write": cache_write,
             "total_tokens": total,
-            "cost": round(self.cost, 10) if self.priced else None,
-            "reported_cost": None if self.reported is None else round(self.reported, 10),
+            "cost": _dollars(self.cost) if self.priced else None,
+            "reported_cost": _dollars(self.reported) if self.has_reported else None,
             "requests": self.requests,
             "cache_hit_rate": cache_read / prompt if prompt else 0.0,
             "unpriced_records": self.unpriced_records,

@@ -22,6 +22,9 @@ from .schema import USAGE_COLUMNS, loops, messages
 
 bp = sa.bindparam
 
+COST_DECIMALS = 12
+"""A reported cost counts rounded to this many decimals of a USD, record by record (:class:`reported_cost_sum`)."""
+
 
 DAY_MS = 86_400_000
 FIRST_DAY_MS = -62_135_596_800_000
@@ -92,30 +95,6 @@ def _utc_day_of_time_postgresql(element: utc_day_of_time, compiler: object, **kw
     return f"to_char({_argument(element, compiler, kw)} AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
 
 
-class cost_sum(FunctionElement[float]):
-    """``sum()`` of a cost column that cannot fail, for the second try of a read whose sums overflowed.
-
-    PostgreSQL's ``sum(double precision)`` fails with "value out of range:
-    overflow" past the largest float, which two accepted costs reach; summed as
-    ``numeric`` it cannot, and the total reads as infinity, as SQLite's
-    ``sum()`` gives it.
-    """
-
-    type = sa.Float()
-    name = "cost_sum"
-    inherit_cache = True
-
-
-@compiles(cost_sum)
-def _cost_sum(element: cost_sum, compiler: object, **kw: object) -> str:
-    return f"sum({_argument(element, compiler, kw)})"
-
-
-@compiles(cost_sum, "postgresql")
-def _cost_sum_postgresql(element: cost_sum, compiler: object, **kw: object) -> str:
-    return f"sum(CAST({_argument(element, compiler, kw)} AS NUMERIC))"
-
-
 USAGE_LEVELS = ("all", "session", "loop", "turn")
 USAGE_GROUPS = ("none", "loop", "session", "day")
 
@@ -152,7 +131,48 @@ def _sums(table: sa.Table, cost: ColumnElement[Any], part: int, split: bool) -> 
 
 
 def _cost(table: sa.Table, split: bool) -> ColumnElement[Any]:
-    return cost_sum(table.c.priced_cost) if split else sa.func.sum(table.c.priced_cost)
+    return reported_cost_sum(table.c.priced_cost, sa.literal_column("1" if split else "0", sa.Integer))
+
+
+class reported_cost_sum(FunctionElement[Any]):
+    """The ``sum()`` of a cost column (``priced_cost``: reported, override or catalog), each cost rounded to
+    ``10**-COST_DECIMALS`` USD first; it cannot fail.
+
+    Rounded record by record, so that every total and every group sums the same
+    values and each is exactly the sum of its parts (see :class:`turnstore.usage.Tally`).
+    PostgreSQL rounds and sums as ``numeric``, in whole units of ``10**-COST_DECIMALS``
+    USD: exactly, and without the overflow of its ``sum(double precision)`` past
+    the largest float. SQLite sums the units as 64-bit integers; a cost of
+    :data:`COST_UNITS_LIMIT` units or more counts as :data:`COST_UNITS_LIMIT`,
+    and such a sum (or one past ``2**63 - 1``, which fails with "integer
+    overflow") is read again (``split``) as a sum of the rounded costs in USD,
+    as floats, which reach infinity rather than fail.
+    """
+
+    name = "reported_cost_sum"
+    inherit_cache = True
+
+
+COST_UNITS_LIMIT = 9 * 10**18
+"""SQLite: the units of a cost (or sum) past which a reported cost sum is read again as floats (9 million USD)."""
+
+_SCALE = 10**COST_DECIMALS
+
+
+@compiles(reported_cost_sum)
+def _reported_cost_sum(element: reported_cost_sum, compiler: object, **kw: object) -> str:
+    column, split = (compiler.process(clause, **kw) for clause in element.clauses)  # type: ignore[attr-defined]
+    if split == "1":
+        return f"sum(round({column}, {COST_DECIMALS}))"
+    limit = COST_UNITS_LIMIT // _SCALE
+    units = f"CAST(round({column} * {_SCALE}) AS INTEGER)"
+    return f"sum(CASE WHEN {column} < {limit} THEN {units} ELSE {COST_UNITS_LIMIT} END)"
+
+
+@compiles(reported_cost_sum, "postgresql")
+def _reported_cost_sum_postgresql(element: reported_cost_sum, compiler: object, **kw: object) -> str:
+    column, _split = (compiler.process(clause, **kw) for clause in element.clauses)  # type: ignore[attr-defined]
+    return f"sum(round(CAST({column} AS NUMERIC) * {_SCALE}))"
 
 
 def joined(row: Sequence[Any], start: int) -> tuple[Any, ...]:
@@ -255,9 +275,8 @@ def usage_rows(level: str, group: str, split: bool = False) -> sa.CompoundSelect
     sums did: SQLite's ``sum()`` of 64-bit integers fails with "integer overflow"
     past ``2**63 - 1``, which a few accepted values reach, so each token column is
     summed as two halves (see :func:`joined`), which cannot for fewer than
-    ``2**31`` records (PostgreSQL sums ``bigint`` into ``numeric`` anyway); and
-    PostgreSQL's ``sum()`` of costs fails past the largest float (see
-    :class:`cost_sum`).
+    ``2**31`` records (PostgreSQL sums ``bigint`` into ``numeric`` anyway). Costs
+    are summed so that they cannot fail either way (see :class:`reported_cost_sum`).
     """
     parts = [message_usage(level, group, split)]
     if level != "turn":

@@ -125,11 +125,11 @@ def _loop_json(loop: Loop, stored: list[StoredMessage], unknown: set[int]) -> di
         "reported_usage": loop.reported_usage.model_dump(mode="json") if loop.reported_usage is not None else None,
         "messages": [
             {
-                "id": m.id,
+                "id": m.message_id,
                 "turn_index": m.turn_index,
                 "seq": m.seq,
                 "message": m.message.model_dump(mode="json"),
-                **({"usage_known": m.id not in unknown} if isinstance(m.message, AssistantMessage) else {}),
+                **({"usage_known": m.message_id not in unknown} if isinstance(m.message, AssistantMessage) else {}),
             }
             for m in stored
         ],
@@ -166,10 +166,10 @@ def _print_tree(
             turn = "-" if stored.turn_index is None else str(stored.turn_index)
             branch.add(
                 Text.assemble(
-                    f"#{stored.id} turn {turn} seq {stored.seq}  ",
+                    f"#{stored.message_id} turn {turn} seq {stored.seq}  ",
                     (stored.message.role, "cyan"),
                     "  ",
-                    _describe(stored, stored.id in unknown),
+                    _describe(stored, stored.message_id in unknown),
                 )
             )
     console().print(root)

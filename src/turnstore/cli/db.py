@@ -11,9 +11,10 @@ import click
 from sqlalchemy.engine import Engine
 
 from .. import migrate
-from ..engine import open_engine, resolve_url, sqlite_path
+from ..engine import describe, open_engine, resolve_url, sqlite_path
 from ..errors import SchemaOutOfDate
 from .app import Settings, cli, pass_settings, shared_options
+from .escaping import visible
 from .output import print_json
 
 
@@ -112,13 +113,19 @@ def check(settings: Settings) -> None:
 
 @db.command(context_settings={"ignore_unknown_options": True}, short_help="Downgrade the schema to REVISION.")
 @click.argument("revision")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask: downgrade (scripts; needed without a terminal).")
 @shared_options
 @pass_settings
-def downgrade(settings: Settings, revision: str) -> None:
-    """Downgrade the schema to REVISION (e.g. -1, 0001, base). base drops every table."""
+def downgrade(settings: Settings, revision: str, yes: bool) -> None:
+    """Downgrade the schema to REVISION (e.g. -1, 0001, base). base drops every table and all data.
+
+    Asks first on a terminal (back up the database); without one, refuses unless --yes.
+    """
     engine = _engine(settings, read_only=False)
     try:
         before = migrate.current(engine)
+        if not yes:
+            _confirm(settings, before, revision)
         migrate.downgrade(engine, revision)
         after = migrate.current(engine)
     finally:
@@ -127,3 +134,23 @@ def downgrade(settings: Settings, revision: str) -> None:
         print_json({"from": before, "to": after})
     else:
         click.echo(f"downgraded {before} -> {after or 'base (empty)'}")
+
+
+def _interactive() -> bool:
+    """Whether there is someone to ask: standard input is a terminal."""
+    return sys.stdin.isatty()
+
+
+def _confirm(settings: Settings, before: str | None, revision: str) -> None:
+    """Ask before a downgrade (on stderr, so ``--json`` output stays one document); refuse when no one can answer.
+
+    Raises:
+        click.UsageError: no terminal to ask on, and no ``--yes``.
+        click.Abort: the answer was no.
+    """
+    effect = "drops every table and all data" if revision == "base" else "changes the schema under every app using it"
+    if not _interactive():
+        raise click.UsageError(f"downgrading to {revision} {effect}: pass --yes to do it without a terminal to ask on")
+    where = visible(describe(resolve_url(settings.db)))
+    question = f"downgrade {where} from {before or 'base'} to {visible(revision)}? It {effect}"
+    click.confirm(question, abort=True, err=True)

@@ -19,7 +19,7 @@ DATES = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"]
 
 
 @cli.command()
-@click.argument("query")
+@click.argument("words", metavar="QUERY...", nargs=-1, required=True)
 @click.option("--session", "session_id", default=None, help="Only this session's messages.")
 @click.option("--loop", "loop_id", default=None, help="Only this loop's messages.")
 @click.option("--role", type=click.Choice(sorted(ROLES)), default=None, help="Only messages of this role.")
@@ -34,7 +34,7 @@ DATES = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"]
 @pass_settings
 def search(
     settings: Settings,
-    query: str,
+    words: tuple[str, ...],
     session_id: str | None,
     loop_id: str | None,
     role: str | None,
@@ -48,10 +48,13 @@ def search(
 ) -> None:
     """Find messages by their words, best match first.
 
-    QUERY: words (all must match), "exact phrases", -excluded, prefix*. Each hit
-    names its session, loop and turn: `turnstore show SESSION --loop LOOP --turn N`
-    shows the whole turn.
+    QUERY: words (all must match), "exact phrases", -excluded, prefix*; every
+    argument that is not an option is a part of it (`search fix test` is
+    `search "fix test"`), and a query that starts with -excluded goes after
+    `--` (`search -- -draft report`). Each hit names its session, loop and
+    turn: `turnstore show SESSION --loop LOOP --turn N` shows the whole turn.
     """
+    query = " ".join(words)
     filters = {"session_id": session_id, "loop_id": loop_id, "role": role, "tool_name": tool_name}
     hits = settings.store(read_only=True).messages.search(
         query, **filters, since=_utc(since), until=_utc(until), limit=limit, offset=offset,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..export import EXPORT_FORMATS
+from ..export import DEFAULT_FORMAT, EXPORT_FORMATS
 from ..media import MediaMode
 from .app import Settings, cli, media_option, pass_settings, shared_options
 from .escaping import visible
@@ -145,9 +145,10 @@ def _print_report(report: ImportReport) -> None:
     "--format",
     "fmt",
     type=click.Choice(EXPORT_FORMATS),
-    default="phi-core",
+    default=DEFAULT_FORMAT,
     show_default=True,
-    help="phi-core: JSON array of AgentMessage; phi-core-session: phi-core Session file; turnstore: lossless JSONL.",
+    help="turnstore: lossless JSONL (as store.export); phi-core: JSON array of AgentMessage; "
+    "phi-core-session: phi-core Session file.",
 )
 @click.option(
     "-o",
@@ -162,7 +163,9 @@ def _print_report(report: ImportReport) -> None:
 def export(settings: Settings, session_id: str, fmt: str, output: Path | None, media: MediaMode) -> None:
     """Export one session (streamed; large sessions are never held in memory).
 
-    Every format names the session, so importing the file gives back the same
+    The default format is turnstore's lossless JSONL, as ``store.export``
+    writes it (``turnstore import turnstore FILE`` rebuilds the session). Every
+    format names the session, so importing the file gives back the same
     session id. With -o, a failure (a full disk) leaves FILE as it was.
     """
     store = settings.store(read_only=True)

@@ -18,7 +18,9 @@ Each session becomes one bundle:
   grouped; a response ends at the next input item), a tool result per
   ``function_call_output``; every other item type becomes an extension
   message of kind = the item type. The row's ``message_data`` is the source,
-  verbatim (a grouped response keeps its rows' texts one per line).
+  verbatim (a grouped response keeps its rows' texts one per line, in row
+  order: its hosted tool items' too, whose extension messages, placed
+  after the assistant message, then have no source of their own).
 * Loops: one per user turn (``user_turn_number``) where the structure table
   says; derived (:mod:`.derive`) for plain ``SQLiteSession`` data. Turns are
   derived within each loop.
@@ -351,7 +353,7 @@ class _Builder:
                 message=message,
                 loop_id=loop_id,
                 turn_index=turn,
-                source="\n".join(row.text for row in piece.rows),
+                source=None if piece.in_response else "\n".join(row.text for row in piece.rows),
                 timestamp=piece.rows[0].timestamp if isinstance(message, ExtensionMessage) else None,
                 usage_known=not isinstance(message, AssistantMessage),
                 place=piece.rows[0].place,

@@ -15,7 +15,11 @@ with the same mapping (:func:`item_messages`, one message per item).
   and ``function_call`` items (tool calls, ``arguments`` parsed) in order. A
   response ends at the next input item (:data:`INPUT_TYPES`, or a message
   from the app) or at a branch's fork point; its other output items (hosted
-  tool calls...) follow it as extension messages in the same turn.
+  tool calls...) follow it as extension messages in the same turn. The
+  assistant message's source holds every item of the response in the SDK's
+  order, those too (they are no content a model is sent, but the SDK's
+  session gives them back in place), so their extension messages have no
+  source of their own.
 * ``function_call_output`` -> a tool result, named after its call.
 * Every other item type -> an extension message of kind = the item type.
 
@@ -89,12 +93,15 @@ class Piece:
 
     message: Message | ExtensionMessage
     rows: list[Row]
+    """The rows the message was made from, in order; their texts, one per line, are its source
+    (except for an :attr:`in_response` item's, which has none)."""
     nodes: list[int]
     """Trie nodes (row positions in the session's branch tree) the message holds."""
     turn_number: int | None
     asks_tools: bool = False
     in_response: bool = False
-    """An extension item of the model response whose assistant message comes just before it."""
+    """An extension item of the model response whose assistant message comes just before it: that
+    message's source holds the item's text in its place, so this message has no source."""
 
 
 def _reject_constant(name: str) -> Any:
@@ -208,15 +215,22 @@ class ItemConverter:
 
     def _response(self, members: list[tuple[Row, int | None, int]]) -> list[Piece]:
         """One model response: an assistant message of its reasoning, text and function-call items,
-        followed by its other items (hosted tool calls...) as extension messages."""
+        followed by its other items (hosted tool calls...) as extension messages.
+
+        The assistant message's rows are all the response's rows (malformed ones left out) in their
+        order, so its source gives the SDK's items back in place; its nodes are those of its own items.
+        """
         blocks: list[dict[str, Any]] = []
         held: list[tuple[Row, int | None, int]] = []
         others: list[Piece] = []
+        kept: list[Row] = []
         refused = incomplete = False
         for row, turn, node in members:
             item = row.item
             if item.get("role") == "assistant" or item.get("type") in ("reasoning", "function_call"):
                 converted = self._guard(_output_blocks, item, row.place)
+                if converted is not None:
+                    kept.append(row)
                 if converted:
                     blocks += converted
                     held.append((row, turn, node))
@@ -227,6 +241,7 @@ class ItemConverter:
                 extension = self._guard(parse_agent_message, data, row.place)
                 if extension is not None:
                     others.append(Piece(extension, [row], [node], turn))
+                    kept.append(row)
         if not held:
             return others
         asks = any(row.item.get("type") in CALL_TYPES for row, _, _ in members)
@@ -245,7 +260,7 @@ class ItemConverter:
             return others
         for piece in others:
             piece.in_response = True
-        assistant = Piece(message, [row for row, _, _ in held], [node for _, _, node in held], first_turn, asks)
+        assistant = Piece(message, kept, [node for _, _, node in held], first_turn, asks)
         return [assistant, *others]
 
 

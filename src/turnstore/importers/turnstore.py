@@ -1,4 +1,4 @@
-"""``turnstore``: turnstore's own JSONL export (``turnstore export SESSION --format turnstore``).
+"""``turnstore``: turnstore's own JSONL export (``turnstore export SESSION``, the default format).
 
 One object per line: a ``session`` line opens each session, followed by its
 ``loop`` lines and ``message`` lines. Message ids in the file are the

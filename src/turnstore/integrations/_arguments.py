@@ -3,9 +3,8 @@ instead of a failure on first use."""
 
 from __future__ import annotations
 
-import warnings
-
 from ..aio import AsyncStore
+from ..deprecation import deprecated
 from ..errors import InvalidArgument
 from ..store import Store
 
@@ -30,11 +29,10 @@ def check_adapter_arguments(session_id: object, store: object, url: object, name
 def old_order(session_id: object, store: object, name: str) -> tuple[object, object]:
     """``(session_id, store)``, from arguments given in the old order ``(store, session_id)`` too (with a warning)."""
     if isinstance(session_id, STORES) and isinstance(store, str):
-        warnings.warn(
+        deprecated(
             f"{name}(store, session_id) is deprecated and will be removed in the next release: "
             f"use {name}(session_id, store)",
-            DeprecationWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
         return store, session_id
     return session_id, store

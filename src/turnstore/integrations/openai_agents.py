@@ -17,10 +17,11 @@ keeps its history in turnstore:
   session is refused (``AlreadyExists``): a session reads and writes only its own.
 * A session imported from the SDK's database (``turnstore import
   openai-agents``) goes on where it left off: its items are the imported
-  ones (an imported model response's items, one per line of its source), and
-  the items loop continues its last loop.
+  ones (an imported model response's items, one per line of its source, in
+  the SDK's order: hosted tool items too, whose extension messages hold no
+  source of their own), and the items loop continues its last loop.
 * ``await session.record_usage(result)`` stores what a run cost in a loop of
-  its own (``continuation="initial"``, so it is no part of the items'
+  its own (``continuation_kind="initial"``, so it is no part of the items'
   context): one ``openai_agents.request_usage`` extension message per model
   request where the SDK lists them (``request_usage_entries``), else the
   run's usage on the loop (``store.loops.end(usage=..., requests=...)``).
@@ -43,7 +44,7 @@ from agents.memory import SessionABC
 from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
 
 from ..aio import AsyncStore
-from ..errors import AlreadyExists, InvalidArgument, LimitExceeded, LoopNotFound, SessionNotFound
+from ..errors import AlreadyExists, InvalidArgument, LimitExceeded, LoopNotFound, MessageNotFound, SessionNotFound
 from ..importers.base import RecordError
 from ..importers.openai_agents_items import Row, item_messages
 from ..models import ExtensionMessage, ToolResultMessage, Usage, now_ms
@@ -165,7 +166,9 @@ class TurnstoreSession(SessionABC):
         """The items' JSON texts along the path to ``head``, by the message holding them, oldest first.
 
         An imported model response is one message of several items (its source
-        holds their texts one per line); an item ``add_items`` stored is a message of its own.
+        holds their texts one per line, hosted tool items in their place; the
+        extension messages of those items, after it, have no source and are
+        skipped); an item ``add_items`` stored is a message of its own.
         """
         return [
             (message, message.source.split("\n"))
@@ -280,7 +283,7 @@ class TurnstoreSession(SessionABC):
                     self.session_id,
                     loop_id=self.loop_id,
                     parent_loop_id=None if head is None else head.loop_id,
-                    continuation="initial" if head is None else "default",
+                    continuation_kind="initial" if head is None else "default",
                 )
             except AlreadyExists:
                 self._own(store)  # a concurrent first call's, or another session's: refused
@@ -295,6 +298,19 @@ class TurnstoreSession(SessionABC):
         return cast("TResponseInputItem | None", await self._call(self._pop))
 
     def _pop(self, store: Store) -> Any:
+        tried: list[int] = []
+        while True:
+            try:
+                return self._pop_newest(store, tried)
+            except (MessageNotFound, InvalidArgument):
+                # On PostgreSQL another pop took the newest item, or an add came after it, since it was
+                # read: read the newest again. The same newest refused twice is refused for good.
+                if len(tried) > 1 and tried[-1] == tried[-2]:
+                    raise
+
+    def _pop_newest(self, store: Store, tried: list[int]) -> Any:
+        """Remove and return the newest item, in one transaction; ``tried`` gets the id of the message deleted."""
+        emptied_own_loop = False
         with store.transaction():
             head = self._head(store)
             if head is None:
@@ -304,6 +320,7 @@ class TurnstoreSession(SessionABC):
                 if not newest:
                     return None
                 message_id, _turn, source = newest[0]
+                tried.append(message_id)
                 store.messages.delete(message_id)
                 return json.loads(source) if source is not None else None
             held = self._texts(store, head)
@@ -313,10 +330,11 @@ class TurnstoreSession(SessionABC):
             loop = head
             while loop.loop_id != message.loop_id:  # loops the pops emptied stand between it and the end
                 store.loops.delete(loop.loop_id)
-                if loop.loop_id == self.loop_id:
-                    self._started = False
+                emptied_own_loop = emptied_own_loop or loop.loop_id == self.loop_id
                 loop = store.loops.get(cast(str, loop.parent_loop_id))
-            store.messages.delete(message.id)
+            tried.append(message.message_id)
+            # with the source-less extension messages of its hosted tool items after it
+            store.messages.delete(message.message_id, with_later=True)
             if len(lines) > 1:  # the rest of an imported model response: each item a message of its own
                 rest = lines[:-1]
                 store.messages.append_turn(
@@ -326,6 +344,8 @@ class TurnstoreSession(SessionABC):
                     sources=rest,
                     usage_known=False,
                 )
+        if emptied_own_loop:
+            self._started = False
         return json.loads(lines[-1])
 
     async def clear_session(self) -> None:
@@ -370,7 +390,7 @@ class TurnstoreSession(SessionABC):
             loop = store.loops.start(
                 self.session_id,
                 parent_loop_id=None,
-                continuation="initial",
+                continuation_kind="initial",
                 config={"model": model} if model else None,
                 metadata={"kind": RUN_USAGE},
             )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
@@ -11,11 +12,12 @@ from pydantic import ValidationError
 
 from .. import queries as q
 from ..database import Database
-from ..errors import InvalidArgument, LoopNotFound, SessionNotFound
+from ..errors import InvalidArgument, InvalidMessage, LoopNotFound, SessionNotFound
 from ..limits import Limits
 from ..models import Usage
 from ..pricing import Pricing, SavedPrices
 from ..usage import PriceTable
+from .message_json import READ_DEPTH, deeper_than, find, has_surrogate, shorten
 
 
 def dumps(value: Any) -> str | None:
@@ -23,6 +25,60 @@ def dumps(value: Any) -> str | None:
     if value is None:
         return None
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def json_object(what: str, value: Mapping[str, Any] | None) -> str | None:
+    """``value``, a JSON object (session or loop metadata, a loop's config), as the text its column stores.
+
+    Checked as the column is read back, before anything is written: a read
+    validates nesting only so deep (the store's :data:`.message_json.READ_DEPTH`,
+    as for messages), JSON has no NaN, and no database stores a lone surrogate.
+    A tuple is stored as an array, and read back as a list.
+
+    Raises:
+        InvalidArgument: ``what`` is not a JSON object, or what inside it is wrong, named by its place.
+        InvalidMessage: a string inside it holds a lone surrogate (as :func:`~turnstore.limits.check_json`
+            refuses a NUL).
+    """
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise InvalidArgument(what, f"must be a JSON object (a dict), not {type(value).__name__}")
+    if deeper_than(value, READ_DEPTH):
+        raise _too_deep(what, value)
+    try:
+        text = json.dumps(dict(value), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except RecursionError:  # nested tuples, which deeper_than does not walk
+        raise _too_deep(what, value) from None
+    except (TypeError, ValueError) as error:
+        raise InvalidArgument(what, f"{_place(value, _not_json)}not JSON ({error})") from None
+    if text.count("[") + text.count("{") >= READ_DEPTH and deeper_than(json.loads(text), READ_DEPTH):
+        raise _too_deep(what, json.loads(text))
+    if has_surrogate(text):
+        where = _place(value, lambda item, _: isinstance(item, str) and has_surrogate(item))
+        # InvalidMessage, as for a NUL (limits.check_json): text no database column can hold.
+        raise InvalidMessage(
+            f"{what}: {where}holds a lone surrogate, which UTF-8 (and so the database) cannot store",
+            [(what, "lone surrogate")],
+        )
+    return text
+
+
+def _place(value: Any, test: Any) -> str:
+    """``key[0]: ``, the place of the first value inside ``value`` that ``test`` finds, or nothing."""
+    path = find(value, test)
+    return f"{shorten(path)}: " if path else ""
+
+
+def _not_json(value: Any, _depth: int) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    return not isinstance(value, (str, int, list, tuple, dict)) and value is not None
+
+
+def _too_deep(what: str, value: Any) -> InvalidArgument:
+    where = _place(value, lambda item, depth: depth > READ_DEPTH and isinstance(item, (list, tuple, dict)))
+    return InvalidArgument(what, f"{where}nested more than {READ_DEPTH} levels deep, more than the store can read back")
 
 
 def loads(value: Any) -> Any:
@@ -78,11 +134,20 @@ _USAGE_KEYS = frozenset(_USAGE_FIELDS) | {"cacheRead", "cacheWrite", "totalToken
 def usage_argument(usage: Usage | Mapping[str, Any] | None) -> Usage | None:
     """A ``usage`` argument (``loops.end``, ``messages.append``): a :class:`Usage`, or its fields as a dict.
 
+    A :class:`Usage` is validated again from its fields: one changed since it
+    was built (``usage.input = -1``, ``model_copy(update=...)``) could hold
+    any value, and its columns would be written as they are.
+
     Raises:
         InvalidArgument: anything else, or fields a usage cannot hold (one line naming them).
     """
-    if usage is None or isinstance(usage, Usage):
-        return usage
+    if usage is None:
+        return None
+    if isinstance(usage, Usage):
+        try:
+            return Usage.model_validate(usage.model_dump(warnings=False))  # type: ignore[no-any-return]
+        except ValidationError as error:
+            raise InvalidArgument("usage", problems(error)) from None
     if not isinstance(usage, Mapping):
         raise InvalidArgument("usage", f"must be a Usage or a dict of its fields, not {type(usage).__name__}")
     unknown = [key for key in usage if key not in _USAGE_KEYS]

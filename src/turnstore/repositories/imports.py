@@ -191,7 +191,6 @@ def _write(
     writes: ImportWrites | None,
     pricing: Pricing,
 ) -> str:
-    owner = None
     # Worked out before the write lock is taken: Python work that keeps no other writer waiting.
     first_times, created, updated = _times(bundle)
     # A session that may be staged is written in short transactions with SQLite's own cache and checkpoints.
@@ -200,53 +199,61 @@ def _write(
         if writes is None or staging.may_stage(db, len(bundle.messages))
         else (writes.session(len(bundle.messages), spilled=bundle.spill is not None))
     )
-    with large, db.write():
-        if check_bundle(db, bundle, fmt, replace=replace) == UNCHANGED:
-            return UNCHANGED
-        staging.refuse_live(db, bundle.session_id)
-        owner = staging.staged_write(db, len(bundle.messages))
-        # Without replace the check found no session here, so a delete could only take the rows of
-        # an import of it that committed since (PostgreSQL reads each statement afresh): let the
-        # insert meet them instead (see _after_conflict).
-        replacing = replace and db.fetchone(q.session_exists(), {"session_id": bundle.session_id}) is not None
-        if replacing and owner is None:
-            for statement in q.delete_session():
-                db.execute(statement, {"session_id": bundle.session_id})
-            media.release(db, bundle.session_id)
-        if not (replacing and owner is not None):  # a staged replace inserts it once the old rows are gone
-            _insert_session(db, bundle, created, updated)
-        if owner is not None:  # the rest in short transactions of their own, the session hidden meanwhile
-            staging.begin(db, bundle.session_id, owner)
-        else:
-            for batch in _loop_batches(db, bundle, first_times, created, pricing):
-                db.executemany(q.insert_loop(), batch)
-            for batch in rows:
-                _insert_messages(db, batch)
-            _finish(db, bundle, fmt, report)
-            del rows  # let go before the commit
-    if owner is not None:
-        steps: Iterator[Callable[[], None]] = (
-            chain(  # made one at a time, as they run: a large session's rows are never all in memory
-                # A replace: the old session's rows go first, a batch at a time, hidden from every read as they go.
-                staging.removal_steps(db, bundle.session_id) if replacing else (),
-                (partial(_insert_session, db, bundle, created, updated),) if replacing else (),
+    owner: staging.OwnerLock | None = None
+    try:
+        with large, db.write():
+            if check_bundle(db, bundle, fmt, replace=replace) == UNCHANGED:
+                return UNCHANGED
+            staging.refuse_live(db, bundle.session_id)
+            owner = staging.staged_write(db, len(bundle.messages))
+            # Without replace the check found no session here, so a delete could only take the rows of
+            # an import of it that committed since (PostgreSQL reads each statement afresh): let the
+            # insert meet them instead (see _after_conflict).
+            replacing = replace and db.fetchone(q.session_exists(), {"session_id": bundle.session_id}) is not None
+            target = bundle.session_id
+            if replacing and owner is None:
+                for statement in q.delete_session():
+                    db.execute(statement, {"session_id": bundle.session_id})
+                media.release(db, bundle.session_id)
+            elif replacing:  # staged under another id; the stored session stays until it is swapped in
+                target = staging.staged_id(bundle.session_id)
+                staging.refuse_live(db, target)
+            _insert_session(db, bundle, created, updated, target)
+            if owner is not None:  # the rest in short transactions of their own, the session hidden meanwhile
+                staging.begin(db, target, owner.name)
+            else:
+                for batch in _loop_batches(db, bundle, first_times, created, pricing):
+                    db.executemany(q.insert_loop(), batch)
+                for batch in rows:
+                    _insert_messages(db, batch)
+                _finish(db, bundle, fmt, report)
+                del rows  # let go before the commit
+        if owner is not None:
+            under = partial(staging.staged_rows, staged=target) if target != bundle.session_id else list
+            steps: Iterator[Callable[[], None]] = chain(  # made one at a time, as they run: never all in memory
                 (
-                    partial(db.executemany, q.insert_loop(), batch)
+                    partial(db.executemany, q.insert_loop(), under(batch))
                     for batch in _loop_batches(db, bundle, first_times, created, pricing)
                 ),
-                (partial(_insert_messages, db, part) for batch in rows for part in staging.parts(batch)),
+                (partial(_insert_messages, db, under(part)) for batch in rows for part in staging.parts(batch)),
             )
-        )
-        staging.write_staged(db, bundle.session_id, owner, steps, partial(_finish, db, bundle, fmt, report))
+            finish = partial(_finish, db, bundle, fmt, report)
+            if target != bundle.session_id:
+                finish = partial(_swap_in_then_finish, db, bundle.session_id, target, finish)
+            staging.write_staged(db, target, owner.name, steps, finish)
+    finally:
+        if owner is not None:
+            owner.release()
     bundle.release()  # the messages and source records go now; the bundle keeps its loops and digest
     return WRITTEN
 
 
-def _insert_session(db: Database, bundle: SessionBundle, created: datetime, updated: datetime) -> None:
+def _insert_session(db: Database, bundle: SessionBundle, created: datetime, updated: datetime, session_id: str) -> None:
+    """The session's row, under ``session_id`` (the bundle's, or the id a staged replace writes it under)."""
     db.execute(
         q.insert_session(),
         {
-            "session_id": bundle.session_id,
+            "session_id": session_id,
             "agent_id": bundle.agent_id,
             "title": bundle.title,
             "metadata": dumps(bundle.metadata),
@@ -297,6 +304,12 @@ def _finish(db: Database, bundle: SessionBundle, fmt: str, report: dict[str, Any
             "report": dumps(report),
         },
     )
+
+
+def _swap_in_then_finish(db: Database, session_id: str, staged: str, finish: Callable[[], None]) -> None:
+    """A staged replace's last writes: the stored session gives way to the one staged, then ``finish``."""
+    staging.swap_in(db, session_id, staged)
+    finish()
 
 
 LOOP_BATCH = 2_000

@@ -11,13 +11,14 @@ from pydantic import ValidationError
 
 from .. import queries as q
 from ..database import Database
+from ..deprecation import renamed
 from ..errors import AlreadyExists, InvalidArgument, LoopNotFound, SessionNotFound
 from ..ids import mint_loop_id, next_loop_number
 from ..limits import check_json, check_text
 from ..models import MAX_INT, ExtensionMessage, Usage
 from ..records import ContinuationKind, Loop, LoopConfig, LoopStatus
 from ..schema import PRICED_COLUMNS, USAGE_COLUMNS
-from ._shared import Settings, dumps, problems, usage_argument, utcnow
+from ._shared import Settings, json_object, problems, usage_argument, utcnow
 from .rows import loop_from_row, usage_params
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ class LoopRepository:
         *,
         config: LoopConfig | Mapping[str, Any] | None = None,
         parent_loop_id: str | None = LATEST,
-        continuation: ContinuationKind | str | None = None,
+        continuation_kind: ContinuationKind | str | None = None,
         fork_after: int | None = None,
         keep_from: int | None = None,
         loop_id: str | None = None,
@@ -58,12 +59,13 @@ class LoopRepository:
         status: LoopStatus | str = LoopStatus.RUNNING,
         metadata: Mapping[str, Any] | None = None,
         started_at: datetime | None = None,
+        continuation: ContinuationKind | str | None = None,
     ) -> Loop:
         """Start a loop in a session.
 
         By default the new loop continues the session's latest loop
-        (``continuation="default"``), or is the first (``"initial"``). Pass
-        ``continuation="initial"`` for a fresh context, ``"branch"`` with
+        (``continuation_kind="default"``), or is the first (``"initial"``). Pass
+        ``continuation_kind="initial"`` for a fresh context, ``"branch"`` with
         ``fork_after=<message id>`` to fork from a parent's message,
         ``"rerun"`` to run the parent again, ``"compaction"`` (see :meth:`compact`).
 
@@ -71,7 +73,8 @@ class LoopRepository:
             session_id: the session the loop belongs to.
             config: the model settings (``model``, ``provider``, ``config_id``...).
             parent_loop_id: the loop this one continues; default: the latest.
-            continuation: how it continues the parent.
+            continuation_kind: how it continues the parent (the new loop's
+                :attr:`~turnstore.Loop.continuation_kind`).
             fork_after: id of the parent's message after which this loop forks.
             keep_from: compaction loops: the first message still shown after the summary.
             loop_id: an explicit id; default ``"{session_id}.{config_id}.{N}"``.
@@ -80,17 +83,26 @@ class LoopRepository:
             status: initial status (default ``running``).
             metadata: any JSON object.
             started_at: default now.
+            continuation: deprecated: the old name of ``continuation_kind`` (warns).
 
         Raises:
             SessionNotFound: no such session.
             LoopNotFound: the parent loop does not exist.
             AlreadyExists: ``loop_id`` is taken.
-            InvalidArgument: an unknown ``continuation`` or ``status``, a branch without
+            InvalidArgument: an unknown ``continuation_kind`` or ``status``, both
+                ``continuation_kind`` and ``continuation``, a branch without
                 ``fork_after``, a fork point or kept message not where it must be
                 (the error's ``argument`` names which); nothing is written.
         """
         config_dict = _config_dict(config)
-        kind = _enum(ContinuationKind, continuation, "continuation") if continuation is not None else None
+        if continuation is not None:
+            renamed("loops.start(continuation=...)", "continuation_kind=...")
+            if continuation_kind is not None:
+                raise InvalidArgument("continuation", "give continuation_kind only (continuation is its old name)")
+            continuation_kind = continuation
+        kind = (
+            _enum(ContinuationKind, continuation_kind, "continuation_kind") if continuation_kind is not None else None
+        )
         loop_status: LoopStatus = _enum(LoopStatus, status, "status")
         limits = self._settings.limits
         if loop_id is not None:
@@ -102,6 +114,8 @@ class LoopRepository:
         check_text("spawn_tool_call_id", spawn_tool_call_id)
         check_json("config", config_dict)
         check_json("metadata", metadata)
+        config_text = json_object("config", config_dict)
+        metadata_text = json_object("metadata", metadata)
         when = started_at or utcnow()
         with self._db.write():
             if self._db.fetchone(q.lock_session(), {"session_id": session_id}) is None:
@@ -120,7 +134,7 @@ class LoopRepository:
                 "continuation_kind": kind.value,
                 "fork_after": fork_after,
                 "keep_from": keep_from,
-                "config": dumps(config_dict),
+                "config": config_text,
                 "config_id": config_id,
                 "model": (config_dict or {}).get("model"),
                 "provider": (config_dict or {}).get("provider"),
@@ -130,7 +144,7 @@ class LoopRepository:
                 "spawn_loop_id": spawn_loop_id,
                 "spawn_tool_call_id": spawn_tool_call_id,
                 **dict.fromkeys((*USAGE_COLUMNS, "cost", *PRICED_COLUMNS, "requests")),
-                "metadata": dumps(dict(metadata)) if metadata is not None else None,
+                "metadata": metadata_text,
                 "source": None,
             }
             try:
@@ -159,6 +173,7 @@ class LoopRepository:
         counts toward the session's totals.
         """
         assert self._messages is not None
+        usage = usage_argument(usage)  # refused before the loop is started
         parent = self.get(loop_id)
         data: dict[str, Any] = {"summary": summary}
         if tokens_before is not None:
@@ -168,7 +183,7 @@ class LoopRepository:
                 parent.session_id,
                 config=config if config is not None else parent.config,
                 parent_loop_id=loop_id,
-                continuation=ContinuationKind.COMPACTION,
+                continuation_kind=ContinuationKind.COMPACTION,
                 keep_from=keep_from,
                 started_at=started_at,
             )
@@ -194,7 +209,7 @@ class LoopRepository:
         """Mark a loop finished; an ended loop takes no more messages.
 
         ``usage`` is the run's usage, for apps that know it per run only (a
-        ``RunResult``'s usage, pydantic-ai's ``result.usage()``): it counts in
+        ``RunResult``'s usage, pydantic-ai's ``result.usage``): it counts in
         every total where none of the loop's messages carry usage of their own,
         and never on top of theirs. ``requests`` is how many model calls it
         covers; default: the loop's assistant messages (one call each).
@@ -396,8 +411,9 @@ def _config_dict(config: LoopConfig | Mapping[str, Any] | None) -> dict[str, Any
     if config is None:
         return None
     if isinstance(config, LoopConfig):
-        return config.model_dump(exclude_none=True)
-    if not isinstance(config, Mapping):
+        # Validated again below: a config changed since it was built (``config.model = 5``) may hold anything.
+        config = config.model_dump(exclude_none=True, warnings=False)
+    elif not isinstance(config, Mapping):
         raise InvalidArgument("config", "a loop config must be a JSON object")
     try:
         LoopConfig(**config)

@@ -3,7 +3,8 @@
 Every write of a message row goes through :func:`put` and :func:`link_loop`
 (appends) or :func:`link_session` (imports), in the transaction of the row;
 every read of a stored text through :func:`restore`; every removal of a
-session through :func:`release`, in the transaction of the removal.
+session through :func:`release`, and of a loop's tail through
+:func:`release_unreferenced`, in the transaction of the removal.
 
 Races (PostgreSQL; SQLite writers take turns): a writer's :func:`put`
 locks each media row it refers to until it commits (an upsert that updates
@@ -27,11 +28,23 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from ..database import Database
 from ..errors import InvalidArgument, MediaNotFound
-from ..media import MARK, MEDIA_MODES, MediaMode, join, pieces, split
-from ..schema import loops, media, session_media
+from ..media import MARK, MEDIA_MODES, MediaMode, digests, join, pieces, split
+from ..schema import loops, media, messages, session_media
 from .rows import parse_parts, parse_rows
 
-__all__ = ["check_mode", "fetch", "link_loop", "link_session", "parse", "put", "release", "restore", "split_row"]
+__all__ = [
+    "check_mode",
+    "fetch",
+    "held_by_tail",
+    "link_loop",
+    "link_session",
+    "parse",
+    "put",
+    "release",
+    "release_unreferenced",
+    "restore",
+    "split_row",
+]
 
 bp = sa.bindparam
 
@@ -144,6 +157,66 @@ def release(db: Database, session_id: str) -> None:
         for row in rows:  # in digest order, as writers lock them: no deadlock between two releases
             db.execute(_lock(), row)
     db.executemany(_free(), rows)
+
+
+@cache
+def _tail_texts() -> sa.Select[Any]:
+    """The stored texts of a loop's messages from :seq on that may refer to media (``:pattern``, see
+    :func:`_referring_message`); ``message`` may be a JSON column: read as text."""
+    pattern = bp("pattern", type_=sa.Text)
+    message = sa.cast(messages.c.message, sa.Text)
+    return sa.select(message, messages.c.source).where(
+        messages.c.loop_id == bp("loop_id"),
+        messages.c.seq >= bp("seq"),
+        sa.or_(message.like(pattern, escape="!"), messages.c.source.like(pattern, escape="!")),
+    )
+
+
+@cache
+def _referring_message() -> sa.Select[Any]:
+    """A message of the session whose text or source still holds a reference: ``:pattern`` is ``%<reference>%``.
+
+    ``ESCAPE`` is given so that PostgreSQL takes the reference's backslash as itself (its default escape); a
+    reference holds no ``%``, ``_`` or ``!``.
+    """
+    pattern = bp("pattern", type_=sa.Text)
+    message = sa.cast(messages.c.message, sa.Text).like(pattern, escape="!")
+    source = messages.c.source.like(pattern, escape="!")
+    return sa.select(sa.literal(1)).where(messages.c.session_id == bp("session_id"), sa.or_(message, source)).limit(1)
+
+
+@cache
+def _unlink() -> sa.Delete:
+    return sa.delete(session_media).where(
+        session_media.c.session_id == bp("session_id"), session_media.c.sha256 == bp("sha256")
+    )
+
+
+def held_by_tail(db: Database, params: Mapping[str, Any]) -> list[str]:
+    """The digests the messages of ``params``' loop from its ``seq`` on refer to (before they are deleted)."""
+    held: set[str] = set()
+    for text, source in db.fetchall(_tail_texts(), {**params, "pattern": f"%{MARK}m%"}):
+        for stored in (text, source):
+            if stored is not None and MARK in stored:
+                held.update(digests(stored))
+    return sorted(held)
+
+
+def release_unreferenced(db: Database, session_id: str, held: Sequence[str]) -> None:
+    """After messages of a session were deleted: drop its references to ``held`` that no message of it still
+    makes, and free the media no session refers to any more, in the caller's transaction.
+
+    As :func:`release` does, each row that may be freed is locked (in digest order) before its references are
+    looked for, in a later statement.
+    """
+    for digest in sorted(held):
+        row = {"sha256": digest}
+        if db.is_postgresql:
+            db.execute(_lock(), row)
+        pattern = f"%{MARK}m{digest}{MARK}%"
+        if db.fetchone(_referring_message(), {"session_id": session_id, "pattern": pattern}) is None:
+            db.execute(_unlink(), {"session_id": session_id, "sha256": digest})
+            db.execute(_free(), row)
 
 
 # --- reading --------------------------------------------------------------------

@@ -29,12 +29,33 @@ def parse_message(value: MessageInput) -> Message | ExtensionMessage:
 
     A JSON object may use Python field names and a plain-string ``content``
     (see :func:`turnstore.wire_input.from_input`); it is stored in wire form.
+    A model is validated again, from its JSON (it may have been changed since
+    it was built): the model returned is a new one.
 
     Raises:
         InvalidMessage: the value is not a valid AgentMessage; names the failing fields.
     """
+    return checked_message(value)[0]
+
+
+def checked_message(value: MessageInput) -> tuple[Message | ExtensionMessage, str | None]:
+    """:func:`parse_message`, and a model's stored JSON text if making the model dumped it (else None).
+
+    A model given is checked as a stored message is read: its JSON is dumped
+    and validated, and the model validated from it is returned, with that
+    text. pydantic validates a model only when it is built, so one changed
+    since (``message.usage.input = -5``, ``model_copy(update=...)``) could
+    otherwise hold anything, and be stored as it is: counted in every total,
+    refused on every read. The text validated is the text stored, so what is
+    written is what reads back; a model is validated once, as a dict is.
+    """
     if isinstance(value, (Message, ExtensionMessage)):
-        return value
+        text = dump_message(value)
+        try:
+            parsed: Message | ExtensionMessage = AGENT_MESSAGE.validate_json(text)
+        except ValidationError as error:
+            raise InvalidMessage.from_pydantic(error) from None
+        return parsed, text
     if isinstance(value, Mapping):
         if deeper_than(value, READ_DEPTH):
             # Refused before pydantic sees it: pydantic-core reports input this deep through
@@ -45,8 +66,7 @@ def parse_message(value: MessageInput) -> Message | ExtensionMessage:
                 [(where, "nested too deeply")],
             )
         try:
-            parsed: Message | ExtensionMessage = AGENT_MESSAGE.validate_python(from_input(value))
-            return parsed
+            return AGENT_MESSAGE.validate_python(from_input(value)), None
         except ValidationError as error:
             raise InvalidMessage.from_pydantic(error) from None
     raise InvalidMessage(
@@ -127,7 +147,7 @@ def prepare_row(
                 "timestamp", f"dates a message without a time of its own: must be 0 or more, got {dated}"
             )
         message = {**message, "timestamp": dated}
-    parsed = parse_message(message)
+    parsed, text = checked_message(message)
     role = parsed.role
     turn = None if isinstance(parsed, ExtensionMessage) else parsed.turn
     if turn is not None:
@@ -158,7 +178,9 @@ def prepare_row(
         # Stamp the row's turn into the message, as phi-core would have...
         parsed = parsed.model_copy(update={"turn": TurnId(loop_id=loop_id, turn_index=turn_index)})
         stamp = False
-    text = dump_message(parsed)
+        text = None
+    if text is None:
+        text = dump_message(parsed)
     if stamp:
         # ...cheaply: "turnId" is a message's last key when it has no unknown keys.
         text = f"{text[:-1]},{turn_json(loop_id, turn_index)}}}"  # type: ignore[arg-type]

@@ -18,7 +18,7 @@ from pydantic_core import PydanticSerializationError, from_json
 from ..errors import InvalidMessage
 from ..models import ExtensionMessage, Message
 
-__all__ = ["READ_DEPTH", "deeper_than", "dump_message", "find", "shorten"]
+__all__ = ["READ_DEPTH", "deeper_than", "dump_message", "find", "has_surrogate", "shorten"]
 
 
 def dump_message(model: Message | ExtensionMessage) -> str:
@@ -30,8 +30,9 @@ def dump_message(model: Message | ExtensionMessage) -> str:
             store could not read back (see :func:`_check_readable`).
     """
     try:
-        # model_dump_json() with every option at its default, without its per-call argument handling.
-        text = model.__pydantic_serializer__.to_json(model).decode()
+        # model_dump_json() without its per-call argument handling; no warning for a field changed to a
+        # value of another type: the text is validated before it is stored, and that names the field.
+        text = model.__pydantic_serializer__.to_json(model, warnings=False).decode()
     except (PydanticSerializationError, ValueError, TypeError) as error:
         raise _unserializable(model, error) from None
     if len(text) > _DIGITS and _reads_back(text):
@@ -104,7 +105,7 @@ def _unserializable(model: Message | ExtensionMessage, error: Exception) -> Inva
             data = model.model_dump(by_alias=True)
         except ValueError:  # a surrogate in a key of an extra field: pydantic cannot walk it either
             data = None
-        path = find(data, lambda value, _: isinstance(value, str) and _has_surrogate(value))
+        path = find(data, lambda value, _: isinstance(value, str) and has_surrogate(value))
         where = shorten(path)
         return InvalidMessage(
             f"{where}: holds a lone surrogate, which UTF-8 (and so the database) cannot store",
@@ -113,7 +114,8 @@ def _unserializable(model: Message | ExtensionMessage, error: Exception) -> Inva
     return InvalidMessage(f"message cannot be stored as JSON: {error}", [("message", str(error))])
 
 
-def _has_surrogate(text: str) -> bool:
+def has_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate, which UTF-8 (and so every database) cannot store."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

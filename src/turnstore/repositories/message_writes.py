@@ -258,7 +258,7 @@ class MessageWrites(MessageRepositoryBase):
                 loop.session_id,
                 config=config if config is not None else loop.config,
                 parent_loop_id=owner,
-                continuation=ContinuationKind.BRANCH,
+                continuation_kind=ContinuationKind.BRANCH,
                 fork_after=after,
                 loop_id=new_loop_id,
             )
@@ -286,8 +286,8 @@ class MessageWrites(MessageRepositoryBase):
             if row is None:
                 raise MessageNotFound(f"message {message_id} not found")
             _id, session_id, loop_id, _turn_index, seq, _text, _source = row
-            if self._db.is_postgresql:
-                self._db.fetchone(q.lock_loop(), {"loop_id": loop_id})
+            if self._db.is_postgresql and not self._hold_for_delete(message_id, session_id, loop_id):
+                raise MessageNotFound(f"message {message_id} not found")
             params = {"loop_id": loop_id, "seq": seq}
             ids = [tail_id for (tail_id,) in self._db.fetchall(q.loop_tail_ids(), params)]
             if len(ids) > 1 and not with_later:
@@ -304,9 +304,24 @@ class MessageWrites(MessageRepositoryBase):
                     f"loop {dependent_loop!r} continues from message {fork_point or ids[-1]} of loop {loop_id!r}; "
                     "delete or rewind that loop instead",
                 )
+            held = out_of_line.held_by_tail(self._db, params)
             self._db.execute(q.delete_loop_tail(), params)
+            out_of_line.release_unreferenced(self._db, session_id, held)
             self._db.execute(q.touch_session(), {"session_id": session_id, "updated_at": self._db.bind_time(utcnow())})
         return ids
+
+    def _hold_for_delete(self, message_id: int, session_id: str, loop_id: str) -> bool:
+        """PostgreSQL: hold the message's loop and session rows; whether the message is still there.
+
+        The loop row orders deletes and appends of one loop; the session row is what
+        starting a loop holds, so a loop forking from, keeping or continuing the tail
+        either committed before (and the check of dependents sees it) or checks its
+        fork point after this delete. The message is read again under both: a
+        delete that held them first may have removed it (and an append refilled its place).
+        """
+        self._db.fetchone(q.lock_loop(), {"loop_id": loop_id})
+        self._db.fetchone(q.lock_session(), {"session_id": session_id})
+        return self._db.fetchone(q.get_message(), {"id": message_id}) is not None
 
     def _owner_in_history(self, loop: Loop, message_id: int) -> str:
         """The loop of ``loop``'s history that holds ``message_id`` (refused if none does)."""

@@ -155,7 +155,7 @@ def stored_message(row: Iterable[Any]) -> StoredMessage:
         stored,
         "__dict__",
         {
-            "id": message_id,
+            "message_id": message_id,
             "session_id": session_id,
             "loop_id": loop_id,
             "turn_index": turn_index,

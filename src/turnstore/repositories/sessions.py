@@ -13,7 +13,7 @@ from ..errors import AlreadyExists, InvalidArgument, SessionNotFound
 from ..limits import check_json, check_text
 from ..records import Session, SessionSummary
 from . import media
-from ._shared import Settings, dumps, utcnow
+from ._shared import Settings, json_object, loads, utcnow
 from .rows import SessionSources, session_from_row, summary_from_row
 
 __all__ = ["SessionRepository"]
@@ -57,15 +57,14 @@ class SessionRepository:
         self._settings.limits.check_id("session_id", session_id)
         self._settings.limits.check_name("agent_id", agent_id)
         check_text("title", title)
-        if metadata is not None and not isinstance(metadata, Mapping):
-            raise InvalidArgument("metadata", "session metadata must be a JSON object")
         check_json("metadata", metadata)
+        metadata_text = json_object("metadata", metadata)
         now = created_at or utcnow()
         params = {
             "session_id": session_id,
             "agent_id": agent_id,
             "title": title,
-            "metadata": _metadata_json(metadata),
+            "metadata": metadata_text,
             "created_at": self._db.bind_time(now),
             "updated_at": self._db.bind_time(now),
             "source": None,
@@ -87,7 +86,7 @@ class SessionRepository:
             session_id=session_id,
             agent_id=agent_id,
             title=title,
-            metadata=dict(metadata) if metadata is not None else None,
+            metadata=loads(metadata_text),  # as a read gives it back (a tuple as a list)
             created_at=now,
             updated_at=now,
         )
@@ -219,9 +218,8 @@ class SessionRepository:
                 raise InvalidArgument("title", f"must be a string or None, not {type(title).__name__}")
             values["title"] = title
         if not isinstance(metadata, _Unset):
-            if metadata is not None and not isinstance(metadata, Mapping):
-                raise InvalidArgument("metadata", "session metadata must be a JSON object")
-            values["metadata"] = _metadata_json(metadata)
+            check_json("metadata", metadata)
+            values["metadata"] = json_object("metadata", metadata)
         if not values:
             raise InvalidArgument("title", "update() needs title= or metadata= (or both)")
         with self._db.write():
@@ -263,10 +261,3 @@ def _utc(name: str, value: object) -> datetime:
 def _holds_nul(session_id: object) -> bool:
     """No stored session id holds NUL (refused on writing), and PostgreSQL cannot even look one up."""
     return isinstance(session_id, str) and "\x00" in session_id
-
-
-def _metadata_json(metadata: Mapping[str, Any] | None) -> str | None:
-    try:
-        return dumps(dict(metadata)) if metadata is not None else None
-    except (TypeError, ValueError) as error:
-        raise InvalidArgument("metadata", f"session metadata is not JSON: {error}") from None

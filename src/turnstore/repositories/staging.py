@@ -16,16 +16,28 @@ imported session is therefore written in steps:
 
 A crash leaves a staging row whose owner is gone. :func:`clean_up` (run when a
 writable store opens) removes such a session in batches, and the staging row
-last. An owner is gone when it ran on this host and its process no longer
-exists, or when its lease was not renewed for :data:`LEASE` (any host, e.g.
-several machines on one PostgreSQL server): a live import is never removed
-while it renews its lease, which each batch does.
+last. Whether an owner is gone is told by its lock file (:class:`OwnerLock`):
+an ``flock`` on a file beside the database, taken before the staging row is
+written and held until the session is published or removed. The operating
+system lets go of it when the process ends however it ends, and it is the
+same lock for every process that sees the file, whatever PID namespace or
+host name it runs under: a host name and a PID are not enough, since
+containers sharing a host name each number their processes from 1. Only an
+owner without a lock file (written by a version that took none, or where
+``fcntl`` is missing) is judged by the host name and PID, or by a lease not
+renewed for :data:`LEASE`.
+
+``--replace`` of a stored session that is staged writes the new session under
+another id (:func:`staged_id`), hidden, and swaps it in at the end in one
+transaction (:func:`swap_in`): until then the stored session is there as it
+was, and a crash at any point leaves it so.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import time
 import uuid
@@ -38,11 +50,17 @@ import sqlalchemy as sa
 
 from ..database import Database
 from ..errors import AlreadyExists, TurnstoreError
-from ..schema import imports, loops, messages, sessions, staging
+from ..schema import imports, loops, messages, session_media, sessions, staging
 from . import media
+
+try:
+    import fcntl
+except ImportError:  # Windows: owners are told by host name, PID and lease
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = [
     "LEASE",
+    "OwnerLock",
     "StagingLost",
     "abandon",
     "any_staged",
@@ -54,10 +72,12 @@ __all__ = [
     "parts",
     "publish",
     "refuse_live",
-    "removal_steps",
     "renew",
+    "staged_id",
     "staged_owner",
+    "staged_rows",
     "staged_write",
+    "swap_in",
     "write_staged",
 ]
 
@@ -86,7 +106,7 @@ log = logging.getLogger(__name__)
 
 class StagingLost(AlreadyExists):
     """A session's staging is not (or no longer) this writer's: another import of it is under way, or
-    its lease ran out and another writer removed it."""
+    another writer took its owner for gone and removed it."""
 
 
 def new_owner() -> str:
@@ -94,8 +114,95 @@ def new_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
 
 
-def owner_gone(owner: str, heartbeat_at: datetime, now: datetime) -> bool:
-    """Whether a staging's owner is gone: its process (on this host) has ended, or its lease ran out."""
+_TOKEN = re.compile(r"[0-9a-f]{32}")
+"""An owner's token (:func:`new_owner`): what its lock file is named by. A stored owner is read, never trusted."""
+
+
+class OwnerLock:
+    """A staging owner's name and the lock that tells it is live, held until :meth:`release`.
+
+    The lock is an exclusive ``flock`` on ``<database>-staging-<token>``, a file
+    made for it beside the database. An ``flock`` belongs to the open file, not
+    to the process's other descriptors of it (unlike ``fcntl`` record locks,
+    which closing any descriptor of the file drops), and ends with the process.
+    Where no file can hold it (an in-memory database, no ``fcntl``), the name
+    alone is the owner, judged by host name, PID and lease.
+    """
+
+    __slots__ = ("_descriptor", "_path", "name")
+
+    def __init__(self, db: Database) -> None:
+        self.name = new_owner()
+        self._path = _lock_path(db, self.name)
+        self._descriptor: int | None = None
+        if self._path is not None:
+            self._descriptor = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                fcntl.flock(self._descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # a file system without flock
+                self.release()
+                raise
+
+    def release(self) -> None:
+        """Remove the lock file and let go of the lock (once the staging row is gone)."""
+        if self._descriptor is None:
+            return
+        descriptor, self._descriptor = self._descriptor, None
+        try:
+            os.unlink(self._path)  # type: ignore[arg-type]
+        except OSError:
+            pass  # the next open that finds it unlocked removes it
+        os.close(descriptor)
+
+
+def _lock_path(db: Database, owner: str) -> str | None:
+    """The lock file of ``owner``'s staging: beside the database file, named by its token; None if there is none."""
+    token = owner.rsplit(":", 1)[-1]
+    if fcntl is None or not db.is_sqlite or not _TOKEN.fullmatch(token):
+        return None
+    files = [row[2] for row in db.fetchall(sa.text("PRAGMA database_list")) if row[1] == "main"]
+    if not files or not files[0]:  # in memory: no other process sees the store
+        return None
+    return f"{files[0]}-staging-{token}"
+
+
+def _lock_held(path: str | None) -> bool | None:
+    """Whether the lock file at ``path`` is locked by a live owner; None if there is no such file."""
+    if path is None:
+        return None
+    try:
+        descriptor = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    except OSError:  # not ours to open (another user's import): never taken for gone
+        return True
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(descriptor)
+    return False
+
+
+def _forget_lock(path: str | None) -> None:
+    """Remove the lock file of an owner that is gone (its staging just removed)."""
+    if path is not None:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def owner_gone(owner: str, heartbeat_at: datetime, now: datetime, lock_path: str | None = None) -> bool:
+    """Whether a staging's owner is gone.
+
+    Told by its lock file at ``lock_path`` where there is one: gone when nobody holds it.
+    Otherwise: its process (on this host) has ended, or its lease ran out.
+    """
+    held = _lock_held(lock_path)
+    if held is not None:
+        return not held
     if heartbeat_at.tzinfo is None:
         heartbeat_at = heartbeat_at.replace(tzinfo=timezone.utc)
     if now - heartbeat_at > LEASE:
@@ -203,9 +310,11 @@ def refuse_live(db: Database, session_id: str) -> None:
     found = staged_owner(db, session_id)
     if found is None:
         return
-    if not owner_gone(found[0], found[1], _now()):
+    lock_path = _lock_path(db, found[0])
+    if not owner_gone(found[0], found[1], _now(), lock_path):
         raise StagingLost(f"session {session_id!r} is being imported by another writer; try again when it is done")
     abandon(db, session_id, found[0])
+    _forget_lock(lock_path)
 
 
 def renew(db: Database, session_id: str, owner: str) -> None:
@@ -235,38 +344,80 @@ def may_stage(db: Database, messages: int) -> bool:
     return db.is_sqlite and messages >= STAGED_SESSION_MESSAGES
 
 
-def staged_write(db: Database, messages: int) -> str | None:
-    """The owner name to stage a session under, or None to write it in one transaction.
+def staged_write(db: Database, messages: int) -> OwnerLock | None:
+    """The owner to stage a session under, its lock taken; or None to write the session in one transaction.
 
     Staged: a session of at least :data:`STAGED_SESSION_MESSAGES` messages on
     SQLite. PostgreSQL locks rows, not the store: a long import transaction
     keeps no other session's writer waiting, so it keeps the one transaction.
+    The caller releases the lock once the staging row is gone (published or removed).
+    Where no lock file can be made beside the database, the session is written in one transaction.
     """
-    return new_owner() if may_stage(db, messages) else None
+    if not may_stage(db, messages):
+        return None
+    try:
+        return OwnerLock(db)
+    except OSError as error:
+        log.warning("turnstore: a large session is written in one transaction: no staging lock file: %s", error)
+        return None
 
 
-def removal_steps(db: Database, session_id: str) -> Iterator[Callable[[], None]]:
-    """Steps that remove a stored session's rows, a batch each, the session row last (a staged replace).
+STAGED_PREFIX = "\x1fstaged replace\x1f"
+"""Starts the id a replacing session is staged under (:func:`staged_id`): no id an app or a source gives."""
 
-    Run by :func:`write_staged` while the session is staged, so no read sees
-    it half removed. Lazy: each step is made after the one before it has run
-    and tells whether rows are left.
+
+def staged_id(session_id: str) -> str:
+    """The id a staged ``--replace`` of ``session_id`` writes the new session under, its loops under
+    ``<it>/<loop id>``: one per session, so a second replace meets the first one's staging."""
+    return f"{STAGED_PREFIX}{session_id}"
+
+
+def staged_rows(rows: Iterable[dict[str, Any]], staged: str) -> list[dict[str, Any]]:
+    """Loop or message rows of a session as a staged replace writes them: under ``staged`` and its loop ids."""
+    return [{**row, "session_id": staged, "loop_id": f"{staged}/{row['loop_id']}"} for row in rows]
+
+
+@cache
+def _swap_statements() -> tuple[sa.Insert | sa.Update | sa.Delete, ...]:
+    """Delete :session_id, then move the session staged under :staged in its place (loop ids cut at :cut)."""
+
+    def moved(table: sa.Table, **values: Any) -> sa.Insert:
+        names = [column.name for column in table.c]
+        select = sa.select(*(values.get(name, table.c[name]) for name in names))
+        return sa.insert(table).from_select(names, select.where(table.c.session_id == bp("staged")))
+
+    real_loop = sa.func.substr(loops.c.loop_id, bp("cut"))
+    deletes = tuple(
+        sa.delete(table).where(table.c.session_id == bp("session_id")) for table in (messages, loops, imports, sessions)
+    )
+    return (
+        *deletes,
+        # New rows first, so that no statement leaves a row whose foreign key names nothing.
+        moved(sessions, session_id=bp("session_id")),
+        moved(loops, session_id=bp("session_id"), loop_id=real_loop),
+        sa.update(messages)
+        .where(messages.c.session_id == bp("staged"))
+        .values(session_id=bp("session_id"), loop_id=sa.func.substr(messages.c.loop_id, bp("cut"))),
+        sa.update(session_media).where(session_media.c.session_id == bp("staged")).values(session_id=bp("session_id")),
+        sa.delete(loops).where(loops.c.session_id == bp("staged")),
+        sa.delete(sessions).where(sessions.c.session_id == bp("staged")),
+    )
+
+
+def swap_in(db: Database, session_id: str, staged: str) -> None:
+    """Replace the stored ``session_id`` by the session staged under ``staged`` (in the caller's last transaction).
+
+    The old session's rows and media references go, and the staged rows take its
+    id and their loops' ids: one transaction, so every read sees the old session
+    or the new one. (Its staging row is the caller's to remove, with :func:`publish`.)
     """
-    for table in (messages, loops):
-        removed = [DELETE_BATCH_ROWS]
-        while removed[0] >= DELETE_BATCH_ROWS:
-
-            def step(table: sa.Table = table, removed: list[int] = removed) -> None:
-                removed[0] = db.execute(_delete_some(table), {"session_id": session_id}).rowcount
-
-            yield step
-
-    def rest() -> None:
-        for statement in _delete_rest():
-            db.execute(statement, {"session_id": session_id})
-        media.release(db, session_id)
-
-    yield rest
+    statements = _swap_statements()
+    params = {"session_id": session_id, "staged": staged, "cut": len(staged) + 2}
+    for statement in statements[:4]:
+        db.execute(statement, params)
+    media.release(db, session_id)
+    for statement in statements[4:]:
+        db.execute(statement, params)
 
 
 def parts(batch: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
@@ -356,8 +507,10 @@ def clean_up(db: Database) -> list[str]:
     now = _now()
     removed = []
     for session_id, owner, heartbeat_at in db.fetchall(_all()):
-        if owner_gone(owner, _aware(heartbeat_at), now):
+        lock_path = _lock_path(db, owner)
+        if owner_gone(owner, _aware(heartbeat_at), now, lock_path):
             abandon(db, session_id, owner)
+            _forget_lock(lock_path)
             removed.append(session_id)
     return removed
 

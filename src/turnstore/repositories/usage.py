@@ -9,6 +9,7 @@ from .. import queries as q
 from .. import usage_queries as uq
 from ..database import Database
 from ..errors import InvalidMessage
+from ..schema import USAGE_COLUMNS
 from ..usage import PriceTable, Tally, UsageRow, UsageTotals
 from ._shared import Settings, require_loop, require_session
 from .staging import any_staged
@@ -185,10 +186,10 @@ class UsageRepository:
     def _rows(self, level: str, group: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         """The usage rows, with exact sums whatever the stored values.
 
-        SQLite's ``sum()`` fails past a 64-bit integer, PostgreSQL's past the largest
-        float (a cost); then the same rows are read again with sums that cannot
-        overflow (``uq.usage_rows(..., split=True)``), rejoined here. Reads whose
-        sums fit pay nothing for this.
+        SQLite's ``sum()`` fails past a 64-bit integer (or, for costs, counts no
+        further than ``uq.COST_UNITS_LIMIT``); then the same rows are read again with
+        sums that cannot overflow (``uq.usage_rows(..., split=True)``), rejoined here.
+        Reads whose sums fit pay nothing for this.
         """
         start = 3 if group == "none" else 4  # the sums follow the group key, model, provider and cost source
         for split in (False, True):
@@ -200,7 +201,12 @@ class UsageRepository:
                 if split or not any(words in str(error) for words in _OVERFLOWED):
                     raise
                 continue
-            return [uq.joined(row, start) for row in rows] if split else rows
+            if split:
+                return [uq.joined(row, start) for row in rows]
+            cost = start + len(USAGE_COLUMNS)
+            if not any(isinstance(row[cost], int) and row[cost] >= uq.COST_UNITS_LIMIT for row in rows):
+                return rows
+            # SQLite: a reported cost sum past what its integer units hold (see uq.reported_cost_sum).
         raise AssertionError("unreachable")
 
     def _fetch(self, level: str, group: str, params: dict[str, Any], split: bool) -> list[tuple[Any, ...]]:
