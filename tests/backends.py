@@ -27,7 +27,7 @@ from turnstore import AsyncStore
 
 BACKENDS = ("sqlite", "sqlite-async", "postgresql", "postgresql-async")
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
-TABLES = ("imports", "messages", "loops", "sessions", "media", "session_media")
+TABLES = ("imports", "messages", "loops", "sessions", "media", "session_media", "prices")
 
 
 def selected_backends() -> list[str]:

@@ -404,16 +404,16 @@ def test_compact_without_tokens_before_or_keep_from(store: Store, loop_id: str) 
 
 def test_compact_usage_is_counted_and_priced_at_the_loop_model(store: Store, session_id: str, loop_id: str) -> None:
     store.messages.append_turn(loop_id, 0, [user(), assistant(u=usage(input=100, output=10))])
-    compaction = store.loops.compact(loop_id, "summary", usage=usage(input=1_000_000, output=100_000))
+    compaction = store.loops.compact(loop_id, "summary", usage=usage(input=100_000, output=10_000))
 
     totals = store.usage.loop(compaction.loop_id)
-    assert (totals.input, totals.output, totals.requests) == (1_000_000, 100_000, 1)
-    # claude-sonnet-4-5 is priced as claude-sonnet-4: $3 in, $15 out per million.
-    assert totals.cost == pytest.approx(3.0 + 1.5)
+    assert (totals.input, totals.output, totals.requests) == (100_000, 10_000, 1)
+    # claude-sonnet-4-5 under its 200k tier: $3 in, $15 out per million.
+    assert totals.cost == pytest.approx(0.3 + 0.15)
     (row,) = store.usage.by_model(loop_id=compaction.loop_id)
     assert (row.model, row.provider) == ("claude-sonnet-4-5", "anthropic")
     session = store.usage.session(session_id)
-    assert (session.input, session.requests) == (1_000_100, 2)
+    assert (session.input, session.requests) == (100_100, 2)
 
 
 def test_compact_with_another_config_is_priced_at_that_model(store: Store, loop_id: str) -> None:

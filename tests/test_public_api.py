@@ -12,10 +12,17 @@ from turnstore import Store
 from turnstore.aio import (
     AsyncLoopRepository,
     AsyncMessageRepository,
+    AsyncPriceRepository,
     AsyncSessionRepository,
     AsyncUsageRepository,
 )
-from turnstore.repositories import LoopRepository, MessageRepository, SessionRepository, UsageRepository
+from turnstore.repositories import (
+    LoopRepository,
+    MessageRepository,
+    PriceRepository,
+    SessionRepository,
+    UsageRepository,
+)
 
 # Module attributes that are public although they start with an underscore (httpx's rule).
 PRIVATE_BUT_EXPORTED = {"__version__"}
@@ -83,10 +90,12 @@ PUBLIC_CLASSES = [
     LoopRepository,
     MessageRepository,
     UsageRepository,
+    PriceRepository,
     AsyncSessionRepository,
     AsyncLoopRepository,
     AsyncMessageRepository,
     AsyncUsageRepository,
+    AsyncPriceRepository,
 ]
 
 
@@ -105,6 +114,7 @@ def test_every_public_method_has_a_docstring(cls: type) -> None:
         (LoopRepository, AsyncLoopRepository),
         (MessageRepository, AsyncMessageRepository),
         (UsageRepository, AsyncUsageRepository),
+        (PriceRepository, AsyncPriceRepository),
     ],
 )
 def test_async_repositories_have_every_sync_method(sync_class: type, async_class: type) -> None:

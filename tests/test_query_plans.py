@@ -64,10 +64,6 @@ HOT = [
     ("usage rows of a session (one statement)", uq.usage_rows("session", "none"), SESSION),
     ("usage rows of a loop (one statement)", uq.usage_rows("loop", "none"), LOOP),
     ("usage rows of a turn", uq.usage_rows("turn", "none"), {**LOOP, "turn_index": 2}),
-    ("reported cost of a session", uq.message_reported_cost("session", "none"), SESSION),
-    ("reported cost of a loop", uq.message_reported_cost("loop", "none"), LOOP),
-    ("reported cost of a turn", uq.message_reported_cost("turn", "none"), {**LOOP, "turn_index": 2}),
-    ("reported cost by model", uq.message_reported_cost("all", "none"), {}),
     ("sessions list", q.list_sessions(False), {"limit": 100, "offset": 0}),
     ("records of a session (a page)", q.stored_messages(False), {**SESSION, "after": 10, "limit": 2000}),
     ("records of a loop (a page)", q.stored_messages(True), {**LOOP, "after": 10, "limit": 2000}),
@@ -161,13 +157,13 @@ def test_turn_usage_searches_by_turn_on_sqlite(tmp_path: Any) -> None:
     assert any("ix_messages_loop_id_turn_index_seq (loop_id=? AND turn_index=?" in line for line in lines), lines
 
 
-@pytest.mark.parametrize("level", ["session", "loop", "turn"])
-def test_reported_cost_reads_the_partial_cost_index_on_sqlite(tmp_path: Any, level: str) -> None:
-    # Only the records with a reported cost are visited, found by session (and loop, turn).
-    params = {"session": SESSION, "loop": LOOP, "turn": {**LOOP, "turn_index": 2}}[level]
+def test_usage_by_model_needs_no_sort_on_sqlite(tmp_path: Any) -> None:
+    # Migration 0010: cost_source follows provider in the usage indexes, so the (model, provider,
+    # cost_source) groups come in index order, and priced_cost is covered.
     with Store(tmp_path / "p.db") as store:
-        lines = _sqlite_plan(store, uq.message_reported_cost(level, "none"), params)
-    assert any("COVERING INDEX ix_messages_cost (session_id=?" in line for line in lines), lines
+        lines = _sqlite_plan(store, uq.message_usage("all", "none"), {})
+    assert not any("TEMP B-TREE" in line for line in lines), lines
+    assert any("COVERING INDEX ix_messages_usage_model" in line for line in lines), lines
 
 
 def test_last_reads_a_loop_backwards_without_a_sort_on_sqlite(tmp_path: Any) -> None:

@@ -34,6 +34,7 @@ from turnstore import (
     UsageRow,
     UsageTotals,
 )
+from turnstore.pricing import Pricing
 
 
 def rates(input: float, output: float, cache_read: float = 0.0, cache_write: float = 0.0) -> CostConfig:
@@ -368,20 +369,28 @@ def test_costs_add_up_exactly_to_every_total(store: Store) -> None:
 
 
 def test_prices_override_per_call(store: Store, loop_id: str) -> None:
-    u = usage(input=1_000_000, output=1_000_000, cache_read=1_000_000, cache_write=1_000_000)
+    # 50k of each: a 150k-token prompt, under the 200k tier.
+    u = usage(input=50_000, output=50_000, cache_read=50_000, cache_write=50_000)
     store.messages.append_turn(loop_id, 0, [assistant(u=u)])
     store.messages.append_turn(loop_id, 1, [assistant(model="house-model", provider="local", u=u)])
     custom = {"claude-sonnet-4-5": {"input": 1, "output": 2, "cache_read": 3, "cache_write": 4}}
-    assert store.usage.turn(loop_id, 0, prices=custom).cost == pytest.approx(10.0)
-    assert store.usage.turn(loop_id, 0).cost == pytest.approx(3 + 15 + 0.30 + 3.75)
+    listed = (3 + 15 + 0.30 + 3.75) / 20
+    assert store.usage.turn(loop_id, 0, prices=custom).cost == pytest.approx(0.5)
+    assert store.usage.turn(loop_id, 0).cost == pytest.approx(listed)
     assert store.usage.turn(loop_id, 1).cost is None
     house = {"house-model": {"input": 0.5, "output": 0.5}}
-    assert store.usage.turn(loop_id, 1, prices=house).cost == pytest.approx(1.0)
-    assert store.usage.loop(loop_id, prices=house).cost == pytest.approx(3 + 15 + 0.30 + 3.75 + 1.0)
-    assert store.usage.session(store.loops.get(loop_id).session_id, prices=custom).cost == pytest.approx(10.0)
-    assert store.usage.total(prices=PriceTable(house)).cost == pytest.approx(22.05 + 1.0)
+    assert store.usage.turn(loop_id, 1, prices=house).cost == pytest.approx(0.05)
+    assert store.usage.loop(loop_id, prices=house).cost == pytest.approx(listed + 0.05)
+    assert store.usage.loop(loop_id, prices=house).unpriced_records == 0
+    session = store.usage.session(store.loops.get(loop_id).session_id, prices=custom)
+    assert (session.cost, session.unpriced_records, session.unpriced_models) == (
+        pytest.approx(0.5),
+        1,
+        ["house-model"],
+    )
+    assert store.usage.total(prices=PriceTable(house)).cost == pytest.approx(listed + 0.05)
     by_model = {row.model: row.cost for row in store.usage.by_model(prices=custom)}
-    assert by_model == {"claude-sonnet-4-5": pytest.approx(10.0), "house-model": None}
+    assert by_model == {"claude-sonnet-4-5": pytest.approx(0.5), "house-model": None}
 
 
 def test_prices_override_on_every_breakdown(store: Store, session_id: str, loop_id: str) -> None:
@@ -418,6 +427,9 @@ def test_store_prices_add_to_and_override_the_defaults(tmp_path: Path) -> None:
         ("claude-sonnet-4-5", SONNET_RATES),
         ("claude-sonnet-4-5-20250929", SONNET_RATES),
         ("anthropic/claude-sonnet-4.5", SONNET_RATES),
+        ("claude-3-7-sonnet-latest", SONNET_RATES),
+        ("claude-3-5-sonnet-20241022", SONNET_RATES),
+        ("o1", rates(15, 60, 7.5, 0)),
         ("claude-opus-4-5", rates(5, 25, 0.50, 6.25)),
         ("claude-opus-4-1-20250805", rates(15, 75, 1.50, 18.75)),
         ("gpt-5", GPT5_RATES),
@@ -426,8 +438,8 @@ def test_store_prices_add_to_and_override_the_defaults(tmp_path: Path) -> None:
         ("gpt-4.1", rates(2, 8, 0.50, 0)),
         ("openai/gpt-4.1-mini", rates(0.40, 1.60, 0.10, 0)),
         ("GPT-4o-Mini", rates(0.15, 0.60, 0.075, 0)),
-        ("gemini-2.5-flash-preview-05-20", rates(0.30, 2.50, 0.075, 0)),
-        ("google/gemini-2.5-pro", rates(1.25, 10, 0.31, 0)),
+        ("gemini-2.5-flash-preview-05-20", rates(0.15, 0.60, 0, 0)),
+        ("google/gemini-2.5-pro", rates(1.25, 10, 0.125, 0)),
     ],
 )
 def test_price_table_lookup(model: str, expected: CostConfig) -> None:
@@ -435,19 +447,38 @@ def test_price_table_lookup(model: str, expected: CostConfig) -> None:
     assert model in DEFAULT_PRICES
 
 
-@pytest.mark.parametrize("model", ["llama-3-70b", "mistral-large", "sonnet", "", None])
+@pytest.mark.parametrize("model", ["llama-3-70b", "house-model", "sonnet", "", None])
 def test_price_table_unknown_model_is_none(model: str | None) -> None:
     assert DEFAULT_PRICES.for_model(model) is None
     assert model not in DEFAULT_PRICES
 
 
-def test_price_table_longest_prefix_wins() -> None:
+def test_price_table_variants_are_not_priced_as_their_base_model() -> None:
     table = PriceTable({"acme": {"input": 1}, "acme-pro": {"input": 2}, "acme-pro-max": {"input": 3}})
-    assert table.for_model("acme-7b").input_per_million == 1
-    assert table.for_model("acme-pro-2025").input_per_million == 2
+    assert table.for_model("acme-7b") is None
+    assert table.for_model("acme-pro-2025-01-31").input_per_million == 2
+    assert table.for_model("acme-pro-20250131").input_per_million == 2
+    assert table.for_model("acme-pro-latest").input_per_million == 2
     assert table.for_model("acme-pro-max").input_per_million == 3
-    assert table.for_model("ACME.PRO.MAX.v2").input_per_million == 3
+    assert table.for_model("ACME.PRO.MAX").input_per_million == 3
+    assert table.for_model("acme-pro-max-v2") is None
     assert len(table) == 3
+
+
+@pytest.mark.parametrize(
+    ("model", "provider", "variant_of"),
+    [
+        ("gpt-4.1-nano", "openai", "gpt-4.1"),
+        ("o3-pro", "openai", "o3"),
+        ("o3-mini", "openai", "o3"),
+        ("gpt-5-pro", "openai", "gpt-5"),
+        ("gpt-5-mini", None, "gpt-5"),
+    ],
+)
+def test_catalog_prices_a_variant_as_itself(model: str, provider: str | None, variant_of: str) -> None:
+    own, base = DEFAULT_PRICES.for_model(model, provider), DEFAULT_PRICES.for_model(variant_of, provider)
+    assert own is not None and base is not None
+    assert own.input_per_million != base.input_per_million
 
 
 @pytest.mark.parametrize("name", ["", "  "])
@@ -484,7 +515,8 @@ def test_price_table_from_file(tmp_path: Path) -> None:
     )
     table = PriceTable.from_file(path)
     assert table.for_model("house-model") == rates(1, 2, 0.5, 4)
-    assert table.for_model("house-model-v2") == rates(1, 2, 0.5, 4)
+    assert table.for_model("house-model-20250101") == rates(1, 2, 0.5, 4)
+    assert table.for_model("house-model-v2") is None
     assert table.for_model("other-model") == rates(7, 8)
     assert table.for_model("claude-sonnet-4-5") is None
 
@@ -526,9 +558,9 @@ def test_reported_and_priced_records_of_one_model_add_up(store: Store, loop_id: 
     # Cost is per record: the one that reported a cost costs that, the other its tokens at $3/M.
     reported = Usage(input=1_000_000, output=0, total_tokens=1_000_000, cost=99.0)
     store.messages.append_turn(loop_id, 0, [assistant(u=reported)])
-    store.messages.append_turn(loop_id, 1, [assistant(u=usage(1_000_000, 0))])
+    store.messages.append_turn(loop_id, 1, [assistant(u=usage(100_000, 0))])
     totals = store.usage.loop(loop_id)
-    assert totals.cost == pytest.approx(99.0 + 3.0)
+    assert totals.cost == pytest.approx(99.0 + 0.3)
     assert totals.reported_cost == pytest.approx(99.0)
 
 
@@ -539,18 +571,18 @@ def test_mixed_and_unmixed_groups_are_priced_per_record_in_every_breakdown(
     # only unreported records; a third only reported ones. Every breakdown adds up per record.
     reported = Usage(input=1_000_000, output=0, total_tokens=1_000_000, cost=99.0)
     store.messages.append_turn(loop_id, 0, [assistant(u=reported)])
-    store.messages.append_turn(loop_id, 1, [assistant(u=usage(1_000_000, 0))])
+    store.messages.append_turn(loop_id, 1, [assistant(u=usage(100_000, 0))])
     plain = store.loops.start(session_id, config={"model": "claude-sonnet-4-5", "provider": "anthropic"}).loop_id
-    store.messages.append_turn(plain, 0, [assistant(u=usage(2_000_000, 0))])
+    store.messages.append_turn(plain, 0, [assistant(u=usage(200_000, 0))])
     only_reported = store.loops.start(session_id).loop_id
     store.messages.append_turn(only_reported, 0, [assistant(model="house-model", provider="local", u=reported)])
 
     by_loop = {row.loop_id: row.cost for row in store.usage.by_loop(session_id)}
-    assert by_loop == pytest.approx({loop_id: 99.0 + 3.0, plain: 6.0, only_reported: 99.0})
+    assert by_loop == pytest.approx({loop_id: 99.0 + 0.3, plain: 0.6, only_reported: 99.0})
     by_model = {row.model: row.cost for row in store.usage.by_model(session_id)}
-    assert by_model == pytest.approx({"claude-sonnet-4-5": 99.0 + 3.0 + 6.0, "house-model": 99.0})
-    assert store.usage.session(session_id).cost == pytest.approx(99.0 * 2 + 3.0 + 6.0)
-    assert store.usage.turn(loop_id, 1).cost == pytest.approx(3.0)
+    assert by_model == pytest.approx({"claude-sonnet-4-5": 99.0 + 0.3 + 0.6, "house-model": 99.0})
+    assert store.usage.session(session_id).cost == pytest.approx(99.0 * 2 + 0.3 + 0.6)
+    assert store.usage.turn(loop_id, 1).cost == pytest.approx(0.3)
 
 
 def test_cost_is_none_when_nothing_is_priced(store: Store, loop_id: str) -> None:
@@ -563,10 +595,11 @@ def test_cost_is_none_when_nothing_is_priced(store: Store, loop_id: str) -> None
 
 def test_cost_covers_only_the_priced_part_of_a_mixed_total(store: Store, loop_id: str) -> None:
     store.messages.append_turn(loop_id, 0, [assistant(model="house-model", u=usage(5_000_000, 0))])
-    store.messages.append_turn(loop_id, 1, [assistant(u=usage(1_000_000, 0))])
+    store.messages.append_turn(loop_id, 1, [assistant(u=usage(100_000, 0))])
     totals = store.usage.loop(loop_id)
-    assert totals.input == 6_000_000
-    assert totals.cost == pytest.approx(3.0)
+    assert totals.input == 5_100_000
+    assert totals.cost == pytest.approx(0.3)
+    assert (totals.unpriced_records, totals.unpriced_tokens, totals.unpriced_models) == (1, 5_000_000, ["house-model"])
 
 
 def test_zero_usage_on_a_priced_model_costs_zero(store: Store, loop_id: str) -> None:
@@ -597,13 +630,13 @@ def test_cache_hit_rate(store: Store, loop_id: str, input: int, cache_read: int,
 
 def test_loop_reported_usage_counts_when_no_message_carries_usage(store: Store, session_id: str, loop_id: str) -> None:
     store.messages.append_turn(loop_id, 0, [user(), tool_result("x")])
-    reported = usage(input=1_000_000, output=100_000)
+    reported = usage(input=100_000, output=10_000)
     store.loops.end(loop_id, usage=reported)
 
     totals = store.usage.loop(loop_id)
     assert totals.usage == reported
     assert totals.requests == 1
-    assert totals.cost == pytest.approx(3.0 + 1.5)
+    assert totals.cost == pytest.approx(0.3 + 0.15)
     assert store.usage.session(session_id).usage == reported
     assert store.usage.total().usage == reported
     assert [(row.loop_id, row.usage) for row in store.usage.by_loop(session_id)] == [(loop_id, reported)]
@@ -692,6 +725,7 @@ MODELS = [
 ]
 STORE_PRICES = {"house-model": {"input": 0.7, "output": 2.8, "cache_read": 0.07, "cache_write": 0.875}}
 PRICE_OF = {(model, provider): price for model, provider, price in MODELS}
+PRICING = Pricing(PriceTable(STORE_PRICES))
 
 counts = st.one_of(st.just(0), st.integers(0, 2_000), st.integers(0, 10**12))
 reported_costs = st.one_of(st.none(), st.integers(0, 10**6).map(lambda c: c / 10**4))
@@ -733,6 +767,7 @@ class Record(NamedTuple):
     provider: str
     usage: Usage
     day: str
+    timestamp: int | None = None
 
 
 def _day(seconds: float) -> str:
@@ -759,7 +794,7 @@ def _write(store: Store, transcript: list[list[dict[str, Any]]]) -> list[Record]
                     if item[0] == "assistant":
                         m, p, _ = MODELS[item[1]]
                         batch.append(assistant(model=m, provider=p, u=item[2], timestamp=item[3]))
-                        own.append(Record(session_id, loop_id, k, m, p, item[2], _day(item[3] / 1000)))
+                        own.append(Record(session_id, loop_id, k, m, p, item[2], _day(item[3] / 1000), item[3]))
                     elif item[0] == "user":
                         batch.append(user(timestamp=item[1]))
                     elif item[0] == "toolResult":
@@ -780,19 +815,21 @@ def _write(store: Store, transcript: list[list[dict[str, Any]]]) -> list[Record]
 def _expected(records: list[Record]) -> tuple[Usage, float | None, int]:
     """Tokens combined with Usage.combine, the cost and the record count, computed in Python.
 
-    Cost, record by record: what the record reported; else its tokens at the
-    price table's rate for its model; else unknown (not counted).
+    Cost, record by record, as turnstore.pricing prices one record: what the record
+    reported; else its tokens at the store's or the catalog's rate for its model at its
+    time; else unknown (not counted). The property is that the SQL sums add the records up.
     """
     total = reduce(Usage.combine, (r.usage for r in records), Usage(input=0, output=0))
     cost, priced = 0.0, False
     for r in records:
-        price = PRICE_OF[r.model, r.provider]
-        if r.usage.cost is not None:
-            cost += r.usage.cost
-        elif price is not None:
-            cost += r.usage.estimated_cost(price)
-        else:
+        u = r.usage
+        value = PRICING.cost(
+            r.model, r.provider, (u.input, u.output, u.cache_read, u.cache_write), r.timestamp, u.cost
+        )[0]
+        if value is None:
+            assert PRICE_OF[r.model, r.provider] is None or u.cost is not None
             continue
+        cost += value
         priced = True
     return total, (cost if priced else None), len(records)
 
@@ -861,13 +898,13 @@ def test_run_usage_given_only_to_end_counts_in_every_total(store: Store, session
         Message.assistant("answer", model="claude-sonnet-4-5", provider="anthropic", timestamp=stamp),
     ]
     store.messages.append_turn(loop_id, 0, calls)
-    run = usage(input=1_000_000, output=100_000)
-    ended = store.loops.end(loop_id, usage={"input": 1_000_000, "output": 100_000, "total_tokens": 1_100_000})
+    run = usage(input=100_000, output=10_000)
+    ended = store.loops.end(loop_id, usage={"input": 100_000, "output": 10_000, "total_tokens": 110_000})
     assert (ended.reported_usage, ended.reported_requests) == (run, 2)  # one request per assistant message
 
     for totals in (store.usage.loop(loop_id), store.usage.session(session_id), store.usage.total()):
         assert (totals.usage, totals.requests) == (run, 2)
-        assert totals.cost == pytest.approx(3.0 + 1.5)
+        assert totals.cost == pytest.approx(0.3 + 0.15)
     assert [(row.model, row.usage, row.requests) for row in store.usage.by_model(session_id)] == [
         ("claude-sonnet-4-5", run, 2)
     ]

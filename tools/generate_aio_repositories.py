@@ -1,7 +1,7 @@
 """Writes ``src/turnstore/aio_repositories.py``: the async twin of each sync repository.
 
 Every public method of ``SessionRepository``, ``LoopRepository``,
-``MessageRepository`` and ``UsageRepository`` gets an async method with the
+``MessageRepository``, ``UsageRepository`` and ``PriceRepository`` gets an async method with the
 same name and the same signature, copied from the sync source, that runs the
 sync method on the async store's worker threads. A method returning an
 iterator (``records()``) becomes an async generator reading it in batches.
@@ -32,6 +32,7 @@ REPOSITORIES = [
     ("loops", "LoopRepository", "AsyncLoopRepository"),
     ("messages", "MessageRepository", "AsyncMessageRepository"),
     ("usage", "UsageRepository", "AsyncUsageRepository"),
+    ("prices", "PriceRepository", "AsyncPriceRepository"),
 ]
 SKIPPED = {"from_row"}
 """Public sync methods with no async twin: row conversion, not a database call."""

@@ -89,7 +89,7 @@ if TYPE_CHECKING:
     )
     from .repositories import parse_message
     from .store import Store
-    from .usage import DEFAULT_PRICES, PriceTable, UsageRow, UsageTotals
+    from .usage import DEFAULT_PRICES, PriceTable, SavedPrice, UsageRow, UsageTotals
 
 __version__ = "0.1.0"
 
@@ -129,6 +129,7 @@ _LAZY: dict[str, str] = {
     "Turn": ".records",
     "TurnId": ".models",
     "Usage": ".models",
+    "SavedPrice": ".usage",
     "UsageRow": ".usage",
     "UsageTotals": ".usage",
     "UserMessage": ".models",
@@ -174,6 +175,7 @@ __all__ = [
     "parse_message",
     "PriceTable",
     "ReadOnlyStore",
+    "SavedPrice",
     "SchemaError",
     "SchemaOutOfDate",
     "SchemaTooNew",

@@ -37,7 +37,13 @@ from typing import IO, TYPE_CHECKING, Any, Concatenate, Generic, TypeVar
 
 from typing_extensions import ParamSpec, Self
 
-from .aio_repositories import AsyncLoopRepository, AsyncMessageRepository, AsyncSessionRepository, AsyncUsageRepository
+from .aio_repositories import (
+    AsyncLoopRepository,
+    AsyncMessageRepository,
+    AsyncPriceRepository,
+    AsyncSessionRepository,
+    AsyncUsageRepository,
+)
 from .errors import StoreClosed, TransactionOpen
 from .store import Store
 
@@ -50,6 +56,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AsyncLoopRepository",
     "AsyncMessageRepository",
+    "AsyncPriceRepository",
     "AsyncSessionRepository",
     "AsyncStore",
     "AsyncUsageRepository",
@@ -500,6 +507,7 @@ class AsyncStore:
         self.loops = AsyncLoopRepository(self._store.loops, self._workers)
         self.messages = AsyncMessageRepository(self._store.messages, self._workers)
         self.usage = AsyncUsageRepository(self._store.usage, self._workers)
+        self.prices = AsyncPriceRepository(self._store.prices, self._workers)
 
     @classmethod
     async def open(

@@ -15,12 +15,14 @@ from .records import LoopStatus
 from .repositories.loops import LATEST, LoopRepository
 from .repositories.message_reads import CONTEXT_PAGE
 from .repositories.messages import MessageRepository
+from .repositories.prices import PriceRepository
 from .repositories.sessions import UNSET, SessionRepository
 from .repositories.usage import UsageRepository
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
     from datetime import datetime
+    from os import PathLike
     from typing import Any
 
     from .aio import _Workers
@@ -41,11 +43,12 @@ if TYPE_CHECKING:
     from .repositories.rows import ExportRow, SessionSources, SourceRow
     from .repositories.sessions import _Unset
     from .repositories.usage import Prices
-    from .usage import UsageRow, UsageTotals
+    from .usage import SavedPrice, UsageRow, UsageTotals
 
 __all__ = [
     "AsyncLoopRepository",
     "AsyncMessageRepository",
+    "AsyncPriceRepository",
     "AsyncSessionRepository",
     "AsyncUsageRepository",
 ]
@@ -565,6 +568,59 @@ class AsyncUsageRepository:
             functools.partial(self._sync.by_day, session_id, loop_id=loop_id, prices=prices)
         )
 
+    async def reprice(
+        self, session_id: str | None = None, *, since: datetime | None = None, model: str | None = None
+    ) -> int:
+        """Async twin of :meth:`UsageRepository.reprice <turnstore.repositories.usage.UsageRepository.reprice>`."""
+        return await self._workers.call(functools.partial(self._sync.reprice, session_id, since=since, model=model))
+
     async def unknown(self, loop_id: str) -> list[int]:
         """Async twin of :meth:`UsageRepository.unknown <turnstore.repositories.usage.UsageRepository.unknown>`."""
         return await self._workers.call(functools.partial(self._sync.unknown, loop_id))
+
+
+class AsyncPriceRepository:
+    """Async twin of :class:`turnstore.repositories.prices.PriceRepository`: the same methods, awaited."""
+
+    _sync_class = PriceRepository
+
+    def __init__(self, sync: PriceRepository, workers: _Workers) -> None:
+        self._sync = sync
+        self._workers = workers
+
+    async def set(
+        self,
+        model: str,
+        provider: str | None = None,
+        *,
+        input: float = 0.0,
+        output: float = 0.0,
+        cache_read: float = 0.0,
+        cache_write: float = 0.0,
+        since: datetime | None = None,
+    ) -> int:
+        """Async twin of :meth:`PriceRepository.set <turnstore.repositories.prices.PriceRepository.set>`."""
+        return await self._workers.call(
+            functools.partial(
+                self._sync.set,
+                model,
+                provider,
+                input=input,
+                output=output,
+                cache_read=cache_read,
+                cache_write=cache_write,
+                since=since,
+            )
+        )
+
+    async def import_file(self, path: str | PathLike[str]) -> int:
+        """Async twin of :meth:`PriceRepository.import_file <turnstore.repositories.prices.PriceRepository.import_file>`."""
+        return await self._workers.call(functools.partial(self._sync.import_file, path))
+
+    async def list(self) -> builtins.list[SavedPrice]:
+        """Async twin of :meth:`PriceRepository.list <turnstore.repositories.prices.PriceRepository.list>`."""
+        return await self._workers.call(functools.partial(self._sync.list))
+
+    async def delete(self, model: str, provider: str | None = None, *, since: datetime | None = None) -> int:
+        """Async twin of :meth:`PriceRepository.delete <turnstore.repositories.prices.PriceRepository.delete>`."""
+        return await self._workers.call(functools.partial(self._sync.delete, model, provider, since=since))

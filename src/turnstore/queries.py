@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-from .schema import USAGE_COLUMNS, imports, loops, messages, sessions, staging
+from .schema import PRICED_COLUMNS, USAGE_COLUMNS, imports, loops, messages, prices, sessions, staging
 
 bp = sa.bindparam
 
@@ -239,7 +239,7 @@ def touch_session() -> sa.Update:
 
 @cache
 def insert_loop() -> sa.Insert:
-    names = [column.name for column in LOOP_COLUMNS] + ["model", "provider", "source"]
+    names = [column.name for column in LOOP_COLUMNS] + ["model", "provider", "source", *PRICED_COLUMNS]
     return sa.insert(loops).values({name: bp(name) for name in names})
 
 
@@ -316,11 +316,31 @@ def count_assistant_messages() -> sa.Select[Any]:
 
 
 @cache
+def loop_model() -> sa.Select[Any]:
+    """A loop's model and provider, which price its reported usage."""
+    return sa.select(loops.c.model, loops.c.provider).where(loops.c.loop_id == bp("loop_id"))
+
+
+@cache
+def saved_prices() -> sa.Select[Any]:
+    """The price overrides saved in the store."""
+    return sa.select(
+        prices.c.model,
+        prices.c.provider,
+        prices.c.since,
+        prices.c.input,
+        prices.c.output,
+        prices.c.cache_read,
+        prices.c.cache_write,
+    ).order_by(prices.c.model, prices.c.provider, prices.c.since)
+
+
+@cache
 def set_loop_usage() -> sa.Update:
     return (
         sa.update(loops)
         .where(loops.c.loop_id == bp("loop_id"))
-        .values({name: bp(name) for name in (*USAGE_COLUMNS, "cost", "requests")})
+        .values({name: bp(name) for name in (*USAGE_COLUMNS, "cost", *PRICED_COLUMNS, "requests")})
     )
 
 
@@ -334,6 +354,7 @@ MESSAGE_VALUES = (
     "message",
     *USAGE_COLUMNS,
     "cost",
+    *PRICED_COLUMNS,
     "model",
     "provider",
     "stop_reason",
@@ -385,7 +406,7 @@ def insert_message_at(without_nulls: bool = False) -> sa.Insert:
 
 
 MESSAGE_NULL_COLUMNS = frozenset(
-    (*USAGE_COLUMNS, "cost", "model", "provider", "stop_reason", "kind", "search_thinking")
+    (*USAGE_COLUMNS, "cost", *PRICED_COLUMNS, "model", "provider", "stop_reason", "kind", "search_thinking")
 )
 """The message columns that :func:`insert_message_at` leaves out with ``without_nulls``."""
 

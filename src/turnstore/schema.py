@@ -26,7 +26,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-__all__ = ["imports", "loops", "media", "messages", "metadata", "session_media", "sessions", "staging"]
+__all__ = ["imports", "loops", "media", "messages", "metadata", "prices", "session_media", "sessions", "staging"]
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -65,12 +65,22 @@ USAGE_COLUMNS = (
 )
 """Typed token columns, in the order of :class:`turnstore.models.Usage`'s fields."""
 
+PRICED_COLUMNS = ("priced_cost", "cost_source", "price_version")
+"""What a usage record cost, fixed when it was written (see :mod:`turnstore.pricing`)."""
+
 
 def _usage_columns() -> list[sa.Column[Any]]:
     """The typed usage columns shared by messages (per call) and loops (reported totals)."""
     return [sa.Column(name, sa.BigInteger, nullable=True) for name in USAGE_COLUMNS] + [
         # Provider-reported cost in USD, where the source recorded one (pi, Tau, appam).
         sa.Column("cost", sa.Float, nullable=True),
+        # What the usage cost, fixed when it was written (migration 0010; see turnstore.pricing): the
+        # reported cost, or its tokens at the store's override or the catalog's price; NULL: unknown.
+        sa.Column("priced_cost", sa.Float, nullable=True),
+        # Where priced_cost came from: "reported", "override", "catalog"; NULL: no price is known.
+        sa.Column("cost_source", sa.String, nullable=True),
+        # The price data a catalog cost came from ("genai-prices 0.2.3").
+        sa.Column("price_version", sa.String, nullable=True),
     ]
 
 
@@ -183,7 +193,9 @@ messages = sa.Table(
         "session_id",
         "model",
         "provider",
+        "cost_source",
         *USAGE_COLUMNS,
+        "priced_cost",
         "timestamp",
         "loop_id",
         sqlite_where=sa.text("input_tokens IS NOT NULL"),
@@ -196,33 +208,22 @@ messages = sa.Table(
         "loop_id",
         "model",
         "provider",
+        "cost_source",
         *USAGE_COLUMNS,
+        "priced_cost",
         "timestamp",
         "turn_index",
         sqlite_where=sa.text("input_tokens IS NOT NULL"),
         postgresql_where=sa.text("input_tokens IS NOT NULL"),
-    ),
-    # The usage records whose source reported a cost, and only those (migration 0002): the
-    # reported part of any usage total is read from here, so the sums above need not test cost.
-    sa.Index(
-        "ix_messages_cost",
-        "session_id",
-        "loop_id",
-        "turn_index",
-        "model",
-        "provider",
-        *USAGE_COLUMNS,
-        "cost",
-        "timestamp",
-        sqlite_where=sa.text("cost IS NOT NULL"),
-        postgresql_where=sa.text("cost IS NOT NULL"),
     ),
     # Usage by model across all sessions: a covering index, already in GROUP BY order.
     sa.Index(
         "ix_messages_usage_model",
         "model",
         "provider",
+        "cost_source",
         *USAGE_COLUMNS,
+        "priced_cost",
         "timestamp",
         sqlite_where=sa.text("input_tokens IS NOT NULL"),
         postgresql_where=sa.text("input_tokens IS NOT NULL"),
@@ -264,6 +265,26 @@ staging = sa.Table(
     sa.Column("heartbeat_at", Timestamp, nullable=False),
 )
 """Sessions being written in batches and not yet published (see :mod:`turnstore.repositories.staging`)."""
+
+ALWAYS = -(2**63)
+"""``prices.since`` of a price in force for records of any time."""
+
+prices = sa.Table(
+    "prices",
+    metadata,
+    # A store's own price of a model (migration 0010), over the catalog's, for every process that opens it:
+    # the model as given (matched as turnstore.usage.PriceTable matches), "" for any provider, and the unix
+    # milliseconds from which it is in force (ALWAYS: for records of any time).
+    sa.Column("model", sa.String, primary_key=True),
+    sa.Column("provider", sa.String, primary_key=True),
+    sa.Column("since", sa.BigInteger, primary_key=True),
+    # USD per million tokens.
+    sa.Column("input", sa.Float, nullable=False),
+    sa.Column("output", sa.Float, nullable=False),
+    sa.Column("cache_read", sa.Float, nullable=False),
+    sa.Column("cache_write", sa.Float, nullable=False),
+)
+"""Price overrides saved in the store (see :mod:`turnstore.repositories.prices`)."""
 
 media = sa.Table(
     "media",

@@ -19,12 +19,13 @@ from .limits import Limits
 from .repositories import (
     LoopRepository,
     MessageRepository,
+    PriceRepository,
     SessionRepository,
     UsageRepository,
     staging,
 )
 from .repositories._shared import Settings
-from .usage import DEFAULT_PRICES, PriceTable
+from .usage import PriceTable
 
 if TYPE_CHECKING:
     from .importers import ImportReport
@@ -50,7 +51,8 @@ class Store:
         auto_upgrade: bring an older database schema up to date on open
             (default). With False, an out-of-date database raises
             :class:`~turnstore.errors.SchemaOutOfDate` naming the command to run.
-        prices: per-model prices for cost; added over :data:`~turnstore.usage.DEFAULT_PRICES`.
+        prices: per-model prices that win over the genai-prices catalog for the records this process writes
+            (see :mod:`turnstore.pricing`).
         limits: size limits on messages and ids.
         pragmas: SQLite pragmas over the defaults (``journal_mode=wal``,
             ``synchronous=normal``, ``foreign_keys=on``, ``busy_timeout=5000``).
@@ -98,11 +100,13 @@ class Store:
                 self._db.close()
                 self.engine.dispose()
                 raise storage_error(error, self.url) or error from None
-        self.settings = Settings(DEFAULT_PRICES.merged(prices) if prices is not None else DEFAULT_PRICES, limits)
+        self.settings = Settings(PriceTable().merged(prices), limits)
         self.sessions = SessionRepository(self._db, self.settings)
         self.loops = LoopRepository(self._db, self.settings)
         self.messages = MessageRepository(self._db, self.settings)
         self.usage = UsageRepository(self._db, self.settings)
+        self.prices = PriceRepository(self._db, self.settings, self.usage)
+        self.settings.load_saved_prices(self._db)
         self.loops._messages = self.messages
         self.messages._loops = self.loops
 

@@ -1,18 +1,14 @@
-"""Token and dollar totals: price tables and the typed results of usage queries.
+"""Token and dollar totals: price overrides and the typed results of usage queries.
 
-Totals are summed in SQL (see :mod:`turnstore.usage_queries`), grouped by model and
-provider so each group can be priced; this module prices the groups and adds
-them up. Cost is additive, record by record, and added up exactly (see
-:class:`Tally`), so the total of a store is the sum of its sessions' totals
-and a session's total the sum of its loops' and of its models':
-
-1. a usage record whose source reported a cost (pi, Tau and appam do) costs
-   that: an imported session costs what its source says it cost;
-2. a record without one costs its tokens at the :class:`PriceTable` rate for
-   its model, when the table has one (``reasoning`` is inside ``output`` and
-   is not charged again);
-3. otherwise its cost is unknown — its tokens still count, and ``cost`` stays
-   ``None`` only if no record of the total could be priced.
+Each usage record's cost is fixed when the record is written (see
+:mod:`turnstore.pricing`: a reported cost, else an override from a
+:class:`PriceTable`, else the genai-prices catalog, else unknown) and stored in
+its row. Totals are SQL sums of those costs (see :mod:`turnstore.usage_queries`),
+grouped by model, provider and cost source; this module adds the groups up.
+Cost is additive, record by record, so the total of a store is the sum of its
+sessions' totals and a session's total the sum of its loops'. A total's
+``cost`` is its priced part; ``unpriced_records``, ``unpriced_tokens`` and
+``unpriced_models`` say what it leaves out.
 """
 
 from __future__ import annotations
@@ -20,8 +16,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import stat
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
 
@@ -29,9 +27,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import InvalidPrices
 from .models import CostConfig, Usage
-from .usage_queries import COST_DECIMALS, USAGE_PART_LOOP, USAGE_PART_REPORTED
+from .usage_queries import COST_DECIMALS
 
-__all__ = ["DEFAULT_PRICES", "PriceTable", "UsageRow", "UsageTotals"]
+__all__ = ["DEFAULT_PRICES", "CatalogPrices", "PriceTable", "SavedPrice", "UsageRow", "UsageTotals"]
 
 
 MAX_PRICE_FILE_BYTES = 1 << 20
@@ -45,12 +43,13 @@ _RATE_NAMES = ("input", "output", "cache_read", "cache_write")
 
 
 class PriceTable:
-    """Per-model prices: ``{"model-name": CostConfig, ...}``.
+    """Per-model prices: ``{"model-name": CostConfig, ...}``: overrides, which win over the catalog.
 
-    A model is looked up by exact name, then by the longest key it starts with
-    (``claude-sonnet-4-5-20250929`` uses ``claude-sonnet-4-5``). Names are
-    compared lower-cased, with a ``provider/`` prefix dropped and dots read as
-    dashes, so OpenRouter-style ``anthropic/claude-sonnet-4.5`` matches too.
+    A model is looked up by its name, or by its name without a date or
+    ``-latest`` suffix (``claude-sonnet-4-5-20250929`` uses ``claude-sonnet-4-5``),
+    never by a shorter prefix: ``gpt-4-1-nano`` does not take ``gpt-4-1``'s price.
+    Names are compared lower-cased, with a ``provider/`` prefix dropped and dots
+    read as dashes, so OpenRouter-style ``anthropic/claude-sonnet-4.5`` matches too.
 
     Every rate must be a finite number from 0 to :data:`MAX_RATE`; anything
     else raises :class:`~turnstore.errors.InvalidPrices` naming the model and rate.
@@ -61,7 +60,6 @@ class PriceTable:
 
     def _set(self, prices: dict[str, CostConfig]) -> None:
         self._prices = prices
-        self._by_length = sorted(self._prices, key=len, reverse=True)
 
     def __len__(self) -> int:
         return len(self._prices)
@@ -78,10 +76,8 @@ class PriceTable:
             return self._prices[f"{_normal(provider)}/{name}"]
         if name in self._prices:
             return self._prices[name]
-        for key in self._by_length:
-            if name.startswith(key):
-                return self._prices[key]
-        return None
+        base = _undated(name)
+        return self._prices.get(base) if base != name else None
 
     def merged(self, other: PriceTable | Mapping[str, Any] | None) -> PriceTable:
         """A table with ``other``'s prices over this one's."""
@@ -219,40 +215,59 @@ def _normal(model: str) -> str:
     return name.replace(".", "-").replace("_", "-")
 
 
-def _rates(input: float, output: float, cache_read: float, cache_write: float) -> CostConfig:
-    return CostConfig(
-        input_per_million=input,
-        output_per_million=output,
-        cache_read_per_million=cache_read,
-        cache_write_per_million=cache_write,
-    )
+_DATED = re.compile(r"(-latest|-\d{4}-?\d{2}-?\d{2}|@\d{8})$")
 
 
-DEFAULT_PRICES = PriceTable(
-    {
-        # Anthropic list prices (USD per million tokens; cache write = 5-minute cache).
-        "claude-opus-4-5": _rates(5, 25, 0.50, 6.25),
-        "claude-opus-4": _rates(15, 75, 1.50, 18.75),
-        "claude-sonnet-4": _rates(3, 15, 0.30, 3.75),
-        "claude-haiku-4-5": _rates(1, 5, 0.10, 1.25),
-        "claude-3-5-haiku": _rates(0.80, 4, 0.08, 1.00),
-        # OpenAI list prices (cached input billed at the cache_read rate).
-        "gpt-5": _rates(1.25, 10, 0.125, 0),
-        "gpt-5-mini": _rates(0.25, 2, 0.025, 0),
-        "gpt-5-nano": _rates(0.05, 0.40, 0.005, 0),
-        "gpt-4-1": _rates(2, 8, 0.50, 0),
-        "gpt-4-1-mini": _rates(0.40, 1.60, 0.10, 0),
-        "gpt-4o": _rates(2.50, 10, 1.25, 0),
-        "gpt-4o-mini": _rates(0.15, 0.60, 0.075, 0),
-        "o3": _rates(2, 8, 0.50, 0),
-        "o4-mini": _rates(1.10, 4.40, 0.275, 0),
-        # Google list prices (prompts up to 200k tokens).
-        "gemini-2-5-pro": _rates(1.25, 10, 0.31, 0),
-        "gemini-2-5-flash": _rates(0.30, 2.50, 0.075, 0),
-    }
-)
-"""List prices of common models as published in late 2025. Prices change: pass
-your own with ``Store(prices=...)`` or ``turnstore usage --prices FILE``."""
+def _undated(name: str) -> str:
+    """A normalized model name without its date or ``-latest`` suffix."""
+    return _DATED.sub("", name)
+
+
+class CatalogPrices(PriceTable):
+    """The genai-prices catalog's current prices, looked up as a :class:`PriceTable` is.
+
+    For a look at one model's list price (``DEFAULT_PRICES.for_model("gpt-4.1-nano", "openai")``);
+    stored costs are priced at each record's own time and tier (see :mod:`turnstore.pricing`).
+    A tiered price shows its base rate.
+    """
+
+    def for_model(self, model: str | None, provider: str | None = None) -> CostConfig | None:
+        """The catalog's price of ``model`` now, or None when it has none."""
+        from .pricing import catalog_rates
+
+        if not model:
+            return None
+        rates = catalog_rates(model, provider, datetime.now(timezone.utc))
+        if rates is None:
+            return None
+        input, output, cache_read, cache_write = (rate if isinstance(rate, float) else rate[0] for rate in rates[:4])
+        return CostConfig(
+            input_per_million=input,
+            output_per_million=output,
+            cache_read_per_million=cache_read,
+            cache_write_per_million=cache_write,
+        )
+
+
+DEFAULT_PRICES: PriceTable = CatalogPrices()
+"""The genai-prices catalog as a price table. Stored costs come from it unless an override
+(``Store(prices=...)``) or the source's reported cost wins."""
+
+
+class SavedPrice(BaseModel):
+    """A price override saved in the store (``store.prices``): USD per million tokens."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    provider: str | None = None
+    """None: for any provider."""
+    since: datetime | None = None
+    """In force for records from this time on; None: of any time."""
+    input: float = 0.0
+    output: float = 0.0
+    cache_read: float = 0.0
+    cache_write: float = 0.0
 
 
 class UsageTotals(BaseModel):
@@ -269,15 +284,33 @@ class UsageTotals(BaseModel):
     """Each record's :attr:`~turnstore.models.Usage.total`, summed: the total its provider reported,
     or where it reported none, ``input + output + cache_read + cache_write``."""
     cost: float | None = None
-    """USD: priced from the price table, or as reported by the source; None when neither is known."""
+    """USD of the priced records (reported, override or catalog); None when no record is priced.
+    The unpriced ones are counted apart: see ``unpriced_records``."""
     reported_cost: float | None = None
     """USD the sources themselves reported, where they did."""
+    unpriced_records: int = 0
+    """Usage records with no known price, left out of ``cost``."""
+    unpriced_tokens: int = 0
+    """Their tokens (input, output and cache)."""
+    unpriced_models: list[str] = Field(default_factory=list)
+    """The models they came from, by name (``""`` for records naming none)."""
     requests: int = 0
     """Model calls: one per message usage record (assistant replies, compaction summaries), plus
     each counted loop's reported count (``loops.end(requests=...)``, appam ``request_count``,
     OpenAI Agents ``requests``), or one for a loop that reported usage without a count."""
     cache_hit_rate: float = 0.0
     """``cache_read / (input + cache_read + cache_write)``."""
+
+    def unpriced_note(self, names: int = 3) -> str:
+        """What the total leaves unpriced, for people: ``110,000 tokens unpriced (model-a, model-b)``;
+        empty when every record is priced. At most ``names`` models are named, the rest counted."""
+        if not self.unpriced_records:
+            return ""
+        models = [name or "(no model)" for name in self.unpriced_models]
+        named = ", ".join(models[:names])
+        if len(models) > names:
+            named += f", {len(models) - names:,} more"
+        return f"{self.unpriced_tokens:,} tokens unpriced ({named})"
 
     @property
     def usage(self) -> Usage:
@@ -352,68 +385,85 @@ def _dollars(units: int | None) -> float:
 
 
 class Tally:
-    """Adds up the rows of :func:`turnstore.usage_queries.usage_rows` into one priced total.
+    """Adds up the rows of :func:`turnstore.usage_queries.usage_rows` into one total.
 
-    Rows come in parts (``USAGE_PART_*``): a (model, provider) group's TOTAL row
-    counts all its records; its REPORTED row, the records among them whose source
-    reported a cost; LOOP rows, loops' own reported usage. :meth:`add` keeps
-    exact integer sums per (model, provider); :meth:`fields` prices the records
-    without a reported cost once per model.
+    Each row is one (model, provider, cost source) group, of messages or of loops'
+    reported usage: its token sums, the sum of its records' stored costs, and its
+    record count. :meth:`add` keeps exact integer sums; a group without a source
+    is unpriced. A read-time ``prices`` table (``usage.session(..., prices=...)``)
+    prices the groups it covers that no source reported a cost for.
 
     Costs add up exactly, so a total's cost is the sum of its groups' in every
-    breakdown (a session's, of its loops' and of its models'): they are summed
-    as integers of 10**-18 USD, and nothing is rounded per group. A priced cost
-    is linear in the exact token sums (each rate is held to 10**-12 USD per
-    million tokens, far below any price's precision); a reported cost is
-    rounded to :data:`COST_DECIMALS` decimals record by record, in SQL. Only
-    the result is rounded, to the nearest float.
+    breakdown: each stored cost is rounded to :data:`COST_DECIMALS` decimals
+    record by record, in SQL, and summed as integers; a read-time price is
+    linear in the exact token sums (each rate held to 10**-12 USD per million
+    tokens). Only the result is rounded, to the nearest float.
     """
 
-    __slots__ = ("_groups", "_reported", "_reported_rows", "requests", "sums")
+    __slots__ = (
+        "cost",
+        "has_reported",
+        "priced",
+        "reported",
+        "requests",
+        "sums",
+        "unpriced_models",
+        "unpriced_records",
+        "unpriced_tokens",
+    )
 
     def __init__(self) -> None:
         self.sums = [0, 0, 0, 0, 0, 0]
-        self._reported: int | None = 0
-        """The reported costs, in units (None: infinite)."""
-        self._reported_rows = 0
+        self.cost: int | None = 0
+        """The priced records' cost, in units of 10**-18 USD (None: infinite)."""
+        self.priced = False
+        self.reported: int | None = 0
+        """The reported part of it, in the same units."""
+        self.has_reported = False
         self.requests = 0
-        # (model, provider) -> [input, output, cache_read, cache_write, records] not reported
-        self._groups: dict[tuple[str | None, str | None], list[int]] = {}
+        self.unpriced_records = 0
+        self.unpriced_tokens = 0
+        self.unpriced_models: set[str] = set()
 
-    def add(self, model: str | None, provider: str | None, values: Sequence[Any]) -> None:
+    def add(
+        self,
+        model: str | None,
+        provider: str | None,
+        source: str | None,
+        values: Sequence[Any],
+        prices: PriceTable | None,
+    ) -> None:
         """Add one row: six token sums, a cost, the record count, the part and the requests."""
         tokens = [int(v or 0) for v in values[:6]]
-        cost, count, part = values[6], int(values[7] or 0), values[8]
-        # A REPORTED row is already counted in its TOTAL row: it only moves records out of the priced part.
-        sign = -1 if part == USAGE_PART_REPORTED else 1
-        if sign == 1:
-            for index, value in enumerate(tokens):
-                self.sums[index] += value
-            self.requests += int(values[9] or 0)
-        if cost is not None:
-            units = _reported_units(cost)
-            self._reported = None if self._reported is None or units is None else self._reported + units
-            self._reported_rows += 1
-            if part == USAGE_PART_LOOP:
-                return
-        unpriced = self._groups.setdefault((model, provider), [0, 0, 0, 0, 0])
-        for index, value in enumerate((tokens[0], tokens[1], tokens[3], tokens[4], count)):
-            unpriced[index] += sign * value
-
-    def cost(self, prices: PriceTable) -> float | None:
-        """Reported costs plus the price-table cost of the other records; None if nothing is priced."""
-        total, priced = self._reported, self._reported_rows > 0
-        for (model, provider), (input, output, cache_read, cache_write, records) in self._groups.items():
-            price = prices.for_model(model, provider) if records else None
+        cost, count = values[6], int(values[7] or 0)
+        for index, value in enumerate(tokens):
+            self.sums[index] += value
+        self.requests += int(values[9] or 0)
+        units: int | None
+        if source != "reported" and prices is not None and count:
+            price = prices.for_model(model, provider)
             if price is not None:
                 rate_in, rate_out, rate_read, rate_write = _rate_units(price)
-                units = input * rate_in + output * rate_out + cache_read * rate_read + cache_write * rate_write
-                total = None if total is None else total + units
-                priced = True
-        return _dollars(total) if priced else None
+                units = tokens[0] * rate_in + tokens[1] * rate_out + tokens[3] * rate_read + tokens[4] * rate_write
+                self._add(units, False)
+                return
+        if source is None or cost is None:
+            self.unpriced_records += count
+            self.unpriced_tokens += tokens[0] + tokens[1] + tokens[3] + tokens[4]
+            if count:
+                self.unpriced_models.add(model or "")
+            return
+        self._add(_reported_units(cost), source == "reported")
 
-    def fields(self, prices: PriceTable) -> dict[str, Any]:
-        """The tally as :class:`UsageTotals` keyword arguments, priced with ``prices``."""
+    def _add(self, units: int | None, reported: bool) -> None:
+        self.cost = None if self.cost is None or units is None else self.cost + units
+        self.priced = True
+        if reported:
+            self.reported = None if self.reported is None or units is None else self.reported + units
+            self.has_reported = True
+
+    def fields(self) -> dict[str, Any]:
+        """The tally as :class:`UsageTotals` keyword arguments."""
         input, output, reasoning, cache_read, cache_write, total = self.sums
         prompt = input + cache_read + cache_write
         return {
@@ -423,8 +473,11 @@ class Tally:
             "cache_read": cache_read,
             "cache_write": cache_write,
             "total_tokens": total,
-            "cost": self.cost(prices),
-            "reported_cost": _dollars(self._reported) if self._reported_rows else None,
+            "cost": _dollars(self.cost) if self.priced else None,
+            "reported_cost": _dollars(self.reported) if self.has_reported else None,
             "requests": self.requests,
             "cache_hit_rate": cache_read / prompt if prompt else 0.0,
+            "unpriced_records": self.unpriced_records,
+            "unpriced_tokens": self.unpriced_tokens,
+            "unpriced_models": sorted(self.unpriced_models),
         }

@@ -99,14 +99,11 @@ USAGE_LEVELS = ("all", "session", "loop", "turn")
 USAGE_GROUPS = ("none", "loop", "session", "day")
 
 
-USAGE_PART_TOTAL, USAGE_PART_REPORTED, USAGE_PART_LOOP = 0, 1, 2
-"""The ``part`` column of :func:`usage_rows`: what a row of a (model, provider) group holds.
+USAGE_PART_MESSAGES, USAGE_PART_LOOP = 0, 2
+"""The ``part`` column of :func:`usage_rows`: what a row of a (model, provider, cost source) group holds.
 
-* TOTAL: every usage record of the group's messages; ``cost`` is NULL.
-* REPORTED: the subset of those records whose source reported a cost, with that cost.
-* LOOP: usage loops reported for themselves; ``cost`` is their reported cost, or NULL
-  for a row of loops that reported none (a group's loops with and without a cost come
-  in separate rows).
+* MESSAGES: the usage records of the group's messages; ``cost`` is the sum of their ``priced_cost``.
+* LOOP: usage loops reported for themselves (counted where none of a loop's messages carry usage).
 """
 
 
@@ -162,11 +159,12 @@ def _token_total(table: sa.Table, half: Half) -> ColumnElement[Any]:
 
 
 def _cost(table: sa.Table, split: bool) -> ColumnElement[Any]:
-    return reported_cost_sum(table.c.cost, sa.literal_column("1" if split else "0", sa.Integer))
+    return reported_cost_sum(table.c.priced_cost, sa.literal_column("1" if split else "0", sa.Integer))
 
 
 class reported_cost_sum(FunctionElement[Any]):
-    """The ``sum()`` of a cost column, each cost rounded to ``10**-COST_DECIMALS`` USD first; it cannot fail.
+    """The ``sum()`` of a cost column (``priced_cost``: reported, override or catalog), each cost rounded to
+    ``10**-COST_DECIMALS`` USD first; it cannot fail.
 
     Rounded record by record, so that every total and every group sums the same
     values and each is exactly the sum of its parts (see :class:`turnstore.usage.Tally`).
@@ -240,14 +238,18 @@ def _by_level(statement: sa.Select[Any], level: str) -> sa.Select[Any]:
 
 @cache
 def message_usage(level: str, group: str, split: bool = False) -> sa.Select[Any]:
-    """Usage sums of messages, grouped by (group key, model, provider) (part TOTAL).
+    """Usage sums and costs of messages, grouped by (group key, model, provider, cost source) (part MESSAGES).
 
     Each level but ``turn`` is served by a covering usage index
     (``ix_messages_usage_*``) in GROUP BY order; a turn by the turn index.
     """
     keys = _group_key(messages, group)
     statement: sa.Select[Any] = sa.select(
-        *keys, messages.c.model, messages.c.provider, *_sums(messages, sa.null(), USAGE_PART_TOTAL, split)
+        *keys,
+        messages.c.model,
+        messages.c.provider,
+        messages.c.cost_source,
+        *_sums(messages, _cost(messages, split), USAGE_PART_MESSAGES, split),
     ).where(messages.c.input_tokens.is_not(None))
     statement = _by_level(statement, level)
     if level == "turn":
@@ -255,30 +257,7 @@ def message_usage(level: str, group: str, split: bool = False) -> sa.Select[Any]
         # seq (always >= 0) is not in the covering usage index, so naming it steers
         # SQLite's planner to ix_messages_loop_id_turn_index_seq (measured 27 -> 6 µs).
         statement = statement.where(messages.c.seq >= 0)
-    return statement.group_by(*keys, messages.c.model, messages.c.provider)
-
-
-@cache
-def message_reported_cost(level: str, group: str, split: bool = False) -> sa.Select[Any]:
-    """The usage records with a source-reported cost, grouped like :func:`message_usage` (part REPORTED).
-
-    Served by the partial index ``ix_messages_cost`` over those records only, so
-    a store whose sources report no cost pays nothing here, and the main sums
-    need no per-record test of ``cost``. A loop's or turn's session is found
-    in the same statement, as the index leads with ``session_id``.
-    """
-    keys = _group_key(messages, group)
-    statement: sa.Select[Any] = sa.select(
-        *keys,
-        messages.c.model,
-        messages.c.provider,
-        *_sums(messages, _cost(messages, split), USAGE_PART_REPORTED, split),
-    ).where(messages.c.cost.is_not(None))  # cost is only ever written with usage (input_tokens)
-    if level in ("loop", "turn"):
-        loop_session = sa.select(loops.c.session_id).where(loops.c.loop_id == bp("loop_id")).scalar_subquery()
-        statement = statement.where(messages.c.session_id == loop_session)
-    statement = _by_level(statement, level)
-    return statement.group_by(*keys, messages.c.model, messages.c.provider)
+    return statement.group_by(*keys, messages.c.model, messages.c.provider, messages.c.cost_source)
 
 
 @cache
@@ -295,7 +274,11 @@ def loop_reported_usage(level: str, group: str, split: bool = False) -> sa.Selec
         .exists()
     )
     statement = sa.select(
-        *keys, loops.c.model, loops.c.provider, *_sums(loops, _cost(loops, split), USAGE_PART_LOOP, split)
+        *keys,
+        loops.c.model,
+        loops.c.provider,
+        loops.c.cost_source,
+        *_sums(loops, _cost(loops, split), USAGE_PART_LOOP, split),
     ).where(loops.c.input_tokens.is_not(None), ~has_message_usage)
     if level == "visible":
         statement = statement.where(visible(loops.c.session_id))
@@ -305,13 +288,13 @@ def loop_reported_usage(level: str, group: str, split: bool = False) -> sa.Selec
         statement = statement.where(loops.c.loop_id == bp("loop_id"), visible(loops.c.session_id))
     if level == "turn":
         statement = statement.where(sa.false())
-    return statement.group_by(*keys, loops.c.model, loops.c.provider, loops.c.cost.is_(None))
+    return statement.group_by(*keys, loops.c.model, loops.c.provider, loops.c.cost_source)
 
 
 @cache
 def usage_rows(level: str, group: str, split: bool = False) -> sa.CompoundSelect[Any]:
-    """:func:`message_usage`, :func:`message_reported_cost` and :func:`loop_reported_usage`
-    in one statement (one round trip); :class:`turnstore.usage.Tally` adds the parts up.
+    """:func:`message_usage` and :func:`loop_reported_usage` in one statement (one round
+    trip); :class:`turnstore.usage.Tally` adds the parts up.
 
     Rows come in no particular order; callers sort what they show. A turn has no
     reported usage of its own, so its statement leaves the loops part out.
@@ -323,7 +306,56 @@ def usage_rows(level: str, group: str, split: bool = False) -> sa.CompoundSelect
     ``2**31`` records (PostgreSQL sums ``bigint`` into ``numeric`` anyway). Costs
     are summed so that they cannot fail either way (see :class:`reported_cost_sum`).
     """
-    parts = [message_usage(level, group, split), message_reported_cost(level, group, split)]
+    parts = [message_usage(level, group, split)]
     if level != "turn":
         parts.append(loop_reported_usage(level, group, split))
     return sa.union_all(*parts)
+
+
+REPRICE_BATCH = 2000
+"""Usage records read and rewritten per transaction by a reprice: memory and lock time stay bounded."""
+
+
+@cache
+def reprice_batch(table_name: str, session: bool, since: bool, model: bool) -> sa.Select[Any]:
+    """The next usage records a reprice looks at, by key after ``:after``: all but those with a reported cost,
+    optionally of one session (``:session_id``), from a time on (``:since``) and of one model (``:model``)."""
+    table = messages if table_name == "messages" else loops
+    key = table.c.id if table is messages else table.c.loop_id
+    when = table.c.timestamp if table is messages else table.c.ended_at
+    statement = sa.select(
+        key,
+        table.c.model,
+        table.c.provider,
+        when,
+        table.c.input_tokens,
+        table.c.output_tokens,
+        table.c.cache_read_tokens,
+        table.c.cache_write_tokens,
+        table.c.priced_cost,
+        table.c.cost_source,
+        table.c.price_version,
+    ).where(
+        table.c.input_tokens.is_not(None),
+        table.c.cost.is_(None),  # a reported cost stays what the source said
+        key > bp("after"),
+    )
+    if session:
+        statement = statement.where(table.c.session_id == bp("session_id"))
+    if since:
+        statement = statement.where(when >= bp("since"))
+    if model:
+        statement = statement.where(table.c.model == bp("model"))
+    return statement.order_by(key).limit(REPRICE_BATCH)
+
+
+@cache
+def set_price(table_name: str) -> sa.Update:
+    """Store one usage record's new cost, source and price version (``:key``)."""
+    table = messages if table_name == "messages" else loops
+    key = table.c.id if table is messages else table.c.loop_id
+    return (
+        sa.update(table)
+        .where(key == bp("key"))
+        .values(priced_cost=bp("priced_cost"), cost_source=bp("cost_source"), price_version=bp("price_version"))
+    )

@@ -133,4 +133,4 @@ def cli(ctx: click.Context) -> None:
     ctx.call_on_close(settings.close)
 
 
-from . import browse, db, demo, search, serve, transfer, usage  # noqa: E402,F401  (registers the commands)
+from . import browse, db, demo, prices, search, serve, transfer, usage  # noqa: E402,F401  (registers the commands)

@@ -98,6 +98,15 @@ def number(value: int) -> str:
     return f"{value:,}"
 
 
+def priced(totals: UsageTotals) -> str:
+    """A total's cost and what it leaves unpriced: ``$0.2250 + 110,000 tokens unpriced (model)``, escaped."""
+    unpriced = totals.unpriced_note()
+    if not unpriced:
+        return money(totals.cost)
+    unpriced = visible(unpriced)  # model names are stored text
+    return unpriced if totals.cost is None else f"{money(totals.cost)} + {unpriced}"
+
+
 def usage_table(title: str, key_label: str, rows: Iterable[tuple[str, UsageTotals]]) -> Table:
     """A table of usage totals, one row per (label, totals), with a total row when there are several."""
     table = Table(title=text(title, "table.title"), title_justify="left", show_lines=False)
@@ -115,24 +124,35 @@ def usage_table(title: str, key_label: str, rows: Iterable[tuple[str, UsageTotal
     return table
 
 
-def _cells(totals: UsageTotals) -> list[str]:
-    return [number(getattr(totals, field)) for field, _ in TOKEN_COLUMNS] + [
-        money(totals.cost),
-        number(totals.requests),
-    ]
+def _cells(totals: UsageTotals) -> list[str | Text]:
+    cells: list[str | Text] = [number(getattr(totals, field)) for field, _ in TOKEN_COLUMNS]
+    cells.append(Text(priced(totals)))  # plain text: model names are stored text, never markup
+    cells.append(number(totals.requests))
+    return cells
 
 
 def _sum(items: Iterable[UsageTotals]) -> UsageTotals:
-    fields = {field: 0 for field, _ in TOKEN_COLUMNS}
+    fields: dict[str, Any] = {field: 0 for field, _ in TOKEN_COLUMNS}
     cost: float | None = None
-    requests = 0
+    requests = records = tokens = 0
+    models: set[str] = set()
     for totals in items:
         for field in fields:
             fields[field] += getattr(totals, field)
         if totals.cost is not None:
             cost = (cost or 0.0) + totals.cost
         requests += totals.requests
-    return UsageTotals(**fields, cost=cost, requests=requests)
+        records += totals.unpriced_records
+        tokens += totals.unpriced_tokens
+        models.update(totals.unpriced_models)
+    return UsageTotals(
+        **fields,
+        cost=cost,
+        requests=requests,
+        unpriced_records=records,
+        unpriced_tokens=tokens,
+        unpriced_models=sorted(models),
+    )
 
 
 def short(value: str, width: int = 100) -> str:

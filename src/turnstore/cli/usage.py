@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from pathlib import Path
 
 import click
@@ -75,3 +76,30 @@ def _label(row: UsageRow, group: str) -> str:
     if group == "model":
         return f"{row.provider}/{row.model}" if row.provider else (row.model or "(unknown model)")
     return str(getattr(row, _GROUP_KEY[group]) or "-")
+
+
+@cli.command()
+@click.option("--session", "session_id", default=None, help="Only this session's records.")
+@click.option(
+    "--since",
+    type=click.DateTime(formats=["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%S%z"]),
+    default=None,
+    help="Only records from this date (UTC) or time on.",
+)
+@click.option("--model", default=None, help="Only this model's records.")
+@shared_options
+@pass_settings
+def reprice(settings: Settings, session_id: str | None, since: datetime | None, model: str | None) -> None:
+    """Price stored usage again with the store's prices now (after an override or a price data update).
+
+    Reported costs are kept; catalog, override and unpriced records are priced again at their own time and tier.
+    """
+    if session_id and since:
+        raise click.UsageError("give --session or --since, not both")
+    if since is not None and since.tzinfo is None:
+        since = since.replace(tzinfo=timezone.utc)
+    changed = settings.store().usage.reprice(session_id, since=since, model=model)
+    if settings.json:
+        print_json({"repriced": changed})
+    else:
+        click.echo(f"repriced {changed:,} usage records")

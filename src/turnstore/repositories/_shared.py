@@ -15,7 +15,8 @@ from ..database import Database
 from ..errors import InvalidArgument, InvalidMessage, LoopNotFound, SessionNotFound
 from ..limits import Limits
 from ..models import Usage
-from ..usage import DEFAULT_PRICES, PriceTable
+from ..pricing import Pricing, SavedPrices
+from ..usage import PriceTable
 from .message_json import READ_DEPTH, deeper_than, find, has_surrogate, shorten
 
 
@@ -111,13 +112,18 @@ def require_session(db: Database, session_id: str) -> None:
 
 
 class Settings:
-    """What every repository of one store shares: its price table and limits."""
+    """What every repository of one store shares: its price overrides, the pricing of new records, and limits."""
 
-    __slots__ = ("limits", "prices")
+    __slots__ = ("limits", "prices", "pricing")
 
     def __init__(self, prices: PriceTable | None = None, limits: Limits | None = None) -> None:
-        self.prices = prices if prices is not None else DEFAULT_PRICES
+        self.prices = prices if prices is not None else PriceTable()
+        self.pricing = Pricing(self.prices)
         self.limits = limits or Limits()
+
+    def load_saved_prices(self, db: Database) -> None:
+        """Price new records with the overrides saved in the store, as they are now."""
+        self.pricing.saved = SavedPrices(db.fetchall(q.saved_prices()))
 
 
 _USAGE_FIELDS = tuple(Usage.model_fields)

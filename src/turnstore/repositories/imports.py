@@ -25,6 +25,7 @@ from ..errors import AlreadyExists, InvalidMessage, InvalidRecord
 from ..importers.base import LoopRow, MessageRow, RecordError, SessionBundle, SpilledMessage
 from ..limits import Limits, check_json, check_text
 from ..media import split
+from ..pricing import Pricing
 from ..records import LoopConfig
 from . import media, search_index, staging
 from ._shared import Settings, dumps, utcnow
@@ -78,7 +79,14 @@ class ImportRepository:
         """
         try:
             return write_bundle(
-                self._db, bundle, fmt, replace=replace, limits=self.limits, report=report, writes=writes
+                self._db,
+                bundle,
+                fmt,
+                replace=replace,
+                limits=self.limits,
+                report=report,
+                writes=writes,
+                pricing=self._settings.pricing,
             )
         except self._db.IntegrityError as error:
             raise AlreadyExists(f"conflicts with stored data: {error}") from None
@@ -116,8 +124,11 @@ def write_bundle(
     limits: Limits,
     report: dict[str, Any],
     writes: ImportWrites | None = None,
+    pricing: Pricing | None = None,
 ) -> str:
     """Write a session bundle in one transaction; returns ``written`` or ``unchanged``.
+
+    Each usage record is priced as it is written (``pricing``; default: the catalog alone).
 
     ``writes``, the import call's :class:`~turnstore.repositories.import_writes.ImportWrites`,
     writes a large session with a larger page cache and leaves its WAL checkpoint to the
@@ -136,7 +147,9 @@ def write_bundle(
     check_ids(bundle, limits)
     try:
         # The rows go straight into _write, which holds the only reference: it lets them go before the commit.
-        return _write(db, bundle, fmt, replace, _message_batches(bundle, limits), report, writes)
+        pricing = pricing or Pricing()
+        rows = _priced(_message_batches(bundle, limits), pricing)
+        return _write(db, bundle, fmt, replace, rows, report, writes, pricing)
     except (InvalidMessage, InvalidRecord):
         raise
     except db.IntegrityError as error:
@@ -175,7 +188,8 @@ def _write(
     replace: bool,
     rows: Iterable[list[dict[str, Any]]],
     report: dict[str, Any],
-    writes: ImportWrites | None = None,
+    writes: ImportWrites | None,
+    pricing: Pricing,
 ) -> str:
     # Worked out before the write lock is taken: Python work that keeps no other writer waiting.
     first_times, created, updated = _times(bundle)
@@ -208,7 +222,7 @@ def _write(
             if owner is not None:  # the rest in short transactions of their own, the session hidden meanwhile
                 staging.begin(db, target, owner.name)
             else:
-                for batch in _loop_batches(db, bundle, first_times, created):
+                for batch in _loop_batches(db, bundle, first_times, created, pricing):
                     db.executemany(q.insert_loop(), batch)
                 for batch in rows:
                     _insert_messages(db, batch)
@@ -219,7 +233,7 @@ def _write(
             steps: Iterator[Callable[[], None]] = chain(  # made one at a time, as they run: never all in memory
                 (
                     partial(db.executemany, q.insert_loop(), under(batch))
-                    for batch in _loop_batches(db, bundle, first_times, created)
+                    for batch in _loop_batches(db, bundle, first_times, created, pricing)
                 ),
                 (partial(_insert_messages, db, under(part)) for batch in rows for part in staging.parts(batch)),
             )
@@ -251,15 +265,28 @@ def _insert_session(db: Database, bundle: SessionBundle, created: datetime, upda
 
 
 def _loop_batches(
-    db: Database, bundle: SessionBundle, first_times: dict[str, datetime], created: datetime
+    db: Database, bundle: SessionBundle, first_times: dict[str, datetime], created: datetime, pricing: Pricing
 ) -> Iterator[list[dict[str, Any]]]:
-    """The session's loop rows, :data:`LOOP_BATCH` at a time (a large session has many)."""
+    """The session's loop rows, :data:`LOOP_BATCH` at a time (a large session has many), their reported usage priced."""
     configs: dict[Any, tuple[Any, ...]] = {}
     for start in range(0, len(bundle.loops), LOOP_BATCH):
-        yield [
-            _loop_params(db, bundle, loop, first_times.get(loop.loop_id, created), configs)
-            for loop in bundle.loops[start : start + LOOP_BATCH]
-        ]
+        batch = []
+        for loop in bundle.loops[start : start + LOOP_BATCH]:
+            params = _loop_params(db, bundle, loop, first_times.get(loop.loop_id, created), configs)
+            if params["input_tokens"] is not None:
+                when = loop.ended_at or loop.started_at or first_times.get(loop.loop_id, created)
+                pricing.price_row(params, int(when.timestamp() * 1000))
+            batch.append(params)
+        yield batch
+
+
+def _priced(batches: Iterable[list[dict[str, Any]]], pricing: Pricing) -> Iterator[list[dict[str, Any]]]:
+    """The message rows of each batch with their usage priced (see :mod:`turnstore.pricing`)."""
+    for batch in batches:
+        for params in batch:
+            if params["input_tokens"] is not None:
+                pricing.price_row(params)
+        yield batch
 
 
 def _finish(db: Database, bundle: SessionBundle, fmt: str, report: dict[str, Any]) -> None:

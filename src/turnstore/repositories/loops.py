@@ -17,7 +17,7 @@ from ..ids import mint_loop_id, next_loop_number
 from ..limits import check_json, check_text
 from ..models import MAX_INT, ExtensionMessage, Usage
 from ..records import ContinuationKind, Loop, LoopConfig, LoopStatus
-from ..schema import USAGE_COLUMNS
+from ..schema import PRICED_COLUMNS, USAGE_COLUMNS
 from ._shared import Settings, json_object, problems, usage_argument, utcnow
 from .rows import loop_from_row, usage_params
 
@@ -143,7 +143,7 @@ class LoopRepository:
                 "ended_at": None,
                 "spawn_loop_id": spawn_loop_id,
                 "spawn_tool_call_id": spawn_tool_call_id,
-                **dict.fromkeys((*USAGE_COLUMNS, "cost", "requests")),
+                **dict.fromkeys((*USAGE_COLUMNS, "cost", *PRICED_COLUMNS, "requests")),
                 "metadata": metadata_text,
                 "source": None,
             }
@@ -236,9 +236,12 @@ class LoopRepository:
             if reported is not None:
                 if requests is None:
                     requests = self._db.scalar(q.count_assistant_messages(), {"loop_id": loop_id}) or None
-                self._db.execute(
-                    q.set_loop_usage(), {"loop_id": loop_id, **usage_params(reported), "requests": requests}
-                )
+                params = {"loop_id": loop_id, **usage_params(reported), "requests": requests}
+                found = self._db.fetchone(q.loop_model(), {"loop_id": loop_id})
+                params["model"], params["provider"] = found if found is not None else (None, None)
+                self._settings.pricing.price_row(params, int(when.timestamp() * 1000))
+                del params["model"], params["provider"]
+                self._db.execute(q.set_loop_usage(), params)
             self._db.execute(q.touch_session(), {"session_id": session_id, "updated_at": self._db.bind_time(when)})
         return self.get(loop_id)
 

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from ..errors import InvalidArgument, InvalidMessage, LimitExceeded, LoopNotFound, TurnIdMismatch
 from ..limits import Limits
 from ..models import AGENT_MESSAGE, MAX_INT, ExtensionMessage, Message, TurnId, Usage, now_ms
+from ..pricing import Pricing
 from ..wire_input import from_input
 from . import media as out_of_line
 from ._shared import usage_argument
@@ -118,6 +119,7 @@ def prepare_row(
     usage_known: bool = True,
     *,
     limits: Limits,
+    pricing: Pricing,
     model: str | None = None,
     provider: str | None = None,
 ) -> tuple[dict[str, Any], dict[str, str]]:
@@ -188,6 +190,7 @@ def prepare_row(
     if usage is not None and params["model"] is None:
         params["model"], params["provider"] = model, provider
     limits.check_row(params)
+    pricing.price_row(params)
     return params, out_of_line.split_row(params)
 
 

@@ -81,6 +81,7 @@ class MessageWrites(MessageRepositoryBase):
             model=model,
             provider=provider,
             limits=self._settings.limits,
+            pricing=self._settings.pricing,
         )
         statement = q.insert_message(not self._db.is_sqlite)
         touch = (q.touch_session_of_loop(), self._touch_params(params["loop_id"]))
@@ -199,7 +200,15 @@ class MessageWrites(MessageRepositoryBase):
         found: dict[str, str] = {}
         for message, source in zip(messages, _one_per_message(sources, len(messages))):
             params, more = prepare_row(
-                message, loop_id, turn_index, None, None, source, usage_known, limits=self._settings.limits
+                message,
+                loop_id,
+                turn_index,
+                None,
+                None,
+                source,
+                usage_known,
+                limits=self._settings.limits,
+                pricing=self._settings.pricing,
             )
             rows.append(params)
             found.update(more)

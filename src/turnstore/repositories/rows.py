@@ -26,7 +26,7 @@ from ..models import (
     unreadable,
 )
 from ..records import Loop, SearchHit, Session, SessionSummary, StoredMessage
-from ..schema import USAGE_COLUMNS
+from ..schema import PRICED_COLUMNS, USAGE_COLUMNS
 from ..search_text import index_columns
 from ._shared import loads
 
@@ -58,7 +58,7 @@ MAX_TURN_INDEX = 2**31 - 1
 USAGE_FIELDS = ("input", "output", "reasoning", "cache_read", "cache_write", "total_tokens")
 """:class:`~turnstore.models.Usage`'s token fields, in the order of ``schema.USAGE_COLUMNS``."""
 
-_NO_USAGE: dict[str, Any] = dict.fromkeys((*USAGE_COLUMNS, "cost"))
+_NO_USAGE: dict[str, Any] = dict.fromkeys((*USAGE_COLUMNS, "cost", *PRICED_COLUMNS))
 
 
 # --- messages -----------------------------------------------------------------------
@@ -333,6 +333,10 @@ def usage_params(usage: Usage | None) -> dict[str, Any]:
         "cache_write_tokens": usage.cache_write,
         "total_tokens": usage.total_tokens,
         "cost": usage.cost,
+        # Filled by Pricing.price_row before the row is written.
+        "priced_cost": None,
+        "cost_source": None,
+        "price_version": None,
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from .. import queries as q
@@ -23,7 +24,11 @@ see ``usage_queries._token_total``) say that a sum overflowed."""
 
 
 class UsageRepository:
-    """Usage totals of one store. ``prices`` on any method adds to (and overrides) the store's table."""
+    """Usage totals of one store: sums of the costs stored with each record (see :mod:`turnstore.pricing`).
+
+    ``prices`` on any method prices the records of the models it names at read time instead
+    (all but those whose source reported a cost), without changing what is stored.
+    """
 
     def __init__(self, db: Database, settings: Settings) -> None:
         self._db = db
@@ -74,14 +79,15 @@ class UsageRepository:
     def by_model(
         self, session_id: str | None = None, *, loop_id: str | None = None, prices: Prices = None
     ) -> list[UsageRow]:
-        """Usage per (model, provider): across the store, or within a session or a loop."""
+        """Usage per (model, provider): across the store, or within a session or a loop; those with
+        unpriced records first (then by model and provider)."""
         level, params = self._scope(session_id, loop_id)
         table = self._prices(prices)
         rows: dict[tuple[Any, ...], Tally] = {}
-        for model, provider, *sums in self._rows(level, "none", params):
-            rows.setdefault((model, provider), Tally()).add(model, provider, sums)
+        for model, provider, source, *sums in self._rows(level, "none", params):
+            rows.setdefault((model, provider), Tally()).add(model, provider, source, sums, table)
         return [
-            UsageRow(model=model, provider=provider, **tally.fields(table))
+            UsageRow(model=model, provider=provider, **tally.fields())
             for (model, provider), tally in sorted(rows.items(), key=_model_key)
         ]
 
@@ -105,7 +111,56 @@ class UsageRepository:
         level, params = self._scope(session_id, loop_id)
         return self._grouped(level, "day", params, "day", prices)
 
-    # --- helpers ------------------------------------------------------------------
+    # --- prices after they change ---------------------------------------------------
+
+    def reprice(self, session_id: str | None = None, *, since: datetime | None = None, model: str | None = None) -> int:
+        """Price stored usage records again, with the store's prices now; returns how many changed.
+
+        Costs are fixed when records are written; after an override is set or
+        the price data is updated, this recomputes the ``override``, ``catalog``
+        and unpriced records (a reported cost is never changed): all of the
+        store's, or one session's, those from ``since`` on (a record's
+        timestamp; a loop's reported usage by its end), of one ``model``. Each
+        record is priced at its own time and tier, as when it was written. It
+        goes :data:`~turnstore.usage_queries.REPRICE_BATCH` records per
+        transaction, so memory stays bounded and writers wait little; a reprice
+        stopped part way leaves every record priced one way or the other.
+
+        Raises:
+            SessionNotFound: no such session.
+        """
+        if session_id is not None:
+            require_session(self._db, session_id)
+        changed = 0
+        for table in ("messages", "loops"):
+            params: dict[str, Any] = {"session_id": session_id, "model": model}
+            if since is not None:
+                params["since"] = int(since.timestamp() * 1000) if table == "messages" else self._db.bind_time(since)
+            statement = uq.reprice_batch(table, session_id is not None, since is not None, model is not None)
+            params["after"] = -(2**63) if table == "messages" else ""
+            while True:
+                with self._db.write():
+                    rows = self._db.fetchall(statement, params)
+                    updates = self._repriced(rows, table)
+                    if updates:
+                        self._db.executemany(uq.set_price(table), updates)
+                changed += len(updates)
+                if len(rows) < uq.REPRICE_BATCH:
+                    break
+                params["after"] = rows[-1][0]
+        return changed
+
+    def _repriced(self, rows: list[tuple[Any, ...]], table: str) -> list[dict[str, Any]]:
+        """The new prices of the records among ``rows`` whose price changes."""
+        pricing = self._settings.pricing
+        updates = []
+        for key, model, provider, when, *tokens, cost, source, version in rows:
+            stamp = when if table == "messages" else _ms(self._db.load_time(when))
+            input, output, cache_read, cache_write = (int(value or 0) for value in tokens)
+            new = pricing.cost(model, provider, (input, output, cache_read, cache_write), stamp)
+            if new != (cost, source, version):
+                updates.append({"key": key, "priced_cost": new[0], "cost_source": new[1], "price_version": new[2]})
+        return updates
 
     # --- what is not known -------------------------------------------------------
 
@@ -125,8 +180,9 @@ class UsageRepository:
             require_loop(self._db, loop_id)
         return ids
 
-    def _prices(self, prices: Prices) -> PriceTable:
-        return self._settings.prices.merged(prices) if prices is not None else self._settings.prices
+    @staticmethod
+    def _prices(prices: Prices) -> PriceTable | None:
+        return PriceTable().merged(prices) if prices is not None else None
 
     def _rows(self, level: str, group: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         """The usage rows, with exact sums whatever the stored values.
@@ -137,7 +193,7 @@ class UsageRepository:
         read again with sums that cannot overflow (``uq.usage_rows(..., split=True)``),
         rejoined here. Reads whose sums fit pay nothing for this.
         """
-        start = 2 if group == "none" else 3  # the sums follow the group key, model and provider
+        start = 3 if group == "none" else 4  # the sums follow the group key, model, provider and cost source
         total = start + len(USAGE_COLUMNS) - 1
         for split in (False, True):
             try:
@@ -171,18 +227,16 @@ class UsageRepository:
     def _total(self, level: str, params: dict[str, Any], prices: Prices) -> UsageTotals:
         table = self._prices(prices)
         tally = Tally()
-        for model, provider, *sums in self._rows(level, "none", params):
-            tally.add(model, provider, sums)
-        return UsageTotals(**tally.fields(table))
+        for model, provider, source, *sums in self._rows(level, "none", params):
+            tally.add(model, provider, source, sums, table)
+        return UsageTotals(**tally.fields())
 
     def _grouped(self, level: str, group: str, params: dict[str, Any], key: str, prices: Prices) -> list[UsageRow]:
         table = self._prices(prices)
         tallies: dict[Any, Tally] = {}
-        for group_key, model, provider, *sums in self._rows(level, group, params):
-            tallies.setdefault(group_key, Tally()).add(model, provider, sums)
-        return [
-            UsageRow(**{key: name}, **tally.fields(table)) for name, tally in sorted(tallies.items(), key=_sort_key)
-        ]
+        for group_key, model, provider, source, *sums in self._rows(level, group, params):
+            tallies.setdefault(group_key, Tally()).add(model, provider, source, sums, table)
+        return [UsageRow(**{key: name}, **tally.fields()) for name, tally in sorted(tallies.items(), key=_sort_key)]
 
     def _scope(self, session_id: str | None, loop_id: str | None) -> tuple[str, dict[str, Any]]:
         if loop_id is not None:
@@ -194,12 +248,16 @@ class UsageRepository:
         return "all", {}
 
 
+def _ms(when: datetime | None) -> int | None:
+    return None if when is None else int(when.timestamp() * 1000)
+
+
 def _sort_key(item: tuple[Any, Tally]) -> tuple[str]:
     key, _tally = item
     return (str(key or ""),)
 
 
-def _model_key(item: tuple[tuple[Any, ...], Tally]) -> tuple[str, str]:
-    """Sort key of a (model, provider) group: by model, then provider (None first, as "")."""
-    (model, provider), _tally = item
-    return (model or "", provider or "")
+def _model_key(item: tuple[tuple[Any, ...], Tally]) -> tuple[bool, str, str]:
+    """Sort key of a (model, provider) group: unpriced first, then by model, then provider (None first, as "")."""
+    (model, provider), tally = item
+    return (not tally.unpriced_records, model or "", provider or "")

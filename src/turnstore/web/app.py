@@ -29,6 +29,7 @@ from ..errors import InvalidArgument, NotFound, SearchUnavailable, TurnNotFound
 from ..media import REF_PREFIX
 from ..records import Loop, SessionSummary
 from ..store import Store
+from ..usage import UsageTotals
 from . import charts
 from .security import Guard
 from .text import as_json, shown
@@ -87,7 +88,9 @@ def create_app(store: Store, *, token: str | None = None, hosts: Iterable[str] |
     templates = Environment(
         loader=FileSystemLoader(HERE / "templates"), autoescape=True, undefined=StrictUndefined, trim_blocks=True
     )
-    templates.filters.update(shown=shown, json=as_json, tokens=_tokens, cost=_cost, rate=_rate, when=_when)
+    templates.filters.update(
+        shown=shown, json=as_json, tokens=_tokens, cost=_cost, priced=_priced, rate=_rate, when=_when
+    )
     templates.globals.update(link=_link, roles=ROLES)
     for name in templates.list_templates():  # compiled now, not by the first request of each page
         templates.get_template(name)
@@ -251,15 +254,23 @@ def create_app(store: Store, *, token: str | None = None, hosts: Iterable[str] |
             undated=_total(undated),
             charts=[
                 charts.columns("Tokens by day", [(d, r.total_tokens if r else 0) for d, r in day_items], _tokens),
-                charts.columns("Cost by day (USD)", [(d, (r.cost or 0.0) if r else 0.0) for d, r in day_items], _cost),
+                charts.columns(
+                    _cost_title("Cost by day (USD)", (r for _, r in day_items)),
+                    [(d, (r.cost or 0.0) if r else 0.0) for d, r in day_items],
+                    _cost,
+                ),
                 charts.line(
                     "Cache-hit rate by day", [(d, r.cache_hit_rate if r else None) for d, r in day_items], _rate
                 ),
-                charts.rows("Cost by model (USD)", [(_model(r), r.cost or 0.0) for r in models], _cost),
+                charts.rows(
+                    _cost_title("Cost by model (USD)", models),
+                    [(_unpriced_label(_model(r), r), r.cost or 0.0) for r in models],
+                    _cost,
+                ),
                 charts.rows("Tokens by model", [(_model(r), r.total_tokens) for r in models], _tokens),
                 charts.rows(
-                    "Cost by session (USD), the costliest",
-                    [(titles[r.session_id or ""], r.cost or 0.0) for r in top],
+                    _cost_title("Cost by session (USD), the costliest", top),
+                    [(_unpriced_label(titles[r.session_id or ""], r), r.cost or 0.0) for r in top],
                     _cost,
                 ),
                 charts.rows(
@@ -401,7 +412,11 @@ def _total(rows: list[Any]) -> Any:
     if not rows:
         return None
     costs = [row.cost for row in rows if row.cost is not None]
-    return {"tokens": sum(row.total_tokens for row in rows), "cost": sum(costs) if costs else None}
+    return {
+        "tokens": sum(row.total_tokens for row in rows),
+        "cost": sum(costs) if costs else None,
+        "unpriced": sum(row.unpriced_tokens for row in rows),
+    }
 
 
 def _no_icon(_request: Request) -> Response:
@@ -477,6 +492,25 @@ def _cost(value: float | None) -> str:
     if value is None:
         return "—"
     return f"${value:,.4f}" if value < 1 else f"${value:,.2f}"
+
+
+def _priced(totals: Any) -> str:
+    """A total's cost and what it leaves unpriced (``$0.2250 + 110,000 tokens unpriced (model)``)."""
+    note = totals.unpriced_note() if isinstance(totals, UsageTotals) else ""
+    if not note:
+        return _cost(totals.cost)
+    return note if totals.cost is None else f"{_cost(totals.cost)} + {note}"
+
+
+def _unpriced_label(label: str, row: UsageTotals) -> str:
+    """A chart label marked when its cost leaves tokens unpriced."""
+    return f"{label} (+{row.unpriced_tokens:,} tokens unpriced)" if row.unpriced_records else label
+
+
+def _cost_title(title: str, rows: Iterable[UsageTotals | None]) -> str:
+    """A cost chart's title, saying how many tokens of its rows have no price and are not in its bars."""
+    tokens = sum(row.unpriced_tokens for row in rows if row is not None)
+    return f"{title}; {tokens:,} tokens unpriced, not in the bars" if tokens else title
 
 
 def _rate(value: float) -> str:

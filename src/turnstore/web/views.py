@@ -94,6 +94,9 @@ def _sum(rows: list[Any]) -> UsageTotals:
     for name in ("input", "output", "reasoning", "cache_read", "cache_write", "total_tokens", "requests"):
         setattr(total, name, sum(getattr(row, name) for row in rows))
     total.cost = sum(costs) if costs else None
+    total.unpriced_records = sum(row.unpriced_records for row in rows)
+    total.unpriced_tokens = sum(row.unpriced_tokens for row in rows)
+    total.unpriced_models = sorted({name for row in rows for name in row.unpriced_models})
     seen = total.input + total.cache_read + total.cache_write
     total.cache_hit_rate = total.cache_read / seen if seen else 0.0
     return total
