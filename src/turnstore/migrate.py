@@ -44,7 +44,7 @@ __all__ = [
     "upgrade",
 ]
 
-HEAD = "0009"
+HEAD = "0010"
 """The newest revision in ``migrations/versions``, named here so that opening a store at head
 needs no Alembic; a test checks it against the scripts' own head."""
 
