@@ -678,7 +678,7 @@ def message_usage_state() -> sa.Select[Any]:
 @cache
 def set_message_usage() -> sa.Update:
     """Give a message new JSON, model, provider and usage columns (``messages.set_usage``)."""
-    columns = ("message", "model", "provider", *USAGE_COLUMNS, "cost")
+    columns = ("message", "model", "provider", *USAGE_COLUMNS, "cost", *PRICED_COLUMNS)
     return sa.update(messages).where(messages.c.id == bp("id")).values({name: bp(name) for name in columns})
 
 

@@ -14,7 +14,7 @@ from .. import queries as q
 from ..errors import InvalidArgument, LoopNotFound, MessageNotFound, TurnstoreError
 from ..models import AGENT_MESSAGE, AssistantMessage, TurnId, Usage
 from ..records import ContinuationKind, Loop, LoopConfig
-from ..schema import USAGE_COLUMNS
+from ..schema import PRICED_COLUMNS, USAGE_COLUMNS
 from . import media as out_of_line
 from . import search_index
 from ._shared import require_loop, usage_argument, utcnow
@@ -364,7 +364,8 @@ class MessageWrites(MessageRepositoryBase):
                 changes["provider"] = provider
             updated = reply.model_copy(update=changes)
             params = row_params(updated, dump_message(updated), loop_id, turn_index, usage_known=counted is not None)
-            columns = ("message", "model", "provider", *USAGE_COLUMNS, "cost")
+            self._settings.pricing.price_row(params)  # priced at its own timestamp, as an append prices it
+            columns = ("message", "model", "provider", *USAGE_COLUMNS, "cost", *PRICED_COLUMNS)
             self._db.execute(q.set_message_usage(), {"id": message_id, **{name: params[name] for name in columns}})
 
     def _hold_for_delete(self, message_id: int, session_id: str, loop_id: str) -> bool:
