@@ -61,6 +61,16 @@ def _empty_database(backend: str, db_path: Path, request: pytest.FixtureRequest)
     return str(db_path)
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty store's URL, on SQLite and on the test PostgreSQL server (for tests that open stores themselves)."""
+    if request.param == "postgresql":
+        database: PostgresDatabase = request.getfixturevalue("postgres")
+        database.empty()
+        return str(database.url)
+    return str(tmp_path / "store.db")
+
+
 @pytest.fixture
 def store(backend: str, store_url: str) -> Iterator[Any]:
     """A store on a fresh database of the test's backend (an AsyncStore behind a sync facade for async ones)."""

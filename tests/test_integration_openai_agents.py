@@ -566,16 +566,6 @@ def test_items_become_canonical_messages_in_turns(tmp_path: Path) -> None:
     assert [json.loads(row.source or "") for row in rows[:4]] == items
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """An empty store's URL, on SQLite and on the test PostgreSQL server."""
-    if request.param == "postgresql":
-        database = request.getfixturevalue("postgres")
-        database.empty()
-        return str(database.url)
-    return str(tmp_path / "t.db")
-
-
 def test_a_tool_output_added_after_its_call_is_named_after_it(url: str) -> None:
     call = {"type": "function_call", "call_id": "c1", "name": "weather", "arguments": "{}", "id": "fc1"}
     other = {"type": "function_call", "call_id": "c2", "name": "clock", "arguments": "{}", "id": "fc2"}

@@ -30,16 +30,6 @@ from turnstore.errors import InvalidArgument, MessageNotFound
 ROUNDS = 100 if os.environ.get("TURNSTORE_STRESS") == "1" else 12
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """An empty store's URL, on SQLite and on the test PostgreSQL server."""
-    if request.param == "postgresql":
-        database = request.getfixturevalue("postgres")
-        database.empty()
-        return str(database.url)
-    return str(tmp_path / "races.db")
-
-
 @pytest.fixture
 def stores(url: str) -> Iterator[tuple[Store, Store]]:
     """Two stores on one empty database."""
